@@ -1,0 +1,347 @@
+"""The layout planner: from model, shapes and instance type to data-parallel replicas, each with
+its own contiguous group of Neuron devices, and the device memory each NeuronCore needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from .errors import Problems, ServingConfigError, problem
+from .instances import CORES_PER_DEVICE, InstanceSpec, instance_spec
+from .models import ModelSpec, resolve_model
+
+GIB = 1024**3
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2}
+"""Auto-cast types TGI's Neuron backend accepts (``HF_AUTO_CAST_TYPE``) and their width."""
+
+OVERHEAD_FRACTION = 0.2
+"""Margin on top of weights and KV cache for activations, compiler scratch buffers and the
+Neuron runtime's own allocations. A stated estimate: layouts within it of the limit should be
+confirmed with a real export."""
+
+COMPILE_RAM_FACTOR = 2
+COMPILE_RAM_BASE_GIB = 4
+"""Host memory the export needs: about twice the full bf16 checkpoint plus the compiler itself.
+An 8B model (16 GB of weights) does not compile reliably on 16 GiB inf2.xlarge or 32 GiB
+trn1.2xlarge hosts (aws-neuron nki-samples #87, optimum-neuron PR #551)."""
+
+DEFAULT_ROUTER_PORT = 8080
+DEFAULT_FIRST_REPLICA_PORT = 8081
+
+
+@dataclass(frozen=True)
+class ServingRequest:
+    """What the user asks for. Every field is validated by :func:`plan_serving`.
+
+    :param model_id: Hugging Face model id (or a catalog name such as ``llama-3.1-8b``).
+    :param instance_type: a Neuron instance type from the catalog.
+    :param batch_size: static batch size of the export (TGI ``MAX_BATCH_SIZE``).
+    :param sequence_length: static sequence length of the export (TGI ``MAX_TOTAL_TOKENS``).
+    :param max_input_tokens: longest prompt; below ``sequence_length``.
+        Default: three quarters of ``sequence_length``.
+    :param dtype: ``bf16`` or ``fp16``.
+    :param tensor_parallel: NeuronCores per replica. Default: the smallest valid degree whose
+        memory estimate fits, which gives the most replicas.
+    :param model_config: path to a ``config.json`` for a model outside the catalog.
+    :param router_port: host port of the on-host router. Default: 8080.
+    :param first_replica_port: host port of replica 0; replica i listens on this + i. Default: 8081.
+    """
+
+    model_id: str
+    instance_type: str
+    batch_size: int = 4
+    sequence_length: int = 4096
+    max_input_tokens: int | None = None
+    dtype: str = "bf16"
+    tensor_parallel: int | None = None
+    model_config: str | None = None
+    router_port: int = DEFAULT_ROUTER_PORT
+    first_replica_port: int = DEFAULT_FIRST_REPLICA_PORT
+
+    @property
+    def effective_max_input_tokens(self) -> int:
+        if self.max_input_tokens is not None:
+            return self.max_input_tokens
+        return max(1, self.sequence_length * 3 // 4)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Device memory one NeuronCore needs, in bytes, against what it has."""
+
+    weights: int
+    kv_cache: int
+    overhead: int
+    available: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.overhead
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.available
+
+    def describe(self) -> str:
+        return (
+            f"{self.total / GIB:.1f} GiB of {self.available / GIB:.0f} GiB per core "
+            f"(weights {self.weights / GIB:.1f}, KV cache {self.kv_cache / GIB:.1f}, "
+            f"overhead {self.overhead / GIB:.1f})"
+        )
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One TGI container: its contiguous devices, their cores, its host port and process tag."""
+
+    index: int
+    devices: tuple[int, ...]
+    port: int
+
+    @property
+    def name(self) -> str:
+        return f"replica-{self.index}"
+
+    @property
+    def process_tag(self) -> str:
+        """``NEURON_PROCESS_TAG``, which names this replica's runtime in neuron-monitor reports."""
+        return self.name
+
+    @property
+    def cores(self) -> tuple[int, ...]:
+        return tuple(c for d in self.devices for c in (CORES_PER_DEVICE * d, CORES_PER_DEVICE * d + 1))
+
+    @property
+    def device_paths(self) -> tuple[str, ...]:
+        return tuple(f"/dev/neuron{d}" for d in self.devices)
+
+    def describe(self) -> str:
+        devices = _span("neuron", self.devices)
+        return f"{self.name}: {devices} (cores {_span('', self.cores)}) on port {self.port}"
+
+
+def _span(prefix: str, values: tuple[int, ...]) -> str:
+    if len(values) == 1:
+        return f"{prefix}{values[0]}"
+    return f"{prefix}{values[0]}-{values[-1]}"
+
+
+@dataclass(frozen=True)
+class DegreeOption:
+    """One candidate tensor-parallel degree and what it would give."""
+
+    degree: int
+    replicas: int
+    idle_cores: int
+    memory: MemoryEstimate
+
+
+@dataclass(frozen=True)
+class ServingPlan:
+    """The validated layout of one instance: every figure the render and CDK layers use."""
+
+    request: ServingRequest
+    model: ModelSpec
+    instance: InstanceSpec
+    degree: int
+    replicas: tuple[Replica, ...]
+    memory: MemoryEstimate
+
+    @property
+    def model_id(self) -> str:
+        return self.request.model_id
+
+    @property
+    def batch_size(self) -> int:
+        return self.request.batch_size
+
+    @property
+    def sequence_length(self) -> int:
+        return self.request.sequence_length
+
+    @property
+    def max_input_tokens(self) -> int:
+        return self.request.effective_max_input_tokens
+
+    @property
+    def dtype(self) -> str:
+        return self.request.dtype
+
+    @property
+    def router_port(self) -> int:
+        return self.request.router_port
+
+    @property
+    def devices_per_replica(self) -> int:
+        return self.degree // CORES_PER_DEVICE
+
+    @property
+    def idle_devices(self) -> tuple[int, ...]:
+        used = {d for r in self.replicas for d in r.devices}
+        return tuple(d for d in range(self.instance.devices) if d not in used)
+
+    @cached_property
+    def weights_bytes(self) -> int:
+        return self.model.parameter_count * DTYPE_BYTES[self.dtype]
+
+    def describe(self) -> str:
+        """A readable layout, one replica after another (the stack's ``ServingLayout`` output)."""
+        text = "; ".join(r.describe() for r in self.replicas)
+        if self.idle_devices:
+            text += f"; idle: {_span('neuron', self.idle_devices)}"
+        return text
+
+
+def _memory_estimate(model: ModelSpec, instance: InstanceSpec, request: ServingRequest,
+                     degree: int) -> MemoryEstimate:
+    dtype_bytes = DTYPE_BYTES[request.dtype]
+    weights = model.parameter_count * dtype_bytes // degree
+    tokens = request.batch_size * request.sequence_length
+    kv_cache = model.kv_cache_bytes_per_token(dtype_bytes, degree) * tokens
+    overhead = int((weights + kv_cache) * OVERHEAD_FRACTION)
+    return MemoryEstimate(weights, kv_cache, overhead, instance.memory_per_core_gib * GIB)
+
+
+def _validate(request: ServingRequest) -> tuple[ModelSpec, InstanceSpec]:
+    problems = Problems()
+    instance: InstanceSpec | None = None
+    model: ModelSpec | None = None
+    try:
+        instance = instance_spec(request.instance_type)
+    except ServingConfigError as err:
+        problems.add_all(err.problems)
+    try:
+        model = resolve_model(request.model_id, request.model_config)
+    except ServingConfigError as err:
+        problems.add_all(err.problems)
+    for name in ("batch_size", "sequence_length"):
+        value = getattr(request, name)
+        if not _is_int(value) or value < 1:
+            problems.add(name, value, "must be an integer of at least 1")
+    mit = request.max_input_tokens
+    if mit is not None and (not _is_int(mit) or mit < 1):
+        problems.add("max_input_tokens", mit, "must be an integer of at least 1")
+    elif _is_int(request.sequence_length) and request.sequence_length >= 1 and (
+        request.effective_max_input_tokens >= request.sequence_length
+    ):
+        problems.add(
+            "max_input_tokens",
+            request.effective_max_input_tokens,
+            f"must be below sequence_length ({request.sequence_length}) to leave room for output tokens",
+        )
+    if request.dtype not in DTYPE_BYTES:
+        problems.add("dtype", request.dtype, f"must be one of {', '.join(DTYPE_BYTES)}")
+    if model is not None and _is_int(request.sequence_length) and (
+        request.sequence_length > model.max_position_embeddings
+    ):
+        problems.add(
+            "sequence_length",
+            request.sequence_length,
+            f"exceeds the {model.max_position_embeddings} positions {model.name} supports",
+        )
+    tp = request.tensor_parallel
+    if tp is not None and instance is not None and tp not in instance.allowed_degrees():
+        problems.add("tensor_parallel", tp, instance.allowed_degrees_text())
+    for name in ("router_port", "first_replica_port"):
+        port = getattr(request, name)
+        if not _is_int(port) or not 1 <= port <= 65535:
+            problems.add(name, port, "must be a TCP port from 1 to 65535")
+    if instance is not None and _is_int(request.router_port) and _is_int(request.first_replica_port) and (
+        request.first_replica_port <= request.router_port < request.first_replica_port + instance.cores
+    ):
+        problems.add("router_port", request.router_port, "must not fall among the replica ports")
+    if instance is not None and model is not None and request.dtype in DTYPE_BYTES:
+        need_gib = (model.parameter_count * DTYPE_BYTES[request.dtype] * COMPILE_RAM_FACTOR / GIB
+                    + COMPILE_RAM_BASE_GIB)
+        if need_gib > instance.host_ram_gib:
+            problems.add(
+                "instance_type",
+                request.instance_type,
+                f"has {instance.host_ram_gib} GiB of host memory; exporting {model.name} "
+                f"({model.parameter_count / 1e9:.1f} B parameters) needs about {need_gib:.0f} GiB: "
+                "choose a larger instance of the family",
+            )
+    problems.raise_if_any()
+    assert instance is not None and model is not None
+    return model, instance
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def degree_options(request: ServingRequest) -> tuple[DegreeOption, ...]:
+    """Every degree the instance accepts, with its replica count and memory estimate."""
+    model, instance = _validate(request)
+    return tuple(
+        DegreeOption(
+            degree,
+            instance.cores // degree,
+            instance.cores % degree,
+            _memory_estimate(model, instance, request, degree),
+        )
+        for degree in instance.allowed_degrees()
+    )
+
+
+def plan_serving(request: ServingRequest) -> ServingPlan:
+    """Validate ``request`` and lay the replicas out on the instance's devices.
+
+    Raises :class:`ServingConfigError` (a ``ValueError``) naming each bad setting.
+    """
+    model, instance = _validate(request)
+    if request.tensor_parallel is not None:
+        degree = request.tensor_parallel
+        memory = _memory_estimate(model, instance, request, degree)
+        if not memory.fits:
+            raise ServingConfigError(
+                [
+                    problem(
+                        "tensor_parallel",
+                        degree,
+                        f"is too small for {model.name} with batch_size {request.batch_size} and "
+                        f"sequence_length {request.sequence_length}: needs {memory.describe()}"
+                        + _fitting_hint(model, instance, request),
+                    )
+                ]
+            )
+    else:
+        fitting = [
+            (d, m)
+            for d in instance.allowed_degrees()
+            if (m := _memory_estimate(model, instance, request, d)).fits
+        ]
+        if not fitting:
+            largest = instance.allowed_degrees()[-1]
+            memory = _memory_estimate(model, instance, request, largest)
+            raise ServingConfigError(
+                [
+                    problem(
+                        "model_id",
+                        request.model_id,
+                        f"fits at no tensor_parallel degree on {instance.name}: even at {largest} it "
+                        f"needs {memory.describe()}; lower batch_size or sequence_length, "
+                        "or choose an instance with more NeuronCores",
+                    )
+                ]
+            )
+        degree, memory = fitting[0]
+    per_replica = degree // CORES_PER_DEVICE
+    replicas = tuple(
+        Replica(
+            index=i,
+            devices=tuple(range(i * per_replica, (i + 1) * per_replica)),
+            port=request.first_replica_port + i,
+        )
+        for i in range(instance.devices // per_replica)
+    )
+    return ServingPlan(request, model, instance, degree, replicas, memory)
+
+
+def _fitting_hint(model: ModelSpec, instance: InstanceSpec, request: ServingRequest) -> str:
+    fitting = [d for d in instance.allowed_degrees() if _memory_estimate(model, instance, request, d).fits]
+    if fitting:
+        return f"; degrees that fit: {', '.join(map(str, fitting))}"
+    return "; no degree fits on this instance"

@@ -1,0 +1,192 @@
+"""The model catalog: architecture figures of popular decoder models, and reading any other
+model's Hugging Face ``config.json``.
+
+Figures are those of each model's published ``config.json`` on the Hugging Face Hub. Parameter
+counts are computed from the architecture (embeddings, attention, gated MLP, norms, LM head),
+which reproduces the published counts (Llama-3-8B: 8.03 B, Llama-2-70B: 68.98 B).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import Problems, ServingConfigError, problem
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+"""Decoder architectures with a gated MLP that TGI's Neuron backend serves and we can size."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The architecture figures the planner needs to size weights and KV cache."""
+
+    name: str
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    head_dim: int = 0
+    tie_word_embeddings: bool = False
+    hub_ids: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        problems = Problems()
+        if self.model_type not in SUPPORTED_MODEL_TYPES:
+            problems.add(
+                "model_type", self.model_type, f"is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+            )
+        for name in ("hidden_size", "num_layers", "num_attention_heads", "num_kv_heads",
+                     "intermediate_size", "vocab_size", "max_position_embeddings"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                problems.add(f"{self.name}: {name}", value, "must be a positive integer")
+        if not problems and self.num_attention_heads % self.num_kv_heads:
+            problems.add(
+                f"{self.name}: num_key_value_heads",
+                self.num_kv_heads,
+                f"must divide num_attention_heads ({self.num_attention_heads})",
+            )
+        problems.raise_if_any()
+        if not self.head_dim:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+
+    @property
+    def parameter_count(self) -> int:
+        q_and_o = 2 * self.hidden_size * self.num_attention_heads * self.head_dim
+        k_and_v = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
+        mlp = 3 * self.hidden_size * self.intermediate_size
+        norms = 2 * self.hidden_size
+        per_layer = q_and_o + k_and_v + mlp + norms
+        embeddings = self.vocab_size * self.hidden_size
+        lm_head = 0 if self.tie_word_embeddings else embeddings
+        return embeddings + self.num_layers * per_layer + self.hidden_size + lm_head
+
+    def kv_cache_bytes_per_token(self, dtype_bytes: int, degree: int) -> int:
+        """Key and value bytes one token occupies on one NeuronCore at tensor-parallel ``degree``.
+
+        KV heads are split across the cores; with more cores than KV heads each core still keeps
+        one (the heads are replicated), hence the ceiling.
+        """
+        kv_heads_per_core = math.ceil(self.num_kv_heads / degree)
+        return 2 * self.num_layers * kv_heads_per_core * self.head_dim * dtype_bytes
+
+    @classmethod
+    def from_hf_config(cls, config: Mapping[str, Any], name: str) -> ModelSpec:
+        """Build a spec from the contents of a Hugging Face ``config.json``."""
+        required = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                    "intermediate_size", "vocab_size", "max_position_embeddings")
+        missing = [key for key in required if key not in config]
+        if missing:
+            raise ServingConfigError(
+                [problem("model_config", name, f"lacks required keys: {', '.join(missing)}")]
+            )
+        return cls(
+            name=name,
+            model_type=str(config["model_type"]),
+            hidden_size=config["hidden_size"],
+            num_layers=config["num_hidden_layers"],
+            num_attention_heads=config["num_attention_heads"],
+            num_kv_heads=config.get("num_key_value_heads") or config["num_attention_heads"],
+            intermediate_size=config["intermediate_size"],
+            vocab_size=config["vocab_size"],
+            max_position_embeddings=config["max_position_embeddings"],
+            head_dim=config.get("head_dim") or 0,
+            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        )
+
+
+def _llama2(name: str, hidden: int, layers: int, heads: int, kv: int, inter: int,
+            hub_ids: tuple[str, ...]) -> ModelSpec:
+    return ModelSpec(name, "llama", hidden, layers, heads, kv, inter, 32000, 4096, hub_ids=hub_ids)
+
+
+def _llama3(name: str, hidden: int, layers: int, heads: int, inter: int, max_pos: int,
+            hub_ids: tuple[str, ...], head_dim: int = 0, tied: bool = False) -> ModelSpec:
+    return ModelSpec(name, "llama", hidden, layers, heads, 8, inter, 128256, max_pos,
+                     head_dim=head_dim, tie_word_embeddings=tied, hub_ids=hub_ids)
+
+
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        _llama2("llama-2-7b", 4096, 32, 32, 32, 11008,
+                ("meta-llama/Llama-2-7b-hf", "meta-llama/Llama-2-7b-chat-hf")),
+        _llama2("llama-2-13b", 5120, 40, 40, 40, 13824,
+                ("meta-llama/Llama-2-13b-hf", "meta-llama/Llama-2-13b-chat-hf")),
+        _llama2("llama-2-70b", 8192, 80, 64, 8, 28672,
+                ("meta-llama/Llama-2-70b-hf", "meta-llama/Llama-2-70b-chat-hf")),
+        _llama3("llama-3-8b", 4096, 32, 32, 14336, 8192,
+                ("meta-llama/Meta-Llama-3-8B", "meta-llama/Meta-Llama-3-8B-Instruct",
+                 "NousResearch/Meta-Llama-3-8B", "NousResearch/Meta-Llama-3-8B-Instruct")),
+        _llama3("llama-3-70b", 8192, 80, 64, 28672, 8192,
+                ("meta-llama/Meta-Llama-3-70B", "meta-llama/Meta-Llama-3-70B-Instruct",
+                 "NousResearch/Meta-Llama-3-70B-Instruct")),
+        _llama3("llama-3.1-8b", 4096, 32, 32, 14336, 131072,
+                ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct",
+                 "meta-llama/Meta-Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-8B-Instruct",
+                 "NousResearch/Meta-Llama-3.1-8B-Instruct")),
+        _llama3("llama-3.1-70b", 8192, 80, 64, 28672, 131072,
+                ("meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-70B-Instruct",
+                 "meta-llama/Meta-Llama-3.1-70B", "meta-llama/Meta-Llama-3.1-70B-Instruct")),
+        _llama3("llama-3.2-1b", 2048, 16, 32, 8192, 131072,
+                ("meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-1B-Instruct",
+                 "unsloth/Llama-3.2-1B-Instruct"), head_dim=64, tied=True),
+        _llama3("llama-3.2-3b", 3072, 28, 24, 8192, 131072,
+                ("meta-llama/Llama-3.2-3B", "meta-llama/Llama-3.2-3B-Instruct",
+                 "unsloth/Llama-3.2-3B-Instruct"), head_dim=128, tied=True),
+        ModelSpec("mistral-7b", "mistral", 4096, 32, 32, 8, 14336, 32000, 32768,
+                  hub_ids=("mistralai/Mistral-7B-v0.1", "mistralai/Mistral-7B-Instruct-v0.1",
+                           "mistralai/Mistral-7B-Instruct-v0.2")),
+        ModelSpec("mistral-7b-v0.3", "mistral", 4096, 32, 32, 8, 14336, 32768, 32768,
+                  hub_ids=("mistralai/Mistral-7B-v0.3", "mistralai/Mistral-7B-Instruct-v0.3")),
+    )
+}
+
+_BY_HUB_ID: dict[str, ModelSpec] = {
+    hub_id.lower(): spec for spec in MODELS.values() for hub_id in spec.hub_ids
+}
+
+
+def resolve_model(model_id: str, model_config: str | None = None) -> ModelSpec:
+    """The architecture of ``model_id``.
+
+    ``model_config``, a path to the model's ``config.json``, wins when given; otherwise the
+    catalog is searched by Hugging Face id and by catalog name (``llama-3.1-8b``).
+    """
+    if model_config is not None:
+        path = Path(model_config)
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as err:
+            raise ServingConfigError(
+                [problem("model_config", model_config, f"cannot be read: {err.strerror}")]
+            ) from None
+        except json.JSONDecodeError as err:
+            raise ServingConfigError(
+                [problem("model_config", model_config, f"is not valid JSON: {err.msg} at line {err.lineno}")]
+            ) from None
+        if not isinstance(config, dict):
+            raise ServingConfigError([problem("model_config", model_config, "must hold a JSON object")])
+        return ModelSpec.from_hf_config(config, name=model_id)
+    spec = _BY_HUB_ID.get(model_id.lower()) or MODELS.get(model_id.lower())
+    if spec is None:
+        raise ServingConfigError(
+            [
+                problem(
+                    "model_id",
+                    model_id,
+                    "is not in the model catalog; give model_config (a path to the model's "
+                    "config.json) or use a catalog model: " + ", ".join(MODELS),
+                )
+            ]
+        )
+    return spec

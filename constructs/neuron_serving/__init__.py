@@ -1,1 +1,66 @@
-"""cdk-neuron-serving: serve LLMs on AWS Inferentia2 and Trainium with data-parallel TGI replicas."""
+"""cdk-neuron-serving: serve LLMs on AWS Inferentia2 and Trainium with data-parallel TGI replicas.
+
+Layers, each importing only those below it: ``plan`` (catalogs, planner; pure Python) ->
+``render`` (boot scripts and router config from userdata/ templates; pure Python) -> ``cdk``
+(constructs and the stack). The CDK names load on first use, so the planner and the
+``neuron-serving`` CLI never start jsii's Node.js process.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from .plan import (
+    INSTANCES,
+    MODELS,
+    ServingConfigError,
+    ServingPlan,
+    ServingRequest,
+    degree_options,
+    plan_serving,
+)
+from .settings import StackSettings
+
+if TYPE_CHECKING:
+    from .cdk.boot_script import NeuronBootScript
+    from .cdk.endpoint import NeuronServingEndpoint
+    from .cdk.instance import NeuronServingInstance, NeuronServingLaunchTemplate
+    from .cdk.machine_image import PinnedLinuxImage, neuron_dlami
+    from .cdk.stack import NeuronLlamaStack
+
+_CDK_EXPORTS = {
+    "NeuronBootScript": ".cdk.boot_script",
+    "NeuronServingEndpoint": ".cdk.endpoint",
+    "NeuronServingInstance": ".cdk.instance",
+    "NeuronServingLaunchTemplate": ".cdk.instance",
+    "PinnedLinuxImage": ".cdk.machine_image",
+    "neuron_dlami": ".cdk.machine_image",
+    "NeuronLlamaStack": ".cdk.stack",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _CDK_EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(module, __name__), name)
+
+
+__all__ = [
+    "INSTANCES",
+    "MODELS",
+    "NeuronBootScript",
+    "NeuronLlamaStack",
+    "NeuronServingEndpoint",
+    "NeuronServingInstance",
+    "NeuronServingLaunchTemplate",
+    "PinnedLinuxImage",
+    "ServingConfigError",
+    "ServingPlan",
+    "ServingRequest",
+    "StackSettings",
+    "degree_options",
+    "neuron_dlami",
+    "plan_serving",
+]

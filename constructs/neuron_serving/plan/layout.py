@@ -4,6 +4,7 @@ its own contiguous group of Neuron devices, and the device memory each NeuronCor
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -26,6 +27,9 @@ COMPILE_RAM_BASE_GIB = 4
 """Host memory the export needs: about twice the full bf16 checkpoint plus the compiler itself.
 An 8B model (16 GB of weights) does not compile reliably on 16 GiB inf2.xlarge or 32 GiB
 trn1.2xlarge hosts (aws-neuron nki-samples #87, optimum-neuron PR #551)."""
+
+ROOT_VOLUME_BASE_GIB = 100
+"""Operating system, Docker's image store and logs, before any model data."""
 
 DEFAULT_ROUTER_PORT = 8080
 DEFAULT_FIRST_REPLICA_PORT = 8081
@@ -185,6 +189,15 @@ class ServingPlan:
     @cached_property
     def weights_bytes(self) -> int:
         return self.model.parameter_count * DTYPE_BYTES[self.dtype]
+
+    @property
+    def root_volume_gib(self) -> int:
+        """Root volume size: the serving image unpacked (about 30 GiB), the downloaded checkpoint,
+        the export (compiled graphs plus its own copy of the weights), room for a second export
+        while a configuration changes, and logs; at least what the instance family requires."""
+        weights_gib = math.ceil(self.weights_bytes / GIB)
+        size = ROOT_VOLUME_BASE_GIB + 3 * weights_gib
+        return max(-(-size // 10) * 10, self.instance.min_root_volume_gib)
 
     def describe(self) -> str:
         """A readable layout, one replica after another (the stack's ``ServingLayout`` output)."""

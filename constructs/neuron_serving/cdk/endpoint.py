@@ -1,0 +1,188 @@
+"""The Application Load Balancer in front of the hosts' routers."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Token, Validations
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+
+from constructs import Construct
+
+from ..plan.errors import Problems
+
+DEFAULT_IDLE_TIMEOUT = Duration.seconds(300)
+ACCESS_LOG_PREFIX = "alb"
+
+
+class NeuronServingEndpoint(Construct):
+    """An ALB that spreads requests over Neuron hosts by least outstanding requests.
+
+    Secure by default: internal, reachable only from the VPC's CIDR; internet-facing only when
+    asked and then only from ``allowed_cidrs`` (an unauthenticated LLM endpoint is never opened
+    to the whole internet by default); HTTPS when a certificate is given, with HTTP redirected to
+    it; access logs to an encrypted, SSL-only bucket; invalid header fields dropped.
+
+    :param vpc: the VPC of the load balancer and the hosts.
+    :param target_port: the hosts' router port.
+    :param internet_facing: place the load balancer in public subnets. Default: false.
+    :param allowed_cidrs: who may connect. Default: the VPC's CIDR; required when
+        ``internet_facing``.
+    :param certificate: an ACM certificate for an HTTPS listener. Default: HTTP only.
+    :param idle_timeout: how long a connection may stay silent, which bounds the time to the
+        first streamed token and between non-streamed responses. Default: 300 seconds.
+    :param deregistration_delay: how long a host being removed keeps its in-flight requests.
+        Default: 300 seconds.
+    :param access_logs_bucket: Default: a new bucket, retained when the stack is deleted.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        target_port: int,
+        internet_facing: bool = False,
+        allowed_cidrs: Sequence[str] = (),
+        certificate: elbv2.IListenerCertificate | None = None,
+        idle_timeout: Duration = DEFAULT_IDLE_TIMEOUT,
+        deregistration_delay: Duration = DEFAULT_IDLE_TIMEOUT,
+        access_logs_bucket: s3.IBucket | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        problems = Problems()
+        if internet_facing and not allowed_cidrs:
+            problems.add(
+                "allowed_cidrs",
+                list(allowed_cidrs),
+                "must list who may connect when internet_facing is true "
+                "(an unauthenticated LLM endpoint is never opened to everyone by default)",
+            )
+        networks = []
+        for cidr in allowed_cidrs:
+            try:
+                networks.append(ipaddress.ip_network(cidr, strict=True))
+            except ValueError:
+                problems.add("allowed_cidrs", cidr, "is not a valid CIDR (such as 203.0.113.0/24)")
+        if not 1 <= idle_timeout.to_seconds() <= 4000:
+            problems.add("idle_timeout", idle_timeout.to_seconds(), "must be 1 to 4000 seconds")
+        problems.raise_if_any()
+
+        self.load_balancer = elbv2.ApplicationLoadBalancer(
+            self,
+            "LoadBalancer",
+            vpc=vpc,
+            internet_facing=internet_facing,
+            vpc_subnets=ec2.SubnetSelection(
+                subnet_type=ec2.SubnetType.PUBLIC if internet_facing else ec2.SubnetType.PRIVATE_WITH_EGRESS
+            ),
+            idle_timeout=idle_timeout,
+            drop_invalid_header_fields=True,
+        )
+        self.access_logs_bucket = access_logs_bucket or s3.Bucket(
+            self,
+            "AccessLogs",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            enforce_ssl=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            removal_policy=RemovalPolicy.RETAIN,
+            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(90))],
+        )
+        self._log_access_logs(ACCESS_LOG_PREFIX)
+
+        port = 443 if certificate else 80
+        peers = [_peer(n) for n in networks]
+        if not peers:
+            peers = [ec2.Peer.ipv4(vpc.vpc_cidr_block)]
+            if Token.is_unresolved(vpc.vpc_cidr_block):
+                Validations.of(self.load_balancer).acknowledge(
+                    Acknowledgment(
+                        id="AwsSolutions::AwsSolutions-EC23",
+                        reason="Ingress is limited to the VPC's own CIDR, which the rule cannot read "
+                        "because it is only known at deploy time",
+                    )
+                )
+        for peer in peers:
+            self.load_balancer.connections.allow_from(peer, ec2.Port.tcp(port), "LLM clients")
+
+        self.target_group = elbv2.ApplicationTargetGroup(
+            self,
+            "Routers",
+            vpc=vpc,
+            port=target_port,
+            protocol=elbv2.ApplicationProtocol.HTTP,
+            target_type=elbv2.TargetType.INSTANCE,
+            load_balancing_algorithm_type=elbv2.TargetGroupLoadBalancingAlgorithmType.LEAST_OUTSTANDING_REQUESTS,
+            deregistration_delay=deregistration_delay,
+            health_check=elbv2.HealthCheck(
+                path="/health",
+                healthy_http_codes="200",
+                interval=Duration.seconds(15),
+                timeout=Duration.seconds(5),
+                healthy_threshold_count=2,
+                unhealthy_threshold_count=3,
+            ),
+        )
+        self.target_port = target_port
+        if certificate:
+            self.listener = self.load_balancer.add_listener(
+                "Https",
+                port=443,
+                protocol=elbv2.ApplicationProtocol.HTTPS,
+                certificates=[certificate],
+                ssl_policy=elbv2.SslPolicy.RECOMMENDED_TLS,
+                open=False,
+                default_target_groups=[self.target_group],
+            )
+            for peer in peers:
+                self.load_balancer.connections.allow_from(peer, ec2.Port.tcp(80), "redirect to HTTPS")
+            self.load_balancer.add_redirect(source_port=80, target_port=443, open=False)
+        else:
+            self.listener = self.load_balancer.add_listener(
+                "Http",
+                port=80,
+                protocol=elbv2.ApplicationProtocol.HTTP,
+                open=False,
+                default_target_groups=[self.target_group],
+            )
+        scheme = "https" if certificate else "http"
+        self.url: str = f"{scheme}://{self.load_balancer.load_balancer_dns_name}"
+        """The endpoint's base URL."""
+
+    def _log_access_logs(self, prefix: str) -> None:
+        # ApplicationLoadBalancer.log_access_logs needs a region to pick the ELB account of the
+        # bucket policy. The log delivery service principal works in every region (the
+        # principal CDK itself falls back to, aws-cdk PR #37319), so the stack stays
+        # environment-agnostic.
+        bucket = self.access_logs_bucket
+        result = bucket.add_to_resource_policy(
+            iam.PolicyStatement(
+                principals=[iam.ServicePrincipal("logdelivery.elasticloadbalancing.amazonaws.com")],
+                actions=["s3:PutObject"],
+                resources=[bucket.arn_for_objects(f"{prefix}/AWSLogs/{Stack.of(self).account}/*")],
+            )
+        )
+        self.load_balancer.set_attribute("access_logs.s3.enabled", "true")
+        self.load_balancer.set_attribute("access_logs.s3.bucket", bucket.bucket_name)
+        self.load_balancer.set_attribute("access_logs.s3.prefix", prefix)
+        # The load balancer checks that it may write to the bucket when logging is switched on.
+        if result.policy_dependable is not None:
+            self.load_balancer.node.add_dependency(result.policy_dependable)
+
+    def add_target(self, target: elbv2.IApplicationLoadBalancerTarget, connections: ec2.IConnectable) -> None:
+        """Send traffic to ``target`` and open its security group to the load balancer only."""
+        self.target_group.add_target(target)
+        connections.connections.allow_from(
+            self.load_balancer, ec2.Port.tcp(self.target_port), "router port, from the load balancer"
+        )
+
+
+def _peer(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> ec2.IPeer:
+    if network.version == 6:
+        return ec2.Peer.ipv6(str(network))
+    return ec2.Peer.ipv4(str(network))

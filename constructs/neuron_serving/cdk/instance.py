@@ -1,0 +1,169 @@
+"""One Neuron instance from a launch template, running the boot scripts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jsii
+from aws_cdk import Tags
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+
+from constructs import Construct
+
+from ..plan.layout import ServingPlan
+from .boot_script import NeuronBootScript
+
+SESSION_MANAGER_POLICY = "AmazonSSMManagedInstanceCore"
+
+
+@jsii.implements(ec2.IConnectable, iam.IGrantable)
+class NeuronServingLaunchTemplate(Construct):
+    """The launch template every Neuron serving host starts from: the single instance here, the
+    Auto Scaling fleet later.
+
+    Secure by default: IMDSv2 only with a hop limit of 1 (the containers cannot reach instance
+    credentials), an encrypted gp3 root volume, Session Manager access, no key pair and no
+    inbound rule of its own.
+
+    :param vpc: the VPC of the security group.
+    :param boot_script: the user data and the plan it realises.
+    :param machine_image: the AMI. Use ``neuron_dlami(...)`` or ``PinnedLinuxImage``.
+    :param root_volume_gib: root volume size. Default: ``plan.root_volume_gib``, sized for the
+        image, the weights and the export (at least 512 on trn1).
+    :param security_group: Default: a new group allowing all outbound traffic (image and model
+        downloads) and no inbound traffic.
+    :param role: Default: a new role with Session Manager access and what the boot script needs.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        boot_script: NeuronBootScript,
+        machine_image: ec2.IMachineImage,
+        root_volume_gib: int | None = None,
+        security_group: ec2.ISecurityGroup | None = None,
+        role: iam.IRole | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        plan = boot_script.plan
+        size = plan.root_volume_gib if root_volume_gib is None else root_volume_gib
+        if size < plan.instance.min_root_volume_gib or size < 1:
+            raise ValueError(
+                f"root_volume_gib ({size}) must be at least {max(1, plan.instance.min_root_volume_gib)} "
+                f"on {plan.instance.name}"
+            )
+        self.plan: ServingPlan = plan
+        self.role: iam.IRole = role or iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=f"Neuron serving host ({plan.instance.name}, {plan.model_id})",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(SESSION_MANAGER_POLICY)],
+        )
+        boot_script.grant_boot(self.role)
+        self.security_group: ec2.ISecurityGroup = security_group or ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description="Neuron serving hosts: inbound only from the load balancer",
+            allow_all_outbound=True,
+        )
+        self.connections = ec2.Connections(security_groups=[self.security_group])
+        self.launch_template = ec2.LaunchTemplate(
+            self,
+            "Resource",
+            instance_type=ec2.InstanceType(plan.instance.name),
+            machine_image=machine_image,
+            user_data=boot_script.user_data,
+            role=self.role,
+            security_group=self.security_group,
+            require_imdsv2=True,
+            http_put_response_hop_limit=1,
+            detailed_monitoring=True,
+            block_devices=[
+                ec2.BlockDevice(
+                    device_name="/dev/sda1",
+                    volume=ec2.BlockDeviceVolume.ebs(
+                        size,
+                        volume_type=ec2.EbsDeviceVolumeType.GP3,
+                        encrypted=True,
+                        delete_on_termination=True,
+                    ),
+                )
+            ],
+        )
+        self.root_volume_gib = size
+
+    @property
+    def grant_principal(self) -> iam.IPrincipal:
+        return self.role
+
+
+@jsii.implements(ec2.IConnectable, iam.IGrantable)
+class NeuronServingInstance(Construct):
+    """A single Neuron serving instance launched from a :class:`NeuronServingLaunchTemplate`.
+
+    A change to the plan, the image or the AMI creates a new launch template version, and
+    CloudFormation replaces the instance.
+
+    :param vpc: the VPC to launch into.
+    :param launch_template: the host definition.
+    :param vpc_subnets: where to launch; the first selected subnet is used. Not every AZ offers
+        every Neuron type: pick the subnet of one that does. Default: private subnets with egress.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        launch_template: NeuronServingLaunchTemplate,
+        vpc_subnets: ec2.SubnetSelection | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        subnets: Sequence[str] = vpc.select_subnets(
+            **_selection(vpc_subnets or ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS))
+        ).subnet_ids
+        if not subnets:
+            raise ValueError("vpc_subnets selects no subnet to launch the Neuron instance into")
+        self.launch_template = launch_template
+        self.plan = launch_template.plan
+        self.role = launch_template.role
+        self.connections = launch_template.connections
+        template = launch_template.launch_template
+        self.instance = ec2.CfnInstance(
+            self,
+            "Resource",
+            launch_template=ec2.CfnInstance.LaunchTemplateSpecificationProperty(
+                launch_template_id=template.launch_template_id,
+                version=template.latest_version_number,
+            ),
+            subnet_id=subnets[0],
+            monitoring=True,
+        )
+        Tags.of(self.instance).add("Name", f"{self.node.path} ({self.plan.instance.name})")
+        self.instance_id: str = self.instance.ref
+
+    @property
+    def grant_principal(self) -> iam.IPrincipal:
+        return self.role
+
+
+def _selection(selection: ec2.SubnetSelection) -> dict[str, object]:
+    return {
+        key: value
+        for key, value in {
+            "availability_zones": selection.availability_zones,
+            "one_per_az": selection.one_per_az,
+            "subnet_filters": selection.subnet_filters,
+            "subnet_group_name": selection.subnet_group_name,
+            "subnets": selection.subnets,
+            "subnet_type": selection.subnet_type,
+        }.items()
+        if value is not None
+    }

@@ -1,0 +1,77 @@
+"""The shape of the house: constructs/ is not a package, and lower layers never import higher."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "constructs" / "neuron_serving"
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            prefix = "." * node.level
+            names.add(prefix + (node.module or ""))
+    return names
+
+
+def _python_files():
+    for folder in ("constructs", "tests", "userdata"):
+        yield from (ROOT / folder).rglob("*.py")
+    yield ROOT / "app.py"
+
+
+def test_constructs_folder_has_no_init_so_it_cannot_shadow_the_constructs_package():
+    assert not (ROOT / "constructs" / "__init__.py").exists()
+
+
+def test_import_constructs_resolves_to_the_installed_package_from_the_repository_root():
+    result = subprocess.run(
+        [sys.executable, "-c", "import constructs, neuron_serving; print(constructs.__file__); "
+         "print(neuron_serving.__file__); print(hasattr(constructs, 'Construct'))"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )
+    constructs_file, package_file, has_construct = result.stdout.splitlines()
+    assert "site-packages" in constructs_file
+    assert Path(package_file).parent == PACKAGE
+    assert has_construct == "True"
+
+
+def test_nothing_imports_constructs_dot_neuron_serving():
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in _python_files()
+        if any(name.startswith("constructs.neuron_serving") for name in _imports(path))
+    ]
+    assert offenders == []
+
+
+def test_plan_and_render_layers_import_nothing_from_cdk():
+    for layer in ("plan", "render"):
+        for path in (PACKAGE / layer).glob("*.py"):
+            imported = _imports(path)
+            assert not any(name.startswith(("aws_cdk", "constructs", "cdk_nag", "jsii")) for name in imported), path
+            assert not any(name.startswith(("..cdk", "..settings")) for name in imported), path
+
+
+def test_plan_layer_does_not_import_render():
+    for path in (PACKAGE / "plan").glob("*.py"):
+        assert not any(name.startswith("..render") for name in _imports(path)), path
+
+
+def test_templates_ship_inside_the_wheel(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    import zipfile
+
+    (wheel,) = tmp_path.glob("cdk_neuron_serving-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    templates = {p.name for p in (ROOT / "userdata").glob("*.j2")}
+    assert templates
+    assert {n.rsplit("/", 1)[-1] for n in names if n.startswith("neuron_serving/userdata/")} >= templates
+    assert "neuron_serving/py.typed" in names

@@ -1,0 +1,67 @@
+"""Context keys: strings from -c and JSON values from cdk.json, all validated at once."""
+
+import pytest
+
+from neuron_serving import ServingConfigError, StackSettings
+from neuron_serving.settings import DEFAULT_DLAMI_PARAMETER, DEFAULT_INSTANCE_TYPE, DEFAULT_MODEL_ID
+
+
+def _settings(**context):
+    return StackSettings.from_context(context.get)
+
+
+def test_defaults_need_no_context():
+    settings = _settings()
+    assert settings.request.model_id == DEFAULT_MODEL_ID
+    assert settings.request.instance_type == DEFAULT_INSTANCE_TYPE
+    assert settings.request.tensor_parallel is None
+    assert settings.internet_facing is False
+    assert settings.allowed_cidrs == ()
+    assert settings.dlami_parameter == DEFAULT_DLAMI_PARAMETER
+
+
+def test_command_line_strings_become_typed_values():
+    settings = _settings(tensor_parallel="4", batch_size="8", sequence_length="8192", max_input_tokens="6000",
+                         internet_facing="true", allowed_cidrs="203.0.113.0/24, 198.51.100.7/32")
+    assert settings.request.tensor_parallel == 4
+    assert (settings.request.batch_size, settings.request.sequence_length) == (8, 8192)
+    assert settings.request.max_input_tokens == 6000
+    assert settings.internet_facing is True
+    assert settings.allowed_cidrs == ("203.0.113.0/24", "198.51.100.7/32")
+
+
+def test_cdk_json_values_keep_their_json_types():
+    settings = _settings(tensor_parallel=8, internet_facing=False, allowed_cidrs=["10.1.0.0/16"])
+    assert settings.request.tensor_parallel == 8
+    assert settings.allowed_cidrs == ("10.1.0.0/16",)
+
+
+def test_auto_degree_means_the_planner_chooses():
+    assert _settings(tensor_parallel="auto").request.tensor_parallel is None
+
+
+def test_allowed_cidrs_may_be_a_json_list_on_the_command_line():
+    assert _settings(allowed_cidrs='["10.0.0.0/8"]').allowed_cidrs == ("10.0.0.0/8",)
+
+
+@pytest.mark.parametrize(
+    ("context", "expected"),
+    [
+        ({"tensor_parallel": "four"}, "tensor_parallel ('four') must be a whole number"),
+        ({"batch_size": "8.5"}, "batch_size ('8.5') must be a whole number"),
+        ({"internet_facing": "yes"}, "internet_facing ('yes') must be true or false"),
+        ({"allowed_cidrs": "10.0.0.1/8"}, "allowed_cidrs ('10.0.0.1/8') is not a valid CIDR"),
+        ({"allowed_cidrs": "[not json"}, "allowed_cidrs ('[not json') must be a list of CIDRs"),
+        ({"model_id": 7}, "model_id (7) must be a string"),
+    ],
+)
+def test_bad_context_values_name_the_key(context, expected):
+    with pytest.raises(ServingConfigError, match=None) as err:
+        _settings(**context)
+    assert expected in str(err.value)
+
+
+def test_all_bad_context_values_are_reported_together():
+    with pytest.raises(ServingConfigError) as err:
+        _settings(batch_size="x", internet_facing="maybe")
+    assert len(err.value.problems) == 2

@@ -43,13 +43,10 @@ class NeuronBootScript(Construct):
         self.hf_token_secret = hf_token_secret
         secret_id = None
         if hf_token_secret is not None:
-            # A name imported with from_secret_name_v2 is a plain string; prefer it to the ARN,
-            # which is then a token that only resolves at deploy time.
-            secret_id = (
-                hf_token_secret.secret_name
-                if not Token.is_unresolved(hf_token_secret.secret_name)
-                else hf_token_secret.secret_arn
-            )
+            # The complete ARN identifies the secret exactly; a secret imported by name has only
+            # a partial ARN (a deploy-time token), and the name is then the plain identifier.
+            arn, name = hf_token_secret.secret_arn, hf_token_secret.secret_name
+            secret_id = arn if not Token.is_unresolved(arn) or Token.is_unresolved(name) else name
         self.script: str = render_boot_script(plan, BootOptions(image=image, hf_token_secret=secret_id))
         """The rendered boot script (tokens, if any, unresolved)."""
         check_user_data_size(self.script, plan)

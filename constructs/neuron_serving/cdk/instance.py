@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import jsii
 from aws_cdk import Tags
 from aws_cdk import aws_ec2 as ec2
@@ -126,8 +124,14 @@ class NeuronServingInstance(Construct):
         vpc_subnets: ec2.SubnetSelection | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        subnets: Sequence[str] = vpc.select_subnets(
-            **_selection(vpc_subnets or ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS))
+        selection = vpc_subnets or ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
+        subnets = vpc.select_subnets(
+            availability_zones=selection.availability_zones,
+            one_per_az=selection.one_per_az,
+            subnet_filters=selection.subnet_filters,
+            subnet_group_name=selection.subnet_group_name,
+            subnets=selection.subnets,
+            subnet_type=selection.subnet_type,
         ).subnet_ids
         if not subnets:
             raise ValueError("vpc_subnets selects no subnet to launch the Neuron instance into")
@@ -153,17 +157,3 @@ class NeuronServingInstance(Construct):
     def grant_principal(self) -> iam.IPrincipal:
         return self.role
 
-
-def _selection(selection: ec2.SubnetSelection) -> dict[str, object]:
-    return {
-        key: value
-        for key, value in {
-            "availability_zones": selection.availability_zones,
-            "one_per_az": selection.one_per_az,
-            "subnet_filters": selection.subnet_filters,
-            "subnet_group_name": selection.subnet_group_name,
-            "subnets": selection.subnets,
-            "subnet_type": selection.subnet_type,
-        }.items()
-        if value is not None
-    }

@@ -74,7 +74,7 @@ class NeuronLlamaStack(Stack):
             vpc=self.vpc,
             target_port=self.plan.router_port,
             internet_facing=settings.internet_facing,
-            allowed_cidrs=settings.allowed_cidrs or ((VPC_CIDR,) if vpc is None else ()),
+            allowed_cidrs=settings.allowed_cidrs or self._default_cidrs(vpc),
             certificate=certificate,
         )
         self.endpoint.add_target(
@@ -82,6 +82,13 @@ class NeuronLlamaStack(Stack):
         )
         self._outputs()
         self._acknowledge()
+
+    def _default_cidrs(self, given_vpc: ec2.IVpc | None) -> tuple[str, ...]:
+        # Internal endpoints default to the stack's own VPC (a literal CIDR, which cdk-nag can
+        # check); internet-facing ones get no default at all: the endpoint construct refuses them.
+        if self.settings.internet_facing or given_vpc is not None:
+            return ()
+        return (VPC_CIDR,)
 
     def _new_vpc(self) -> ec2.Vpc:
         vpc = ec2.Vpc(

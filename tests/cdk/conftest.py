@@ -1,0 +1,65 @@
+"""Synthesize NeuronLlamaStack as `cdk synth` would: cdk.json's feature flags, context keys on
+top, cdk-nag's AwsSolutions checks attached (an unacknowledged finding makes synthesis raise).
+Each configuration is synthesized once per test session."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App, Validations
+from aws_cdk.assertions import Template
+from cdk_nag import AwsSolutionsChecks
+
+from neuron_serving import NeuronLlamaStack, StackSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+FEATURE_FLAGS = json.loads((ROOT / "cdk.json").read_text())["context"]
+
+# The configurations whose templates are snapshotted and linted.
+SNAPSHOT_CONFIGS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "inf2_xlarge_one_replica": {"instance_type": "inf2.xlarge", "model_id": "meta-llama/Llama-3.2-1B-Instruct",
+                                "hf_token_secret": "hf/token"},
+    "trn1_32xlarge": {"instance_type": "trn1.32xlarge", "model_id": "meta-llama/Llama-3.1-8B-Instruct",
+                      "tensor_parallel": "8", "batch_size": "32", "internet_facing": "true",
+                      "allowed_cidrs": "203.0.113.0/24",
+                      "certificate_arn": "arn:aws:acm:us-east-1:111122223333:certificate/abc"},
+}
+
+
+class Synth:
+    def __init__(self, stack: NeuronLlamaStack) -> None:
+        self.stack = stack
+        self.template = Template.from_stack(stack)
+        self.json: dict[str, Any] = self.template.to_json()
+
+    def resources(self, resource_type: str) -> dict[str, Any]:
+        return {k: v for k, v in self.json["Resources"].items() if v["Type"] == resource_type}
+
+    def only(self, resource_type: str) -> dict[str, Any]:
+        (resource,) = self.resources(resource_type).values()
+        return resource["Properties"]
+
+
+def synthesize(context: dict[str, Any]) -> Synth:
+    app = App(context={**FEATURE_FLAGS, **context})
+    stack = NeuronLlamaStack(app, "NeuronLlamaStack", settings=StackSettings.from_context(app.node.try_get_context))
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return Synth(stack)
+
+
+@pytest.fixture(scope="session")
+def synth() -> Callable[..., Synth]:
+    cache: dict[str, Synth] = {}
+
+    def get(**context: Any) -> Synth:
+        key = json.dumps(context, sort_keys=True)
+        if key not in cache:
+            cache[key] = synthesize(context)
+        return cache[key]
+
+    return get

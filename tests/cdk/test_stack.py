@@ -1,0 +1,245 @@
+"""NeuronLlamaStack: one behaviour per test, on the synthesized template."""
+
+import json
+
+import pytest
+
+from neuron_serving import ServingConfigError
+from neuron_serving.plan.tgi import DEFAULT_IMAGE
+from neuron_serving.settings import DEFAULT_DLAMI_PARAMETER
+
+from .conftest import synthesize
+
+
+def _outputs(synth):
+    return {k: v["Value"] for k, v in synth.json["Outputs"].items()}
+
+
+# --- layout outputs -------------------------------------------------------------------------------
+
+def test_default_stack_serves_at_least_two_replicas(synth):
+    outputs = _outputs(synth())
+    assert int(outputs["ReplicaCount"]) >= 2
+    assert outputs["ReplicaCount"] == "6"
+    assert outputs["CoresPerReplica"] == "2"
+
+
+def test_inf2_24xlarge_at_degree_4_reports_3_replicas(synth):
+    outputs = _outputs(synth(instance_type="inf2.24xlarge", tensor_parallel="4"))
+    assert outputs["ReplicaCount"] == "3"
+    assert outputs["CoresPerReplica"] == "4"
+    assert outputs["ServingLayout"] == (
+        "inf2.24xlarge NousResearch/Meta-Llama-3-8B-Instruct: replica-0: neuron0-1 (cores 0-3) on port 8081; "
+        "replica-1: neuron2-3 (cores 4-7) on port 8082; replica-2: neuron4-5 (cores 8-11) on port 8083"
+    )
+
+
+def test_invalid_degree_fails_synthesis_naming_tensor_parallel():
+    with pytest.raises(ServingConfigError, match=r"^tensor_parallel \(5\) must be one of 2, 4, 6, 8, 10, 12"):
+        synthesize({"instance_type": "inf2.24xlarge", "tensor_parallel": "5"})
+
+
+def test_outputs_name_the_endpoint_and_the_instance_for_session_manager(synth):
+    outputs = synth().json["Outputs"]
+    assert set(outputs) >= {"EndpointUrl", "ReplicaCount", "CoresPerReplica", "ServingLayout", "InstanceId"}
+    (lb_id,) = synth().resources("AWS::ElasticLoadBalancingV2::LoadBalancer")
+    assert outputs["EndpointUrl"]["Value"] == {"Fn::Join": ["", ["http://", {"Fn::GetAtt": [lb_id, "DNSName"]}]]}
+    assert outputs["InstanceId"]["Value"] == {"Ref": next(iter(synth().resources("AWS::EC2::Instance")))}
+
+
+# --- host -----------------------------------------------------------------------------------------
+
+def test_launch_template_requires_imdsv2_with_hop_limit_1(synth):
+    data = synth().only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+    assert data["MetadataOptions"] == {"HttpTokens": "required", "HttpPutResponseHopLimit": 1}
+
+
+def test_root_volume_is_encrypted_gp3_sized_for_image_weights_and_export(synth):
+    (device,) = synth().only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["BlockDeviceMappings"]
+    assert device == {"DeviceName": "/dev/sda1", "Ebs": {"DeleteOnTermination": True, "Encrypted": True,
+                                                         "VolumeSize": 150, "VolumeType": "gp3"}}
+
+
+def test_trainium_root_volume_is_at_least_512_gib(synth):
+    (device,) = synth(**{"instance_type": "trn1.32xlarge", "tensor_parallel": "8"}).only(
+        "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["BlockDeviceMappings"]
+    assert device["Ebs"]["VolumeSize"] == 512
+
+
+def test_ami_is_the_neuron_dlami_resolved_at_launch_without_a_lookup(synth):
+    data = synth().only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+    assert data["ImageId"] == f"resolve:ssm:{DEFAULT_DLAMI_PARAMETER}"
+    assert not synth().json.get("Parameters", {}).keys() - {"BootstrapVersion"}
+
+
+def test_a_pinned_ami_replaces_the_dlami_parameter(synth):
+    data = synth(ami_id="ami-0123456789abcdef0").only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+    assert data["ImageId"] == "ami-0123456789abcdef0"
+
+
+def test_no_key_pair_and_no_ssh_port(synth):
+    template = synth()
+    assert "KeyName" not in template.only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+    for resource in [*template.resources("AWS::EC2::SecurityGroupIngress").values(),
+                     *template.resources("AWS::EC2::SecurityGroup").values()]:
+        rules = resource["Properties"].get("SecurityGroupIngress", [resource["Properties"]])
+        for rule in rules:
+            assert not (rule.get("FromPort", 0) <= 22 <= rule.get("ToPort", -1)), rule
+
+
+def test_instance_launches_from_the_template_in_a_private_subnet(synth):
+    template = synth()
+    instance = template.only("AWS::EC2::Instance")
+    (lt_id,) = template.resources("AWS::EC2::LaunchTemplate")
+    assert instance["LaunchTemplate"] == {
+        "LaunchTemplateId": {"Ref": lt_id},
+        "Version": {"Fn::GetAtt": [lt_id, "LatestVersionNumber"]},
+    }
+    subnet = instance["SubnetId"]["Ref"]
+    assert template.json["Resources"][subnet]["Properties"]["MapPublicIpOnLaunch"] is False
+    assert template.only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["InstanceType"] == "inf2.24xlarge"
+
+
+def test_user_data_is_the_rendered_boot_script(synth):
+    template = synth()
+    user_data = template.only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["UserData"]["Fn::Base64"]
+    assert user_data == template.stack.boot_script.script
+    assert DEFAULT_IMAGE in user_data
+
+
+def test_instance_role_has_session_manager_and_nothing_else_without_a_token(synth):
+    template = synth()
+    roles = [r["Properties"] for r in template.resources("AWS::IAM::Role").values()
+             if r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"].get("Service")
+             == "ec2.amazonaws.com"]
+    (role,) = roles
+    assert json.dumps(role["ManagedPolicyArns"]).count("AmazonSSMManagedInstanceCore") == 1
+    policies = [p["Properties"] for p in template.resources("AWS::IAM::Policy").values()
+                if any("Host" in r["Ref"] for r in p["Properties"]["Roles"])]
+    assert policies == []
+
+
+def test_the_token_secret_is_readable_by_the_instance_and_never_in_the_template(synth):
+    template = synth(hf_token_secret="arn:aws:secretsmanager:us-east-1:111122223333:secret:hf-AbCdEf")
+    (policy,) = [p["Properties"] for p in template.resources("AWS::IAM::Policy").values()
+                 if any("Host" in r["Ref"] for r in p["Properties"]["Roles"])]
+    assert policy["PolicyDocument"]["Statement"] == [{
+        "Action": ["secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue"],
+        "Effect": "Allow",
+        "Resource": "arn:aws:secretsmanager:us-east-1:111122223333:secret:hf-AbCdEf",
+    }]
+    assert "arn:aws:secretsmanager:us-east-1:111122223333:secret:hf-AbCdEf" in template.stack.boot_script.script
+
+
+def test_a_token_secret_given_by_name_is_granted_by_name_pattern(synth):
+    template = synth(hf_token_secret="hf/token")
+    (policy,) = [p["Properties"] for p in template.resources("AWS::IAM::Policy").values()
+                 if any("Host" in r["Ref"] for r in p["Properties"]["Roles"])]
+    resource = json.dumps(policy["PolicyDocument"]["Statement"][0]["Resource"])
+    assert ":secret:hf/token-??????" in resource
+
+
+def test_instance_accepts_only_the_router_port_and_only_from_the_load_balancer(synth):
+    template = synth()
+    ingress = [r["Properties"] for r in template.resources("AWS::EC2::SecurityGroupIngress").values()
+               if "Host" in r["Properties"]["GroupId"]["Fn::GetAtt"][0]]
+    (rule,) = ingress
+    assert (rule["FromPort"], rule["ToPort"], rule["IpProtocol"]) == (8080, 8080, "tcp")
+    assert "LoadBalancer" in rule["SourceSecurityGroupId"]["Fn::GetAtt"][0]
+
+
+# --- endpoint -------------------------------------------------------------------------------------
+
+def test_load_balancer_is_internal_by_default_and_open_only_to_the_vpc(synth):
+    template = synth()
+    assert template.only("AWS::ElasticLoadBalancingV2::LoadBalancer")["Scheme"] == "internal"
+    ingress = [rule for sg in template.resources("AWS::EC2::SecurityGroup").values()
+               for rule in sg["Properties"].get("SecurityGroupIngress", [])]
+    assert ingress == [{"CidrIp": "10.0.0.0/16", "Description": "LLM clients", "FromPort": 80,
+                        "IpProtocol": "tcp", "ToPort": 80}]
+
+
+def test_no_ingress_from_anywhere_by_default(synth):
+    assert "0.0.0.0/0" not in json.dumps([r for r in synth().json["Resources"].values()
+                                          if r["Type"].startswith("AWS::EC2::SecurityGroup")
+                                          and "Ingress" in json.dumps(r)])
+    assert "::/0" not in json.dumps(synth().json)
+
+
+def test_internet_facing_is_open_only_to_the_listed_cidrs(synth):
+    template = synth(internet_facing="true", allowed_cidrs="203.0.113.0/24,2001:db8::/32")
+    assert template.only("AWS::ElasticLoadBalancingV2::LoadBalancer")["Scheme"] == "internet-facing"
+    ingress = [rule for sg in template.resources("AWS::EC2::SecurityGroup").values()
+               for rule in sg["Properties"].get("SecurityGroupIngress", [])]
+    assert sorted((r.get("CidrIp") or r.get("CidrIpv6"), r["FromPort"]) for r in ingress) == [
+        ("2001:db8::/32", 80), ("203.0.113.0/24", 80)]
+
+
+def test_internet_facing_without_allowed_cidrs_fails_naming_allowed_cidrs():
+    with pytest.raises(ValueError, match=r"^allowed_cidrs \(\[\]\) must list who may connect"):
+        synthesize({"internet_facing": "true"})
+
+
+def test_alb_keeps_connections_300s_and_drops_invalid_headers_and_logs_access(synth):
+    attributes = {a["Key"]: a["Value"] for a in
+                  synth().only("AWS::ElasticLoadBalancingV2::LoadBalancer")["LoadBalancerAttributes"]}
+    assert attributes["idle_timeout.timeout_seconds"] == "300"
+    assert attributes["routing.http.drop_invalid_header_fields.enabled"] == "true"
+    assert attributes["access_logs.s3.enabled"] == "true"
+    assert attributes["access_logs.s3.prefix"] == "alb"
+
+
+def test_access_log_bucket_is_encrypted_private_ssl_only_and_writable_by_log_delivery(synth):
+    template = synth()
+    bucket = template.only("AWS::S3::Bucket")
+    assert bucket["PublicAccessBlockConfiguration"] == {"BlockPublicAcls": True, "BlockPublicPolicy": True,
+                                                       "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+    assert bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"][0][
+        "ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
+    statements = template.only("AWS::S3::BucketPolicy")["PolicyDocument"]["Statement"]
+    assert any(s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+               for s in statements)
+    (put,) = [s for s in statements if s.get("Action") == "s3:PutObject"]
+    assert put["Principal"] == {"Service": "logdelivery.elasticloadbalancing.amazonaws.com"}
+
+
+def test_target_group_checks_health_and_balances_by_least_outstanding_requests(synth):
+    group = synth().only("AWS::ElasticLoadBalancingV2::TargetGroup")
+    assert group["Port"] == 8080
+    assert group["HealthCheckPath"] == "/health"
+    assert group["Matcher"] == {"HttpCode": "200"}
+    attributes = {a["Key"]: a["Value"] for a in group["TargetGroupAttributes"]}
+    assert attributes["load_balancing.algorithm.type"] == "least_outstanding_requests"
+    assert group["Targets"] == [{"Id": {"Ref": next(iter(synth().resources("AWS::EC2::Instance")))},
+                                 "Port": 8080}]
+
+
+def test_http_only_without_a_certificate(synth):
+    (listener,) = synth().resources("AWS::ElasticLoadBalancingV2::Listener").values()
+    assert (listener["Properties"]["Port"], listener["Properties"]["Protocol"]) == (80, "HTTP")
+
+
+def test_a_certificate_adds_https_and_redirects_http(synth):
+    template = synth(certificate_arn="arn:aws:acm:us-east-1:111122223333:certificate/abc")
+    listeners = {listener["Properties"]["Port"]: listener["Properties"]
+                 for listener in template.resources("AWS::ElasticLoadBalancingV2::Listener").values()}
+    assert listeners[443]["Protocol"] == "HTTPS"
+    assert listeners[443]["Certificates"] == [{"CertificateArn": "arn:aws:acm:us-east-1:111122223333:certificate/abc"}]
+    assert listeners[80]["DefaultActions"][0]["Type"] == "redirect"
+    assert json.loads(json.dumps(template.json["Outputs"]["EndpointUrl"]["Value"]))["Fn::Join"][1][0] == "https://"
+
+
+# --- network --------------------------------------------------------------------------------------
+
+def test_new_vpc_spans_two_azs_with_public_and_private_subnets_and_one_nat(synth):
+    template = synth()
+    subnets = template.resources("AWS::EC2::Subnet").values()
+    assert len(subnets) == 4
+    assert len({json.dumps(s["Properties"]["AvailabilityZone"]) for s in subnets}) == 2
+    assert len(template.resources("AWS::EC2::NatGateway")) == 1
+
+
+def test_vpc_flow_logs_go_to_a_log_group_with_retention(synth):
+    template = synth()
+    assert template.only("AWS::EC2::FlowLog")["LogDestinationType"] == "cloud-watch-logs"
+    assert template.only("AWS::Logs::LogGroup")["RetentionInDays"] == 30

@@ -1,0 +1,54 @@
+"""The README's synth command, for real: the pinned CDK CLI runs app.py offline."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CDK = ROOT / "node_modules" / ".bin" / "cdk"
+
+
+@pytest.fixture(scope="module")
+def cdk_synth():
+    if not CDK.exists():
+        if os.environ.get("CI"):
+            pytest.fail("node_modules/.bin/cdk is missing: run `npm ci`")
+        pytest.skip("the pinned CDK CLI is not installed: run `npm ci`")
+    env = {
+        **os.environ,
+        # app.py runs as `python3 app.py` (cdk.json): the venv's python3 must come first.
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "CDK_DISABLE_CLI_TELEMETRY": "true",
+        "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1",
+    }
+    for key in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        env.pop(key, None)
+
+    def run(outdir: Path, *context: str) -> subprocess.CompletedProcess[str]:
+        args = [str(CDK), "synth", "NeuronLlamaStack", "--quiet", "--output", str(outdir)]
+        for item in context:
+            args += ["-c", item]
+        return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+    return run
+
+
+def test_cdk_synth_at_degree_4_on_inf2_24xlarge_reports_3_replicas(cdk_synth, tmp_path):
+    result = cdk_synth(tmp_path, "instance_type=inf2.24xlarge", "tensor_parallel=4")
+    assert result.returncode == 0, result.stderr
+    template = json.loads((tmp_path / "NeuronLlamaStack.template.json").read_text())
+    assert template["Outputs"]["ReplicaCount"]["Value"] == "3"
+    assert template["Outputs"]["CoresPerReplica"]["Value"] == "4"
+
+
+def test_cdk_synth_with_degree_5_fails_naming_tensor_parallel(cdk_synth, tmp_path):
+    result = cdk_synth(tmp_path, "instance_type=inf2.24xlarge", "tensor_parallel=5")
+    assert result.returncode != 0
+    assert "NeuronLlamaStack: tensor_parallel (5) must be one of 2, 4, 6, 8, 10, 12 on inf2.24xlarge" in result.stderr
+    assert "Traceback" not in result.stderr
+    shutil.rmtree(tmp_path, ignore_errors=True)

@@ -26,6 +26,7 @@ def test_each_replica_environment_has_its_own_process_tag_and_the_export_as_mode
     env = replica_environment(plan, plan.replicas[2], "/models/x")
     assert env["NEURON_PROCESS_TAG"] == "replica-2"
     assert env["MODEL_ID"] == "/models/x"
+    assert env["MAX_CONCURRENT_REQUESTS"] == "128"
     assert set(tgi_settings(plan)) < set(env)
 
 

@@ -18,6 +18,11 @@ It bundles optimum-neuron 0.3.0 and neuronx-cc 2.19, which the export must run w
 CONTAINER_PORT = 80
 """The TGI Neuron image listens on port 80 (its ``PORT`` default)."""
 
+MAX_CONCURRENT_REQUESTS = 128
+"""Requests one replica accepts at once (TGI's default, set explicitly): beyond it TGI answers
+429. The router sends each replica at most this many and queues the rest itself, so both
+figures come from this one constant."""
+
 MODEL_MOUNT = "/models"
 """Where the host's export directory appears inside the containers."""
 
@@ -51,6 +56,7 @@ def replica_environment(plan: ServingPlan, replica: Replica, model_dir: str) -> 
     return {
         "MODEL_ID": model_dir,
         **tgi_settings(plan),
+        "MAX_CONCURRENT_REQUESTS": str(MAX_CONCURRENT_REQUESTS),
         "NEURON_PROCESS_TAG": replica.process_tag,
     }
 

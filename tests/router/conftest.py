@@ -1,0 +1,44 @@
+"""Fixtures that run the real HAProxy binary with the rendered router config in front of fake TGI
+replicas (see routersim.py), and always stop both when the test ends."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from routersim import MISSING_HAPROXY, Router, find_haproxy, launch_router
+
+
+@pytest.fixture(scope="session")
+def haproxy_bin() -> str:
+    """The HAProxy binary. Missing, it skips the router tests, or fails them when ``CI`` is set:
+    a CI job without HAProxy would otherwise pass without testing the router."""
+    found = find_haproxy()
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail(MISSING_HAPROXY)
+        pytest.skip(MISSING_HAPROXY)
+    return found
+
+
+@pytest.fixture
+def start_router(haproxy_bin: str, tmp_path: Path) -> Iterator[Callable[..., Router]]:
+    """``start_router(replicas=3, token_delay=0.0, **render_kwargs)``: a serving router and its fakes.
+
+    ``render_kwargs`` go to ``render_router_config``; the health check interval defaults to the
+    tests' short one. Whatever the outcome, everything started is stopped after the test.
+    """
+    started: list[Router] = []
+
+    def start(replicas: int = 3, token_delay: float = 0.0, **render_kwargs: Any) -> Router:
+        running = launch_router(haproxy_bin, tmp_path, replicas, token_delay, **render_kwargs)
+        started.append(running)
+        return running
+
+    yield start
+
+    for running in started:
+        running.stop()

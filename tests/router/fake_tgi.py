@@ -1,0 +1,234 @@
+"""A fake TGI replica for the router tests: the routes and failure modes the router relies on, on
+127.0.0.1 only, with the Python standard library.
+
+- ``GET /health``: 200, or 503 while ``healthy`` is false (TGI's answer when it is unhealthy).
+- ``POST /generate``: one JSON answer after ``max_new_tokens`` token delays.
+- ``POST /generate_stream``: one Server-Sent Event per token, each flushed as its own HTTP chunk
+  when it is "generated", ``token_delay`` seconds apart, like TGI's SSE stream.
+
+Every answer names the replica in an ``X-Replica`` header, and every generation request is
+recorded, so tests can count the traffic each replica served.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MAX_TOKENS = 50
+"""Upper bound on the tokens one fake request generates, so no test can make a replica busy for
+long by mistake."""
+
+
+@dataclass(frozen=True)
+class Served:
+    """One request a fake replica answered."""
+
+    method: str
+    path: str
+    started: float
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # The router opens many connections at once in the spreading tests.
+    request_queue_size = 64
+    replica: FakeTgi
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Connections cut by ``FakeTgi.kill`` or by the router end handlers with socket errors;
+        # they are expected, and a traceback per connection would bury real failures.
+        pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    # HTTP/1.1 with explicit lengths or chunking, as TGI speaks it, so the router keeps
+    # connections alive to the replica as it will in production.
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.replica._connection_opened(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.replica._connection_closed(self.connection)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        replica = self.server.replica
+        if self.path == "/health":
+            replica.health_checks += 1
+            self._send_json(200 if replica.healthy else 503, {} if replica.healthy else {
+                "error": "unhealthy", "error_type": "healthcheck"})
+        else:
+            self._send_json(404, {"error": f"no route {self.path}"})
+
+    def do_POST(self) -> None:
+        replica = self.server.replica
+        body = self._read_json()
+        tokens = _token_count(body)
+        if self.path not in ("/generate", "/generate_stream"):
+            self._send_json(404, {"error": f"no route {self.path}"})
+            return
+        replica._begin(Served("POST", self.path, time.monotonic()))
+        if self.path == "/generate":
+            time.sleep(tokens * replica.token_delay)
+            # Done generating before the answer leaves: once the router has it, it may send the
+            # next request at once, and that must not count as overlapping this one.
+            replica._end()
+            self._send_json(200, {"generated_text": " ".join(_token(i) for i in range(tokens))})
+        else:
+            self._stream(tokens, replica.token_delay)
+
+    def _read_json(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b"{}"
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-Replica", self.server.replica.name)
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _stream(self, tokens: int, delay: float) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("X-Replica", self.server.replica.name)
+        self.end_headers()
+        self.wfile.flush()
+        for i in range(tokens):
+            time.sleep(delay)
+            last = i == tokens - 1
+            event = {
+                "index": i + 1,
+                "token": {"id": i, "text": _token(i), "logprob": 0.0, "special": False},
+                "generated_text": " ".join(_token(j) for j in range(tokens)) if last else None,
+                "details": None,
+                "sent_at": time.monotonic(),
+            }
+            if last:
+                self.server.replica._end()
+            self._write_chunk(f"data: {json.dumps(event)}\n\n".encode())
+        self._write_chunk(b"")
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+
+def _token_count(body: dict[str, Any]) -> int:
+    parameters = body.get("parameters")
+    requested = parameters.get("max_new_tokens", 1) if isinstance(parameters, dict) else 1
+    if not isinstance(requested, int) or requested < 1:
+        return 1
+    return min(requested, MAX_TOKENS)
+
+
+def _token(i: int) -> str:
+    return f"tok{i}"
+
+
+class FakeTgi:
+    """One fake replica on ``127.0.0.1:port``; ``start`` it, then ``stop`` or ``kill`` it.
+
+    :param name: the replica's name, echoed in ``X-Replica``.
+    :param port: the loopback port to listen on.
+    :param token_delay: seconds between two generated tokens.
+    """
+
+    def __init__(self, name: str, port: int, token_delay: float = 0.0) -> None:
+        self.name = name
+        self.port = port
+        self.token_delay = token_delay
+        self.healthy = True
+        self.health_checks = 0
+        self._served: list[Served] = []
+        self._in_flight = 0
+        self._max_in_flight = 0
+        self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def served(self) -> list[Served]:
+        """The generation requests answered so far (health checks are not counted)."""
+        with self._lock:
+            return list(self._served)
+
+    @property
+    def max_in_flight(self) -> int:
+        """The most generation requests this replica ever worked on at once."""
+        with self._lock:
+            return self._max_in_flight
+
+    def start(self) -> None:
+        server = _Server(("127.0.0.1", self.port), _Handler)
+        server.replica = self
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                         name=f"fake-tgi-{self.name}", daemon=True)
+        self._thread.start()
+
+    def kill(self) -> None:
+        """Stop as a crashed container does: the port closes and open connections are cut."""
+        self._close_listener()
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+    def stop(self) -> None:
+        """Release everything; safe to call more than once."""
+        self.kill()
+
+    def _close_listener(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _begin(self, served: Served) -> None:
+        with self._lock:
+            self._served.append(served)
+            self._in_flight += 1
+            self._max_in_flight = max(self._max_in_flight, self._in_flight)
+
+    def _end(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    def _connection_opened(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._connections.add(conn)
+
+    def _connection_closed(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._connections.discard(conn)

@@ -1,0 +1,228 @@
+"""The router under test: the real HAProxy binary running the rendered config in front of fake TGI
+replicas (fake_tgi.py), all on loopback ports picked per test (fixtures in conftest.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import http.client
+import io
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_tgi import FakeTgi
+
+from neuron_serving.plan import ServingPlan, ServingRequest, plan_serving
+from neuron_serving.render.router import ROUTER_USER, render_router_config
+
+TEST_CHECK_INTERVAL_MS = 200
+"""Health check interval in tests: state changes are confirmed within a second instead of the
+production interval's several seconds. Everything else in the config is the production one."""
+
+STARTUP_TIMEOUT = 10.0
+STATE_TIMEOUT = 5.0
+REQUEST_TIMEOUT = 10.0
+
+PLANS: dict[int, tuple[str, int]] = {
+    1: ("inf2.xlarge", 2),
+    3: ("inf2.24xlarge", 4),
+    12: ("inf2.48xlarge", 2),
+}
+"""Instance type and tensor-parallel degree that give each replica count."""
+
+MISSING_HAPROXY = "install Debian's haproxy (apt-get install haproxy): the router tests run the real binary"
+
+
+def make_plan(replicas: int, router_port: int = 8080, first_replica_port: int = 8081) -> ServingPlan:
+    """A plan with ``replicas`` replicas of a small model."""
+    instance_type, degree = PLANS[replicas]
+    plan = plan_serving(ServingRequest("llama-3.2-1b", instance_type, tensor_parallel=degree,
+                                       router_port=router_port, first_replica_port=first_replica_port))
+    assert len(plan.replicas) == replicas
+    return plan
+
+
+def find_haproxy() -> str | None:
+    """HAProxy on ``PATH``, else Debian's ``/usr/sbin/haproxy`` (not on a normal user's PATH)."""
+    found = shutil.which("haproxy")
+    if found is None and os.access("/usr/sbin/haproxy", os.X_OK):
+        found = "/usr/sbin/haproxy"
+    return found
+
+
+def run_as_user() -> str | None:
+    """HAProxy can only drop to the ``haproxy`` user when started as root."""
+    return ROUTER_USER if os.geteuid() == 0 else None
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def replica(self) -> str | None:
+        """The fake replica that answered, or ``None`` when HAProxy answered itself."""
+        return self.headers.get("x-replica")
+
+
+def http_request(port: int, method: str, path: str, payload: dict[str, Any] | None = None,
+                 timeout: float = REQUEST_TIMEOUT) -> Response:
+    """One request to 127.0.0.1:``port`` on its own connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        body = json.dumps(payload).encode() if payload is not None else None
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
+        return Response(resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read())
+    finally:
+        conn.close()
+
+
+def generate(max_new_tokens: int = 1) -> dict[str, Any]:
+    """A TGI ``/generate`` request body."""
+    return {"inputs": "Hello", "parameters": {"max_new_tokens": max_new_tokens}}
+
+
+@dataclass
+class Router:
+    """A running HAProxy with its fake replicas."""
+
+    plan: ServingPlan
+    replicas: dict[str, FakeTgi]
+    process: subprocess.Popen[bytes]
+    metrics_port: int
+    log_path: Path
+
+    @property
+    def port(self) -> int:
+        return self.plan.router_port
+
+    def request(self, method: str, path: str, payload: dict[str, Any] | None = None,
+                timeout: float = REQUEST_TIMEOUT) -> Response:
+        return http_request(self.port, method, path, payload, timeout)
+
+    def stats(self) -> list[dict[str, str]]:
+        """HAProxy's CSV statistics, one row per frontend, backend and server."""
+        resp = http_request(self.metrics_port, "GET", "/stats;csv", timeout=2)
+        assert resp.status == 200, resp
+        text = resp.body.decode().lstrip("# ")
+        return list(csv.DictReader(io.StringIO(text)))
+
+    def server_states(self) -> dict[str, str]:
+        """``replica-N`` -> ``UP``, ``DOWN``, ``UP 1/3`` (going down), ``DOWN 1/2`` (going up)."""
+        return {row["svname"]: row["status"] for row in self.stats()
+                if row["pxname"] == "replicas" and row["svname"] not in ("FRONTEND", "BACKEND")}
+
+    def backend_stats(self) -> dict[str, str]:
+        """The backend's totals: ``wretr`` retries, ``wredis`` redispatches, and so on."""
+        return next(row for row in self.stats() if row["pxname"] == "replicas" and row["svname"] == "BACKEND")
+
+    def wait_for_states(self, expected: dict[str, str], timeout: float = STATE_TIMEOUT) -> None:
+        """Wait until each named replica has the given state; fail with the last states seen."""
+        deadline = time.monotonic() + timeout
+        states: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            self.check_alive()
+            states = self.server_states()
+            if all(states.get(name) == state for name, state in expected.items()):
+                return
+            time.sleep(0.05)
+        pytest.fail(f"replicas did not reach {expected} within {timeout} s; last seen {states}")
+
+    def check_alive(self) -> None:
+        if self.process.poll() is not None:
+            pytest.fail(f"haproxy exited with {self.process.returncode}:\n{self.log_path.read_text()}")
+
+    def stop(self) -> None:
+        """Stop HAProxy, then the fakes; safe to call more than once."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        for fake in self.replicas.values():
+            fake.stop()
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            # The router binds all interfaces, so probe the same way.
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_block(count: int) -> int:
+    """The first of ``count`` consecutive free ports, below the kernel's ephemeral range so
+    outgoing connections cannot take one of them meanwhile."""
+    rng = random.Random()
+    for _ in range(100):
+        base = rng.randrange(20000, 32000 - count)
+        if all(_port_is_free(base + i) for i in range(count)):
+            return base
+    raise RuntimeError(f"no block of {count} free ports found")
+
+
+def launch_router(haproxy: str, workdir: Path, replicas: int = 3, token_delay: float = 0.0,
+                 **render_kwargs: Any) -> Router:
+    """Fakes for every replica of an n-replica plan, and HAProxy in front of them, serving.
+
+    The caller must ``stop()`` the result; if starting fails, everything started is stopped.
+    """
+    # Ports: the router, one per replica, then metrics.
+    base = free_port_block(replicas + 2)
+    plan = make_plan(replicas, router_port=base, first_replica_port=base + 1)
+    metrics_port = base + replicas + 1
+    render_kwargs.setdefault("health_check_interval_ms", TEST_CHECK_INTERVAL_MS)
+    config = render_router_config(plan, metrics_port=metrics_port, user=run_as_user(), **render_kwargs)
+    config_path = workdir / f"haproxy-{base}.cfg"
+    config_path.write_text(config)
+    log_path = workdir / f"haproxy-{base}.log"
+
+    fakes = {r.name: FakeTgi(r.name, r.port, token_delay) for r in plan.replicas}
+    router: Router | None = None
+    try:
+        for fake in fakes.values():
+            fake.start()
+        with log_path.open("wb") as log:
+            process = subprocess.Popen([haproxy, "-db", "-f", str(config_path)],
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        router = Router(plan, fakes, process, metrics_port, log_path)
+        _wait_until_serving(router)
+    except BaseException:
+        if router is not None:
+            router.stop()
+        for fake in fakes.values():
+            fake.stop()
+        raise
+    return router
+
+
+def _wait_until_serving(router: Router) -> None:
+    """Wait until HAProxy answers and every replica has passed a health check. Before its first
+    check a replica shows ``UP 1/3``: up, but out at the first failure."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        router.check_alive()
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            states = router.server_states()
+            if states and all(state == "UP" for state in states.values()):
+                return
+        time.sleep(0.05)
+    pytest.fail(f"haproxy not serving within {STARTUP_TIMEOUT} s:\n{router.log_path.read_text()}")

@@ -1,0 +1,83 @@
+"""Fixtures of the simulated host (see bootsim.py) and of shellcheck."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from bootsim import MODEL, STUBS, Host, make_plan
+
+from neuron_serving.plan import ServingPlan
+from neuron_serving.render.boot import BootOptions, render_boot_script
+
+
+@pytest.fixture
+def make_host(tmp_path: Path) -> Callable[..., Host]:
+    """``make_host(devices, missing=())``: a fresh simulated host with ``/dev/neuron0..N-1``.
+
+    ``missing`` names stubbed tools the host lacks; such a host's ``PATH`` is the remaining stubs
+    and ``/usr/bin:/bin`` only, so that the test machine's own tools cannot stand in for them.
+    """
+    count = 0
+
+    def make(devices: int, missing: tuple[str, ...] = ()) -> Host:
+        nonlocal count
+        count += 1
+        base = tmp_path / f"host{count}"
+        root = base / "root"
+        (root / "dev").mkdir(parents=True)
+        for n in range(devices):
+            (root / "dev" / f"neuron{n}").touch()
+        state = base / "stub-state"
+        state.mkdir()
+        path = [str(STUBS), os.path.dirname(sys.executable), os.environ["PATH"]]
+        if missing:
+            stubs = base / "stubs"
+            stubs.mkdir()
+            for stub in STUBS.iterdir():
+                if stub.name not in missing:
+                    (stubs / stub.name).symlink_to(stub)
+            path = [str(stubs), os.path.dirname(sys.executable), "/usr/bin:/bin"]
+        calls_log = base / "calls.jsonl"
+        env = {
+            "PATH": os.pathsep.join(path),
+            "HOME": str(base),
+            "LANG": "C.UTF-8",
+            "NEURON_SERVING_ROOT": str(root),
+            "STUB_CALLS": str(calls_log),
+            "STUB_STATE": str(state),
+        }
+        return Host(root, calls_log, env)
+
+    return make
+
+
+@pytest.fixture
+def booted(make_host: Callable[..., Host]) -> Callable[..., tuple[Host, ServingPlan, str]]:
+    """``booted(instance_type, tensor_parallel, secret, model_id)``: a host with the catalog's
+    device count after one successful boot, with its plan and the script it ran."""
+
+    def boot(instance_type: str, tensor_parallel: int | None = None, secret: str | None = None,
+             model_id: str = MODEL) -> tuple[Host, ServingPlan, str]:
+        plan = make_plan(instance_type, tensor_parallel, model_id)
+        script = render_boot_script(plan, BootOptions(hf_token_secret=secret))
+        host = make_host(plan.instance.devices)
+        result = host.boot(script)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return host, plan, script
+
+    return boot
+
+
+@pytest.fixture
+def shellcheck() -> Iterator[str]:
+    path = shutil.which("shellcheck")
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("shellcheck is required in CI: install Debian's shellcheck")
+        pytest.skip("install Debian's shellcheck")
+    yield path

@@ -1,8 +1,10 @@
 """The shape of the house: constructs/ is not a package, and lower layers never import higher."""
 
 import ast
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,10 +67,14 @@ def test_plan_layer_does_not_import_render():
 
 
 def test_templates_ship_inside_the_wheel(tmp_path):
+    # Build from a copy: setuptools leaves a build/ folder next to the sources it builds.
+    source = tmp_path / "src"
+    for folder in ("constructs", "userdata"):
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path), str(ROOT)], check=True, capture_output=True)
-    import zipfile
-
+                    str(tmp_path), str(source)], check=True, capture_output=True)
     (wheel,) = tmp_path.glob("cdk_neuron_serving-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     templates = {p.name for p in (ROOT / "userdata").glob("*.j2")}

@@ -243,3 +243,15 @@ def test_vpc_flow_logs_go_to_a_log_group_with_retention(synth):
     template = synth()
     assert template.only("AWS::EC2::FlowLog")["LogDestinationType"] == "cloud-watch-logs"
     assert template.only("AWS::Logs::LogGroup")["RetentionInDays"] == 30
+
+
+def test_endpoint_idle_timeout_cannot_outlast_the_router():
+    from aws_cdk import App, Duration, Stack
+    from aws_cdk import aws_ec2 as ec2
+
+    from neuron_serving import NeuronServingEndpoint
+
+    stack = Stack(App(), "Endpoint")
+    vpc = ec2.Vpc(stack, "Vpc", restrict_default_security_group=False)
+    with pytest.raises(ValueError, match=r"^idle_timeout \(1000\) must be 1 to 900 seconds"):
+        NeuronServingEndpoint(stack, "Endpoint", vpc=vpc, target_port=8080, idle_timeout=Duration.seconds(1000))

@@ -14,6 +14,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from ..plan.errors import Problems
+from ..render.router import STREAM_TIMEOUT_SECONDS
 
 DEFAULT_IDLE_TIMEOUT = Duration.seconds(300)
 ACCESS_LOG_PREFIX = "alb"
@@ -34,7 +35,8 @@ class NeuronServingEndpoint(Construct):
         ``internet_facing``.
     :param certificate: an ACM certificate for an HTTPS listener. Default: HTTP only.
     :param idle_timeout: how long a connection may stay silent, which bounds the time to the
-        first streamed token and between non-streamed responses. Default: 300 seconds.
+        first streamed token and between non-streamed responses. At most 900 seconds, the
+        on-host router's own timeout. Default: 300 seconds.
     :param deregistration_delay: how long a host being removed keeps its in-flight requests.
         Default: 300 seconds.
     :param access_logs_bucket: Default: a new bucket, retained when the stack is deleted.
@@ -69,8 +71,13 @@ class NeuronServingEndpoint(Construct):
                 networks.append(ipaddress.ip_network(cidr, strict=True))
             except ValueError:
                 problems.add("allowed_cidrs", cidr, "is not a valid CIDR (such as 203.0.113.0/24)")
-        if not 1 <= idle_timeout.to_seconds() <= 4000:
-            problems.add("idle_timeout", idle_timeout.to_seconds(), "must be 1 to 4000 seconds")
+        if not 1 <= idle_timeout.to_seconds() <= STREAM_TIMEOUT_SECONDS:
+            problems.add(
+                "idle_timeout",
+                idle_timeout.to_seconds(),
+                f"must be 1 to {STREAM_TIMEOUT_SECONDS} seconds: the on-host router must never close "
+                "an idle connection before the load balancer does, or clients get 502s",
+            )
         problems.raise_if_any()
 
         self.load_balancer = elbv2.ApplicationLoadBalancer(

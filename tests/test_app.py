@@ -24,7 +24,7 @@ def cdk_synth():
         # app.py runs as `python3 app.py` (cdk.json): the venv's python3 must come first.
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "CDK_DISABLE_CLI_TELEMETRY": "true",
-        "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1",
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
     }
     for key in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         env.pop(key, None)

@@ -255,3 +255,59 @@ def test_endpoint_idle_timeout_cannot_outlast_the_router():
     vpc = ec2.Vpc(stack, "Vpc", restrict_default_security_group=False)
     with pytest.raises(ValueError, match=r"^idle_timeout \(1000\) must be 1 to 900 seconds"):
         NeuronServingEndpoint(stack, "Endpoint", vpc=vpc, target_port=8080, idle_timeout=Duration.seconds(1000))
+
+
+def test_an_existing_vpc_is_used_instead_of_a_new_one():
+    from aws_cdk import App, Stack, Validations
+    from aws_cdk import aws_ec2 as ec2
+    from aws_cdk.assertions import Template
+    from cdk_nag import AwsSolutionsChecks
+
+    from neuron_serving import NeuronLlamaStack, StackSettings
+
+    from .conftest import FEATURE_FLAGS
+
+    app = App(context=FEATURE_FLAGS)
+    network = Stack(app, "Network")
+    vpc = ec2.Vpc(network, "Shared", max_azs=2, flow_logs={"All": ec2.FlowLogOptions()})
+    stack = NeuronLlamaStack(app, "NeuronLlamaStack", settings=StackSettings.from_context(lambda key: None), vpc=vpc)
+    Validations.of(stack).add_plugins(AwsSolutionsChecks(stack))
+    template = Template.from_stack(stack).to_json()
+    types = {r["Type"] for r in template["Resources"].values()}
+    assert "AWS::EC2::VPC" not in types and "AWS::EC2::NatGateway" not in types
+    ingress = [rule for r in template["Resources"].values() if r["Type"] == "AWS::EC2::SecurityGroup"
+               for rule in r["Properties"].get("SecurityGroupIngress", [])]
+    (rule,) = ingress
+    assert list(rule["CidrIp"]) == ["Fn::GetStackOutput"]  # the shared VPC's own CIDR, from its stack
+
+def test_instance_is_grantable_and_connectable_like_an_l2(synth):
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_ec2 as ec2
+    from aws_cdk import aws_s3 as s3
+    from aws_cdk.assertions import Template
+
+    from neuron_serving import (
+        NeuronBootScript,
+        NeuronServingInstance,
+        NeuronServingLaunchTemplate,
+        ServingRequest,
+        neuron_dlami,
+        plan_serving,
+    )
+
+    stack = Stack(App(), "Own")
+    vpc = ec2.Vpc(stack, "Vpc", restrict_default_security_group=False)
+    plan = plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge"))
+    boot = NeuronBootScript(stack, "Boot", plan=plan)
+    host = NeuronServingLaunchTemplate(stack, "Host", vpc=vpc, boot_script=boot, machine_image=neuron_dlami("/p"))
+    instance = NeuronServingInstance(stack, "Instance", vpc=vpc, launch_template=host)
+    s3.Bucket(stack, "Weights").grant_read(instance)
+    instance.connections.allow_from(ec2.Peer.ipv4("10.9.0.0/16"), ec2.Port.tcp(8404), "metrics")
+    template = Template.from_stack(stack).to_json()
+    (policy,) = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"]
+    assert policy["Roles"] == [{"Ref": next(k for k, r in template["Resources"].items()
+                                            if r["Type"] == "AWS::IAM::Role")}]
+    assert "s3:GetObject*" in json.dumps(policy["PolicyDocument"])
+    (group,) = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::EC2::SecurityGroup"]
+    assert group["SecurityGroupIngress"][0]["CidrIp"] == "10.9.0.0/16"
+    assert host.role is instance.role and instance.grant_principal is host.role

@@ -311,3 +311,8 @@ def test_instance_is_grantable_and_connectable_like_an_l2(synth):
     (group,) = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::EC2::SecurityGroup"]
     assert group["SecurityGroupIngress"][0]["CidrIp"] == "10.9.0.0/16"
     assert host.role is instance.role and instance.grant_principal is host.role
+
+
+def test_user_data_over_16_kb_fails_synthesis():
+    with pytest.raises(ValueError, match=r"over the EC2 user data limit of 16384 bytes"):
+        synthesize({"image": "registry.example.com/" + "x" * 3000 + ":3.3.5-neuron"})

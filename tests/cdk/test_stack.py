@@ -5,6 +5,8 @@ import json
 import pytest
 
 from neuron_serving import ServingConfigError
+from neuron_serving.plan import ServingRequest, plan_serving
+from neuron_serving.plan.timing import longest_generation_seconds
 from neuron_serving.plan.tgi import DEFAULT_IMAGE
 from neuron_serving.settings import DEFAULT_DLAMI_PARAMETER
 
@@ -180,10 +182,12 @@ def test_internet_facing_without_allowed_cidrs_fails_naming_allowed_cidrs():
         synthesize({"internet_facing": "true"})
 
 
-def test_alb_keeps_connections_300s_and_drops_invalid_headers_and_logs_access(synth):
+def test_alb_idle_timeout_covers_the_longest_generation_and_drops_invalid_headers_and_logs_access(synth):
     attributes = {a["Key"]: a["Value"] for a in
                   synth().only("AWS::ElasticLoadBalancingV2::LoadBalancer")["LoadBalancerAttributes"]}
-    assert attributes["idle_timeout.timeout_seconds"] == "300"
+    plan = plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge"))
+    # 4095 tokens at 0.1 s plus a minute of queueing: a non-streamed /generate sends nothing until done.
+    assert attributes["idle_timeout.timeout_seconds"] == str(longest_generation_seconds(plan)) == "470"
     assert attributes["routing.http.drop_invalid_header_fields.enabled"] == "true"
     assert attributes["access_logs.s3.enabled"] == "true"
     assert attributes["access_logs.s3.prefix"] == "alb"
@@ -210,6 +214,7 @@ def test_target_group_checks_health_and_balances_by_least_outstanding_requests(s
     assert group["Matcher"] == {"HttpCode": "200"}
     attributes = {a["Key"]: a["Value"] for a in group["TargetGroupAttributes"]}
     assert attributes["load_balancing.algorithm.type"] == "least_outstanding_requests"
+    assert attributes["deregistration_delay.timeout_seconds"] == "470"  # drains the longest generation
     assert group["Targets"] == [{"Id": {"Ref": next(iter(synth().resources("AWS::EC2::Instance")))},
                                  "Port": 8080}]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Acknowledgment, CfnOutput, CfnResource, Stack, Validations
+from aws_cdk import Acknowledgment, CfnOutput, CfnResource, Duration, Stack, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_elasticloadbalancingv2_targets as targets
@@ -14,6 +14,8 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from ..plan.layout import ServingPlan, plan_serving
+from ..plan.timing import longest_generation_seconds
+from ..render.router import STREAM_TIMEOUT_SECONDS
 from ..settings import StackSettings
 from .boot_script import NeuronBootScript
 from .endpoint import NeuronServingEndpoint
@@ -68,6 +70,10 @@ class NeuronLlamaStack(Stack):
         certificate = (
             elbv2.ListenerCertificate.from_arn(settings.certificate_arn) if settings.certificate_arn else None
         )
+        # Non-streamed requests send nothing until the whole generation is done, and a host
+        # leaving the target group keeps its in-flight generations: both timeouts cover the
+        # longest generation the shapes allow (the idle timeout within the router's own).
+        longest = longest_generation_seconds(self.plan)
         self.endpoint = NeuronServingEndpoint(
             self,
             "Endpoint",
@@ -76,6 +82,8 @@ class NeuronLlamaStack(Stack):
             internet_facing=settings.internet_facing,
             allowed_cidrs=settings.allowed_cidrs or self._default_cidrs(vpc),
             certificate=certificate,
+            idle_timeout=Duration.seconds(min(max(longest, 300), STREAM_TIMEOUT_SECONDS)),
+            deregistration_delay=Duration.seconds(min(max(longest, 300), 3600)),
         )
         self.endpoint.add_target(
             targets.InstanceIdTarget(self.instance.instance_id, self.plan.router_port), self.instance

@@ -6,8 +6,8 @@ import pytest
 
 from neuron_serving import ServingConfigError
 from neuron_serving.plan import ServingRequest, plan_serving
-from neuron_serving.plan.timing import longest_generation_seconds
 from neuron_serving.plan.tgi import DEFAULT_IMAGE
+from neuron_serving.plan.timing import longest_generation_seconds
 from neuron_serving.settings import DEFAULT_DLAMI_PARAMETER
 
 from .conftest import synthesize

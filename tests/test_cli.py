@@ -9,6 +9,7 @@ from neuron_serving.cli import main
 def test_plan_lists_every_allowed_degree_with_replicas_memory_and_fit(capsys):
     assert main(["plan", "--model", "meta-llama/Llama-3.1-70B-Instruct", "--instance-type", "inf2.48xlarge"]) == 0
     lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("meta-llama/Llama-3.1-70B-Instruct on inf2.48xlarge (about $12.98/h on demand)")
     assert lines[1].split() == ["degree", "replicas", "idle", "cores", "GiB/core", "of", "fits"]
     rows = {int(line.split()[0]): line.split() for line in lines[2:14]}
     assert sorted(rows) == list(range(2, 25, 2))

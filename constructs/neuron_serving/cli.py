@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from .plan.errors import ServingConfigError
+from .plan.instances import INSTANCES
 from .plan.layout import GIB, ServingRequest, degree_options, plan_serving
 from .settings import DEFAULT_INSTANCE_TYPE, DEFAULT_MODEL_ID
 
@@ -55,8 +56,9 @@ def plan_command(args: argparse.Namespace) -> str:
             f"{option.memory.available / GIB:.0f}",
             "yes" if option.memory.fits else "no",
         ])
+    hourly = INSTANCES[request.instance_type].hourly_usd
     lines = [
-        f"{request.model_id} on {request.instance_type}: batch {request.batch_size}, "
+        f"{request.model_id} on {request.instance_type} (about ${hourly:.2f}/h on demand): batch {request.batch_size}, "
         f"sequence {request.sequence_length}, input <= {request.effective_max_input_tokens}, {request.dtype}",
         _table(rows),
     ]

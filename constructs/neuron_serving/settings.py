@@ -28,8 +28,14 @@ DEFAULT_DLAMI_PARAMETER = "/aws/service/neuron/dlami/base/ubuntu-24.04/latest/im
 CONTEXT_KEYS = (
     "model_id", "model_config", "instance_type", "tensor_parallel", "batch_size", "sequence_length",
     "max_input_tokens", "dtype", "hf_token_secret", "image", "ami_id", "dlami_parameter",
-    "internet_facing", "allowed_cidrs", "certificate_arn",
+    "internet_facing", "allowed_cidrs", "certificate_arn", "fleet", "min_capacity", "max_capacity",
+    "desired_capacity", "warm_pool", "scale_down_schedule", "scale_up_schedule", "target_requests_per_minute",
+    "prebuilt_export", "boot_timeout_minutes",
 )
+
+FLEET_KINDS = ("instance", "asg")
+FLEET_ONLY_KEYS = ("min_capacity", "max_capacity", "desired_capacity", "warm_pool", "scale_down_schedule",
+                   "scale_up_schedule", "target_requests_per_minute")
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,21 @@ class StackSettings:
     :param allowed_cidrs: CIDRs that may reach the endpoint. Default: the VPC's CIDR when
         internal; required when internet-facing.
     :param certificate_arn: an ACM certificate for an HTTPS listener. Default: HTTP only.
+    :param fleet: ``instance`` (one EC2 instance) or ``asg`` (an Auto Scaling group).
+        Default: ``instance``.
+    :param min_capacity: fleet only. Default: 1.
+    :param max_capacity: fleet only. Default: 2.
+    :param desired_capacity: fleet only. Default: none (the group starts at ``min_capacity``).
+    :param warm_pool: fleet only: keep stopped instances that already hold the image and the
+        export, so scale-out skips both. Default: false.
+    :param scale_down_schedule: fleet only: cron expression (UTC) scaling the fleet to zero.
+    :param scale_up_schedule: fleet only: cron expression (UTC) restoring ``min_capacity``.
+    :param target_requests_per_minute: fleet only: ALB requests per instance per minute that
+        target tracking holds. Default: derived from the plan.
+    :param prebuilt_export: an existing export to serve instead of exporting: ``s3://bucket/prefix``
+        or ``hf://org/repo``. Default: export once, through the stack's artifact cache.
+    :param boot_timeout_minutes: how long CloudFormation waits for a host to serve.
+        Default: estimated from the model (pull, export, load).
     """
 
     request: ServingRequest
@@ -56,6 +77,16 @@ class StackSettings:
     internet_facing: bool = False
     allowed_cidrs: tuple[str, ...] = field(default=())
     certificate_arn: str | None = None
+    fleet: str = "instance"
+    min_capacity: int = 1
+    max_capacity: int = 2
+    desired_capacity: int | None = None
+    warm_pool: bool = False
+    scale_down_schedule: str | None = None
+    scale_up_schedule: str | None = None
+    target_requests_per_minute: int | None = None
+    prebuilt_export: str | None = None
+    boot_timeout_minutes: int | None = None
 
     @classmethod
     def from_context(cls, get: Callable[[str], Any]) -> StackSettings:
@@ -81,7 +112,23 @@ class StackSettings:
             internet_facing=reader.boolean("internet_facing", False),
             allowed_cidrs=reader.cidrs("allowed_cidrs"),
             certificate_arn=reader.optional_text("certificate_arn"),
+            fleet=reader.text("fleet", "instance"),
+            min_capacity=reader.integer("min_capacity", cls.min_capacity),
+            max_capacity=reader.integer("max_capacity", cls.max_capacity),
+            desired_capacity=reader.optional_integer("desired_capacity"),
+            warm_pool=reader.boolean("warm_pool", False),
+            scale_down_schedule=reader.optional_text("scale_down_schedule"),
+            scale_up_schedule=reader.optional_text("scale_up_schedule"),
+            target_requests_per_minute=reader.optional_integer("target_requests_per_minute"),
+            prebuilt_export=reader.optional_text("prebuilt_export"),
+            boot_timeout_minutes=reader.optional_integer("boot_timeout_minutes"),
         )
+        if settings.fleet not in FLEET_KINDS:
+            problems.add("fleet", settings.fleet, f"must be one of {', '.join(FLEET_KINDS)}")
+        elif settings.fleet == "instance":
+            for key in FLEET_ONLY_KEYS:
+                if get(key) not in (None, ""):
+                    problems.add(key, get(key), "applies to fleet=asg only; add -c fleet=asg")
         problems.raise_if_any()
         return settings
 

@@ -2,8 +2,10 @@
 
 A temporary directory is the filesystem root (``NEURON_SERVING_ROOT``) with fake ``/dev/neuronN``
 nodes; ``tests/boot/stubs`` comes first on ``PATH`` with stand-ins for what a test machine lacks
-(docker, the AWS CLI, systemd, apt, snap, the instance metadata service, neuron-ls, haproxy) and
-for ``sleep``, so that retries take no time. Each stub records its argv in a calls log.
+(docker, the AWS CLI, systemd, apt, snap, the instance metadata service, TGI and the router on
+loopback, neuron-ls, haproxy) and for ``sleep``, so that retries take no time. Each stub records
+its argv in a calls log. Hosts made by one test share a fake S3 (a directory), as the instances
+of one fleet share the artifact cache; each has its own instance id.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neuron_serving.plan import ServingPlan, ServingRequest, plan_serving
+from neuron_serving.render.boot import ReadinessSignal, WarmPoolHook
 
 STUBS = Path(__file__).parent / "stubs"
 
@@ -33,6 +36,16 @@ FAKE_HF_TOKEN = _stub_constant("FAKE_HF_TOKEN")
 SECRET_ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:neuron-serving/hf-token-AbCdEf"
 """A realistic (long) secret id: the size checks use it because it is the worst case."""
 
+
+CACHE = "s3://cache-bucket/exports"
+"""The artifact cache the fleet tests share (in the hosts' fake S3)."""
+
+CACHE_TOKEN = "s3://${Token[TOKEN.123]}/exports"
+"""The artifact cache as the stack passes it at synth: the bucket name an unresolved CDK token."""
+
+SIGNAL = ReadinessSignal(stack_name="NeuronLlamaStack", logical_id="NeuronServingFleet")
+HOOK = WarmPoolHook(hook_name="neuron-serving-launch", group_name="NeuronLlamaStack-NeuronServingFleet")
+"""As the stack names them."""
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SMALL_MODEL = "meta-llama/Llama-3.2-1B-Instruct"
@@ -55,12 +68,41 @@ class Host:
         """Where ``host_path`` (an absolute path on the instance) lives under the test root."""
         return self.root / host_path.lstrip("/")
 
+    @property
+    def instance_id(self) -> str:
+        return self.env["STUB_INSTANCE_ID"]
+
+    @property
+    def s3(self) -> Path:
+        """The fake S3 all hosts of a test share: ``<s3>/<bucket>/<key>``."""
+        return Path(self.env["STUB_S3"])
+
     def boot(self, script: str, **knobs: str) -> subprocess.CompletedProcess[str]:
         """Run ``script`` as cloud-init would run user data (as a file, under bash)."""
+        return self._run(["bash", str(self._user_data(script))], knobs)
+
+    def boot_async(self, script: str, **knobs: str) -> subprocess.Popen[str]:
+        """Start booting with ``script``; the caller waits."""
+        return subprocess.Popen(["bash", str(self._user_data(script))], env={**self.env, **knobs},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def _user_data(self, script: str) -> Path:
         user_data = self.path("/var/lib/cloud/instance/user-data.txt")
         user_data.parent.mkdir(parents=True, exist_ok=True)
         user_data.write_text(script)
-        return self._run(["bash", str(user_data)], knobs)
+        return user_data
+
+    def run_unit(self, unit: str, **knobs: str) -> int:
+        """Run ``unit``'s ExecStart lines in order, as systemd runs a oneshot service (a ``-``
+        prefix ignores a failure); the exit status of the first that fails, else 0."""
+        for line in self.path(f"/etc/systemd/system/{unit}").read_text().splitlines():
+            if line.startswith("ExecStart="):
+                command = line.removeprefix("ExecStart=")
+                path, *args = command.lstrip("-").split()
+                rc = self.run(path, *args, **knobs).returncode
+                if rc and not command.startswith("-"):
+                    return rc
+        return 0
 
     def run(self, host_path: str, *args: str, **knobs: str) -> subprocess.CompletedProcess[str]:
         """Run a script the boot wrote, as systemd would (its path on the instance)."""
@@ -76,10 +118,22 @@ class Host:
 
     def calls(self, cmd: str | None = None) -> list[list[str]]:
         """The argv of every stub call so far (of ``cmd`` only, when given), in order."""
+        return [argv for name, argv in self.entries() if cmd is None or name == cmd]
+
+    def entries(self) -> list[tuple[str, list[str]]]:
+        """Every stub call so far as ``(command, argv)``, in order."""
         if not self.calls_log.exists():
             return []
         entries = [json.loads(line) for line in self.calls_log.read_text().splitlines()]
-        return [e["argv"] for e in entries if cmd is None or e["cmd"] == cmd]
+        return [(e["cmd"], e["argv"]) for e in entries]
+
+    def forget_calls(self) -> None:
+        """Start a new calls log, as for a new boot of the same instance."""
+        self.calls_log.unlink(missing_ok=True)
+
+    def aws(self, service: str, action: str) -> list[list[str]]:
+        """The ``aws SERVICE ACTION ...`` calls so far."""
+        return [a for a in self.calls("aws") if a[:2] == [service, action]]
 
     def exports(self) -> list[list[str]]:
         """The ``docker run`` calls that compiled the model (not the ``--help`` probes)."""

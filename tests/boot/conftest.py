@@ -21,6 +21,7 @@ def make_host(tmp_path: Path) -> Callable[..., Host]:
 
     ``missing`` names stubbed tools the host lacks; such a host's ``PATH`` is the remaining stubs
     and ``/usr/bin:/bin`` only, so that the test machine's own tools cannot stand in for them.
+    Hosts of one test share one fake S3; host N has the instance id ``i-<N in 17 digits>``.
     """
     count = 0
 
@@ -50,6 +51,8 @@ def make_host(tmp_path: Path) -> Callable[..., Host]:
             "NEURON_SERVING_ROOT": str(root),
             "STUB_CALLS": str(calls_log),
             "STUB_STATE": str(state),
+            "STUB_S3": str(tmp_path / "s3"),
+            "STUB_INSTANCE_ID": f"i-{count:017d}",
         }
         return Host(root, calls_log, env)
 

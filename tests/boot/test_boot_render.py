@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from bootsim import MODEL, SECRET_ARN, SMALL_MODEL, make_plan
+from bootsim import CACHE_TOKEN, HOOK, MODEL, SECRET_ARN, SIGNAL, SMALL_MODEL, make_plan
 from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from neuron_serving.plan import ServingConfigError, ServingPlan
 from neuron_serving.render.boot import (
+    SIGNAL_ID_LIMIT,
     USER_DATA_LIMIT_BYTES,
     BootOptions,
+    ReadinessSignal,
+    WarmPoolHook,
     check_user_data_size,
     render_boot_script,
 )
@@ -29,18 +34,39 @@ CONFIGS: dict[str, tuple[Callable[[], ServingPlan], str | None]] = {
     "inf2.24xlarge-tp4": (lambda: make_plan("inf2.24xlarge", 4), None),
 }
 
+FLEET = {"artifact_cache": CACHE_TOKEN, "signal": SIGNAL, "warm_pool_hook": HOOK}
+"""Every fleet option on, the cache bucket an unresolved CDK token as the stack passes it."""
+
+OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
+    "trn1.32xlarge-tp2-secret-arn-fleet": ("trn1.32xlarge-tp2-secret-arn", FLEET),
+    "inf2.48xlarge-tp2-secret-arn-fleet": ("inf2.48xlarge-tp2-secret-arn", FLEET),
+    "inf2.48xlarge-tp8-secret-name-prebuilt-hf": (
+        "inf2.48xlarge-tp8-secret-name",
+        {"prebuilt_export": "hf://aws-neuron/Llama-3.1-8B-Instruct-neuron", "signal": SIGNAL},
+    ),
+    "inf2.xlarge-prebuilt-s3-cache-only": ("inf2.xlarge-1-replica", {"prebuilt_export": "s3://models/llama"}),
+    "inf2.24xlarge-tp4-cache-only": ("inf2.24xlarge-tp4", {"artifact_cache": "s3://cache-bucket"}),
+}
+
 EMBEDDED_FILE = re.compile(r"^put (\S+) \d+ <<'EOF'\n(.*?)^EOF$", re.MULTILINE | re.DOTALL)
+PACKED_FILE = re.compile(r"^base64 -d <<'EOF' \| gunzip \| put (\S+) \d+\n(.*?)^EOF$", re.MULTILINE | re.DOTALL)
 
 
 def rendered(config: str) -> tuple[ServingPlan, str]:
-    make, secret = CONFIGS[config]
+    if config in OPTION_CONFIGS:
+        base, options = OPTION_CONFIGS[config]
+        make, secret = CONFIGS[base]
+    else:
+        (make, secret), options = CONFIGS[config], {}
     plan = make()
-    return plan, render_boot_script(plan, BootOptions(hf_token_secret=secret))
+    return plan, render_boot_script(plan, BootOptions(hf_token_secret=secret, **options))  # type: ignore[arg-type]
 
 
 def embedded_files(script: str) -> dict[str, str]:
-    """The files the script writes from quoted heredocs, by their path on the host."""
-    return {path: text for path, text in EMBEDDED_FILE.findall(script)}
+    """The files the script writes from quoted heredocs, by their path on the host (packed ones
+    unpacked)."""
+    packed = {path: gzip.decompress(base64.b64decode(blob)).decode() for path, blob in PACKED_FILE.findall(script)}
+    return {path: text for path, text in EMBEDDED_FILE.findall(script)} | packed
 
 
 class ShellSnapshot(SingleFileSnapshotExtension):
@@ -50,7 +76,10 @@ class ShellSnapshot(SingleFileSnapshotExtension):
     file_extension = "sh"
 
 
-@pytest.mark.parametrize("config", CONFIGS)
+SCRIPTS = {"bootstrap", "/opt/neuron-serving/bin/export-model", "/opt/neuron-serving/bin/run-replica"}
+
+
+@pytest.mark.parametrize("config", [*CONFIGS, *OPTION_CONFIGS])
 def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
     config: str, shellcheck: str, tmp_path: Path
 ) -> None:
@@ -58,8 +87,10 @@ def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
     files = {"bootstrap": script} | {
         path: text for path, text in embedded_files(script).items() if text.startswith("#!/bin/bash\n")
     }
-    assert set(files) == {"bootstrap", "/opt/neuron-serving/bin/export-model",
-                          "/opt/neuron-serving/bin/run-replica"}
+    options = OPTION_CONFIGS[config][1] if config in OPTION_CONFIGS else {}
+    readiness = {"signal", "warm_pool_hook"} & set(options)
+    assert set(files) == SCRIPTS | {f"/opt/neuron-serving/bin/{name}" for name, wanted in [
+        ("wait-ready", readiness), ("complete-lifecycle", "warm_pool_hook" in options)] if wanted}
     paths = []
     for name, text in files.items():
         paths.append(tmp_path / name.rsplit("/", 1)[-1])
@@ -69,7 +100,8 @@ def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
     assert result.returncode == 0, result.stdout
 
 
-@pytest.mark.parametrize("config", ["trn1.32xlarge-tp2-secret-arn", "inf2.48xlarge-tp2-secret-arn"])
+@pytest.mark.parametrize("config", ["trn1.32xlarge-tp2-secret-arn", "inf2.48xlarge-tp2-secret-arn",
+                                    "trn1.32xlarge-tp2-secret-arn-fleet", "inf2.48xlarge-tp2-secret-arn-fleet"])
 def test_largest_configurations_stay_well_under_the_user_data_limit(config: str) -> None:
     plan, script = rendered(config)
     size = len(script.encode())
@@ -93,13 +125,14 @@ def test_size_check_accepts_a_script_of_exactly_the_limit() -> None:
 
 
 @pytest.mark.parametrize(
-    "config", ["inf2.xlarge-1-replica", "inf2.48xlarge-tp8-secret-name", "trn1.32xlarge-tp2-secret-arn"]
+    "config", ["inf2.xlarge-1-replica", "inf2.48xlarge-tp8-secret-name", "trn1.32xlarge-tp2-secret-arn",
+               "trn1.32xlarge-tp2-secret-arn-fleet"]
 )
 def test_boot_script_snapshot(config: str, snapshot: SnapshotAssertion) -> None:
     _, script = rendered(config)
-    router = embedded_files(script)["/etc/haproxy/haproxy.cfg.new"]
+    [(_, router)] = PACKED_FILE.findall(script)
     # The router config has its own tests; here it would only make every router change a boot change.
-    scrubbed = script.replace(router, "# <render_router_config(plan), without its comment lines>\n")
+    scrubbed = script.replace(router, "<render_router_config(plan) without its comment lines, gzip, base64>\n")
     assert scrubbed == snapshot(extension_class=ShellSnapshot)
 
 
@@ -130,8 +163,72 @@ def test_boot_script_embeds_exactly_its_five_files_each_ending_at_its_heredoc_en
         ({"hf_token_secret": ""}, "hf_token_secret"),
         ({"hf_token_secret": "my secret\n"}, "hf_token_secret"),
         ({"pull_attempts": 0}, "pull_attempts"),
+        ({"artifact_cache": "cache-bucket/exports"}, "artifact_cache"),
+        ({"artifact_cache": "s3://"}, "artifact_cache"),
+        ({"artifact_cache": "s3:// bucket"}, "artifact_cache"),
+        ({"prebuilt_export": "gs://bucket/export"}, "prebuilt_export"),
+        ({"prebuilt_export": "hf://"}, "prebuilt_export"),
+        ({"prebuilt_export": "s3:///"}, "prebuilt_export"),
+        ({"signal": "NeuronLlamaStack"}, "signal"),
+        ({"warm_pool_hook": "neuron-serving-launch"}, "warm_pool_hook"),
     ],
 )
 def test_boot_options_name_the_bad_setting(options: dict[str, object], setting: str) -> None:
     with pytest.raises(ServingConfigError, match=f"^{setting} "):
         BootOptions(**options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("make", "setting"),
+    [
+        (lambda: ReadinessSignal(stack_name="", logical_id="Fleet"), "signal.stack_name"),
+        (lambda: ReadinessSignal(stack_name="Stack", logical_id="Fleet Group"), "signal.logical_id"),
+        (lambda: WarmPoolHook(hook_name="", group_name="Group"), "warm_pool_hook.hook_name"),
+        (lambda: WarmPoolHook(hook_name="launch", group_name=" "), "warm_pool_hook.group_name"),
+    ],
+)
+def test_signal_and_warm_pool_hook_name_the_bad_setting(make: Callable[[], object], setting: str) -> None:
+    with pytest.raises(ServingConfigError, match=f"^{re.escape(setting)} "):
+        make()
+
+
+def test_without_fleet_options_the_script_has_no_metadata_readiness_signal_or_cache_step() -> None:
+    for config in CONFIGS:
+        _, script = rendered(config)
+        assert "host.env" not in script and "wait-ready" not in script and "complete-lifecycle" not in script
+        assert "aws s3" not in script and "signal-resource" not in script
+
+
+def test_the_artifact_cache_bucket_token_stays_one_quoted_word() -> None:
+    script = rendered("trn1.32xlarge-tp2-secret-arn-fleet")[1]
+    export_model = embedded_files(script)["/opt/neuron-serving/bin/export-model"]
+    assert "\ns3=s3://'${Token[TOKEN.123]}'/\ncached=exports/$key\n" in export_model
+    assert "--bucket '${Token[TOKEN.123]}' --key" in export_model
+
+
+@pytest.mark.parametrize(
+    ("cache", "line"),
+    [("s3://cache-bucket", "cached=''$key"), ("s3://cache-bucket/a/b/", "cached=a/b/$key")],
+)
+def test_the_artifact_cache_prefix_may_be_empty_or_nested(cache: str, line: str) -> None:
+    script = render_boot_script(make_plan("inf2.48xlarge", 8), BootOptions(artifact_cache=cache))
+    export_model = embedded_files(script)["/opt/neuron-serving/bin/export-model"]
+    assert "\ns3=s3://cache-bucket/\n" in export_model
+    assert f"\n{line}\n" in export_model
+
+
+def test_the_ready_unit_waits_for_every_replica_and_the_router_then_completes_the_lifecycle_action() -> None:
+    files = embedded_files(rendered("trn1.32xlarge-tp2-secret-arn-fleet")[1])
+    ready = files["/etc/systemd/system/neuron-serving-ready.service"].splitlines()
+    assert [line for line in ready if line.startswith("ExecStart=")] == [
+        "ExecStart=/opt/neuron-serving/bin/wait-ready",
+        "ExecStart=/opt/neuron-serving/bin/complete-lifecycle CONTINUE",
+    ]
+    assert {"Type=oneshot", "After=haproxy.service", "WantedBy=multi-user.target"} <= set(ready)
+    assert "Before=neuron-serving-ready.service" in files["/etc/systemd/system/neuron-tgi@.service"]
+
+
+def test_the_signal_unique_id_is_cut_to_the_api_limit() -> None:
+    _, script = rendered("trn1.32xlarge-tp2-secret-arn-fleet")
+    assert f"| head -c {SIGNAL_ID_LIMIT})" in script
+    assert SIGNAL_ID_LIMIT == 64

@@ -28,6 +28,9 @@ SNAPSHOT_CONFIGS: dict[str, dict[str, Any]] = {
                       "tensor_parallel": "8", "batch_size": "32", "internet_facing": "true",
                       "allowed_cidrs": "203.0.113.0/24",
                       "certificate_arn": "arn:aws:acm:us-east-1:111122223333:certificate/abc"},
+    "fleet": {"fleet": "asg", "min_capacity": "2", "max_capacity": "4"},
+    "fleet_warm_pool_scheduled": {"fleet": "asg", "min_capacity": "1", "max_capacity": "3", "warm_pool": "true",
+                                  "scale_down_schedule": "0 20 * * 1-5", "scale_up_schedule": "0 7 * * 1-5"},
 }
 
 

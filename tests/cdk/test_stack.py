@@ -105,40 +105,49 @@ def test_instance_launches_from_the_template_in_a_private_subnet(synth):
 def test_user_data_is_the_rendered_boot_script(synth):
     template = synth()
     user_data = template.only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["UserData"]["Fn::Base64"]
-    assert user_data == template.stack.boot_script.script
-    assert DEFAULT_IMAGE in user_data
+    # The artifact cache's bucket name is a deploy-time token inside the script.
+    assert user_data == template.stack.resolve(template.stack.boot_script.script)
+    pieces = user_data["Fn::Join"][1]
+    assert DEFAULT_IMAGE in pieces[0]
+    bucket = template.stack.get_logical_id(template.stack.artifact_cache.bucket.node.default_child)
+    assert {"Ref": bucket} in pieces
 
 
-def test_instance_role_has_session_manager_and_nothing_else_without_a_token(synth):
+def _host_statements(template):
+    return [s for p in template.resources("AWS::IAM::Policy").values()
+            if any("Host" in r["Ref"] for r in p["Properties"]["Roles"])
+            for s in p["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def test_instance_role_has_session_manager_the_cache_and_its_signal_only(synth):
     template = synth()
     roles = [r["Properties"] for r in template.resources("AWS::IAM::Role").values()
              if r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"].get("Service")
              == "ec2.amazonaws.com"]
     (role,) = roles
     assert json.dumps(role["ManagedPolicyArns"]).count("AmazonSSMManagedInstanceCore") == 1
-    policies = [p["Properties"] for p in template.resources("AWS::IAM::Policy").values()
-                if any("Host" in r["Ref"] for r in p["Properties"]["Roles"])]
-    assert policies == []
+    actions = sorted(json.dumps(s["Action"]) for s in _host_statements(template))
+    assert actions == sorted(json.dumps(a) for a in (
+        ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:PutObject"], "s3:ListBucket",
+        "cloudformation:SignalResource"))
+    assert "secretsmanager" not in json.dumps(_host_statements(template))
 
 
 def test_the_token_secret_is_readable_by_the_instance_and_never_in_the_template(synth):
     template = synth(hf_token_secret="arn:aws:secretsmanager:us-east-1:111122223333:secret:hf-AbCdEf")
-    (policy,) = [p["Properties"] for p in template.resources("AWS::IAM::Policy").values()
-                 if any("Host" in r["Ref"] for r in p["Properties"]["Roles"])]
-    assert policy["PolicyDocument"]["Statement"] == [{
+    (statement,) = [s for s in _host_statements(template) if "secretsmanager" in json.dumps(s)]
+    assert statement == {
         "Action": ["secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue"],
         "Effect": "Allow",
         "Resource": "arn:aws:secretsmanager:us-east-1:111122223333:secret:hf-AbCdEf",
-    }]
+    }
     assert "arn:aws:secretsmanager:us-east-1:111122223333:secret:hf-AbCdEf" in template.stack.boot_script.script
 
 
 def test_a_token_secret_given_by_name_is_granted_by_name_pattern(synth):
     template = synth(hf_token_secret="hf/token")
-    (policy,) = [p["Properties"] for p in template.resources("AWS::IAM::Policy").values()
-                 if any("Host" in r["Ref"] for r in p["Properties"]["Roles"])]
-    resource = json.dumps(policy["PolicyDocument"]["Statement"][0]["Resource"])
-    assert ":secret:hf/token-??????" in resource
+    (statement,) = [s for s in _host_statements(template) if "secretsmanager" in json.dumps(s)]
+    assert ":secret:hf/token-??????" in json.dumps(statement["Resource"])
 
 
 def test_instance_accepts_only_the_router_port_and_only_from_the_load_balancer(synth):
@@ -195,16 +204,20 @@ def test_alb_idle_timeout_covers_the_longest_generation_and_drops_invalid_header
 
 def test_access_log_bucket_is_encrypted_private_ssl_only_and_writable_by_log_delivery(synth):
     template = synth()
-    bucket = template.only("AWS::S3::Bucket")
+    (logs_id, logs), = [(k, r) for k, r in template.resources("AWS::S3::Bucket").items() if k.startswith("Logs")]
+    bucket = logs["Properties"]
     assert bucket["PublicAccessBlockConfiguration"] == {"BlockPublicAcls": True, "BlockPublicPolicy": True,
                                                        "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
     assert bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"][0][
         "ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
-    statements = template.only("AWS::S3::BucketPolicy")["PolicyDocument"]["Statement"]
+    (policy,) = [p["Properties"] for p in template.resources("AWS::S3::BucketPolicy").values()
+                 if p["Properties"]["Bucket"] == {"Ref": logs_id}]
+    statements = policy["PolicyDocument"]["Statement"]
     assert any(s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
                for s in statements)
-    (put,) = [s for s in statements if s.get("Action") == "s3:PutObject"]
-    assert put["Principal"] == {"Service": "logdelivery.elasticloadbalancing.amazonaws.com"}
+    principals = [s["Principal"] for s in statements if s.get("Action") == "s3:PutObject"]
+    assert {"Service": "logdelivery.elasticloadbalancing.amazonaws.com"} in principals
+    assert {"Service": "logging.s3.amazonaws.com"} in principals  # the artifact cache's access logs
 
 
 def test_target_group_checks_health_and_balances_by_least_outstanding_requests(synth):

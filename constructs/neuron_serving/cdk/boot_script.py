@@ -1,8 +1,8 @@
-"""The boot scripts as a construct: the rendered user data plus the permissions it needs."""
+"""The boot scripts as a construct: the rendered user data plus exactly the permissions it uses."""
 
 from __future__ import annotations
 
-from aws_cdk import Token
+from aws_cdk import Acknowledgment, ArnFormat, Aws, Duration, Stack, Token, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_secretsmanager as secretsmanager
@@ -11,11 +11,14 @@ from constructs import Construct
 
 from ..plan.layout import ServingPlan
 from ..plan.tgi import DEFAULT_IMAGE
-from ..render.boot import BootOptions, check_user_data_size, render_boot_script
+from ..plan.timing import MAX_CLOUDFORMATION_MINUTES, boot_minutes
+from ..render.boot import BootOptions, ReadinessSignal, WarmPoolHook, check_user_data_size, render_boot_script
+from .artifact_cache import EXPORTS_PREFIX, NeuronArtifactCache
 
 
 class NeuronBootScript(Construct):
-    """User data that exports the model once and starts the plan's TGI replicas and router.
+    """User data that exports the model once (or fetches it) and starts the plan's TGI replicas
+    and router, plus :meth:`grant_boot` for the permissions those steps use.
 
     The rendered script is checked against the EC2 user-data limit (16 KB) when constructed, so
     an oversized configuration fails at synth, never at launch.
@@ -26,6 +29,17 @@ class NeuronBootScript(Construct):
     :param hf_token_secret: a secret holding a Hugging Face token for gated models. The token is
         read on the host at boot; it never appears in the user data or the template.
         Default: no token.
+    :param artifact_cache: exports shared through S3, so only the first host compiles.
+        Default: every host exports for itself.
+    :param prebuilt_export: an export to fetch instead of compiling: ``s3://bucket/prefix`` or
+        ``hf://org/repo`` (a Hugging Face repository of a Neuron export). Default: none.
+    :param signal: the resource the host signals CloudFormation for once every replica serves,
+        or with the reason when the boot fails. The instance or fleet construct takes this
+        logical id. Default: no signal.
+    :param warm_pool_hook: the launch lifecycle hook the host completes when prepared for (or
+        started from) a warm pool. Default: none.
+    :param boot_timeout: how long a host may take to serve. Default: estimated from the model
+        (image pull, export unless prebuilt, load; see ``plan.timing``).
     """
 
     def __init__(
@@ -36,24 +50,109 @@ class NeuronBootScript(Construct):
         plan: ServingPlan,
         image: str = DEFAULT_IMAGE,
         hf_token_secret: secretsmanager.ISecret | None = None,
+        artifact_cache: NeuronArtifactCache | None = None,
+        prebuilt_export: str | None = None,
+        signal: ReadinessSignal | None = None,
+        warm_pool_hook: WarmPoolHook | None = None,
+        boot_timeout: Duration | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.plan = plan
         self.image = image
         self.hf_token_secret = hf_token_secret
+        self.artifact_cache = artifact_cache
+        self.prebuilt_export = prebuilt_export
+        self.signal = signal
+        self.warm_pool_hook = warm_pool_hook
+        self.boot_timeout: Duration = boot_timeout or Duration.minutes(
+            boot_minutes(plan, exports=prebuilt_export is None)
+        )
+        if not 1 <= self.boot_timeout.to_minutes() <= MAX_CLOUDFORMATION_MINUTES:
+            raise ValueError(
+                f"boot_timeout_minutes ({self.boot_timeout.to_minutes()}) must be 1 to "
+                f"{MAX_CLOUDFORMATION_MINUTES} (CloudFormation waits at most 12 hours for signals)"
+            )
         secret_id = None
         if hf_token_secret is not None:
             # The complete ARN identifies the secret exactly; a secret imported by name has only
             # a partial ARN (a deploy-time token), and the name is then the plain identifier.
             arn, name = hf_token_secret.secret_arn, hf_token_secret.secret_name
             secret_id = arn if not Token.is_unresolved(arn) or Token.is_unresolved(name) else name
-        self.script: str = render_boot_script(plan, BootOptions(image=image, hf_token_secret=secret_id))
+        self.options = BootOptions(
+            image=image,
+            hf_token_secret=secret_id,
+            artifact_cache=artifact_cache.uri if artifact_cache else None,
+            prebuilt_export=prebuilt_export,
+            signal=signal,
+            warm_pool_hook=warm_pool_hook,
+        )
+        self.script: str = render_boot_script(plan, self.options)
         """The rendered boot script (tokens, if any, unresolved)."""
         check_user_data_size(self.script, plan)
         self.user_data = ec2.UserData.custom(self.script)
         """The script as EC2 user data, for a launch template."""
 
     def grant_boot(self, grantee: iam.IGrantable) -> None:
-        """Give ``grantee`` (the instance role) what the boot script calls: reading the token."""
+        """Give ``grantee`` (the host role) exactly what the boot script calls."""
         if self.hf_token_secret is not None:
             self.hf_token_secret.grant_read(grantee)
+        stack = Stack.of(self)
+        if self.artifact_cache is not None:
+            self.artifact_cache.grant_cache(grantee)
+            bucket = stack.get_logical_id(self.artifact_cache.bucket.node.default_child)  # type: ignore[arg-type]
+            _acknowledge_prefix(
+                stack, f"<{bucket}.Arn>/{EXPORTS_PREFIX}/*",
+                "exports are keyed at boot by a hash of model, image and shapes; the host may read and "
+                "write only below the cache prefix",
+            )
+        if self.prebuilt_export is not None and self.prebuilt_export.startswith("s3://"):
+            bucket, _, prefix = self.prebuilt_export[len("s3://"):].partition("/")
+            prefix = prefix.strip("/")
+            objects = f"{prefix}/*" if prefix else "*"
+            iam.Grant.add_to_principal(
+                grantee=grantee,
+                actions=["s3:GetObject"],
+                resource_arns=[f"arn:{Aws.PARTITION}:s3:::{bucket}/{objects}"],
+            )
+            grantee.grant_principal.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=["s3:ListBucket"],
+                    resources=[f"arn:{Aws.PARTITION}:s3:::{bucket}"],
+                    conditions={"StringLike": {"s3:prefix": [objects]}},
+                )
+            )
+            _acknowledge_prefix(
+                stack, f"arn:<AWS::Partition>:s3:::{bucket}/{objects}",
+                "read-only access to the objects of the prebuilt export the user named",
+            )
+        if self.signal is not None:
+            iam.Grant.add_to_principal(
+                grantee=grantee,
+                actions=["cloudformation:SignalResource"],
+                resource_arns=[Stack.of(self).stack_id],
+            )
+        if self.warm_pool_hook is not None:
+            iam.Grant.add_to_principal(
+                grantee=grantee,
+                actions=["autoscaling:CompleteLifecycleAction"],
+                resource_arns=[
+                    Stack.of(self).format_arn(
+                        service="autoscaling",
+                        resource="autoScalingGroup",
+                        resource_name=f"*:autoScalingGroupName/{self.warm_pool_hook.group_name}",
+                        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                    )
+                ],
+            )
+            _acknowledge_prefix(
+                stack,
+                "arn:<AWS::Partition>:autoscaling:<AWS::Region>:<AWS::AccountId>:autoScalingGroup:*:"
+                f"autoScalingGroupName/{self.warm_pool_hook.group_name}",
+                "the group's id is assigned at creation; the resource names the one group by name",
+            )
+
+
+def _acknowledge_prefix(stack: Stack, resource: str, reason: str) -> None:
+    Validations.of(stack).acknowledge(
+        Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{resource}]", reason=reason)
+    )

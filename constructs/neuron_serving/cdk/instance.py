@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import jsii
-from aws_cdk import Tags
+from aws_cdk import CfnCreationPolicy, CfnResourceSignal, Duration, Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 
@@ -55,6 +55,7 @@ class NeuronServingLaunchTemplate(Construct):
                 f"on {plan.instance.name}"
             )
         self.plan: ServingPlan = plan
+        self.boot_script = boot_script
         self.role: iam.IRole = role or iam.Role(
             self,
             "Role",
@@ -150,6 +151,14 @@ class NeuronServingInstance(Construct):
             subnet_id=subnets[0],
             monitoring=True,
         )
+        boot_script = launch_template.boot_script
+        if boot_script.signal is not None:
+            # The boot script signals this logical id once every replica serves, or with the
+            # reason of a failed boot, so a deployment fails in minutes instead of at timeout.
+            self.instance.override_logical_id(boot_script.signal.logical_id)
+            self.instance.cfn_options.creation_policy = CfnCreationPolicy(
+                resource_signal=CfnResourceSignal(count=1, timeout=_iso_minutes(boot_script.boot_timeout))
+            )
         Tags.of(self.instance).add("Name", f"{self.node.path} ({self.plan.instance.name})")
         self.instance_id: str = self.instance.ref
 
@@ -157,3 +166,7 @@ class NeuronServingInstance(Construct):
     def grant_principal(self) -> iam.IPrincipal:
         return self.role
 
+
+
+def _iso_minutes(duration: Duration) -> str:
+    return f"PT{int(duration.to_minutes())}M"

@@ -4,30 +4,40 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Acknowledgment, CfnOutput, CfnResource, Duration, Stack, Validations
+from aws_cdk import Acknowledgment, CfnOutput, CfnResource, Duration, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_elasticloadbalancingv2_targets as targets
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs import Construct
 
+from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan, plan_serving
 from ..plan.timing import longest_generation_seconds
+from ..render.boot import ReadinessSignal, WarmPoolHook
 from ..render.router import STREAM_TIMEOUT_SECONDS
 from ..settings import StackSettings
+from .artifact_cache import NeuronArtifactCache
 from .boot_script import NeuronBootScript
 from .endpoint import NeuronServingEndpoint
+from .fleet import NeuronServingFleet
 from .instance import SESSION_MANAGER_POLICY, NeuronServingInstance, NeuronServingLaunchTemplate
 from .machine_image import PinnedLinuxImage, neuron_dlami
 
 VPC_CIDR = "10.0.0.0/16"
+INSTANCE_ID = "NeuronServingInstance"
+FLEET_ID = "NeuronServingFleet"
+"""Logical ids of the signalled resources, known to the boot script before they exist."""
+WARM_POOL_HOOK = "neuron-serving-launch"
 
 
 class NeuronLlamaStack(Stack):
-    """A VPC (or yours), one Neuron instance with data-parallel TGI replicas behind its on-host
-    router, and an ALB in front.
+    """A VPC (or yours); one Neuron instance or an Auto Scaling fleet of them, each host running
+    data-parallel TGI replicas behind its on-host router; an S3 artifact cache so only the first
+    host compiles; and an ALB in front.
 
     :param settings: model, layout and endpoint settings (see :class:`StackSettings`).
     :param vpc: an existing VPC with private subnets with egress (and public subnets when
@@ -55,17 +65,45 @@ class NeuronLlamaStack(Stack):
                 if settings.hf_token_secret.startswith("arn:")
                 else secretsmanager.Secret.from_secret_name_v2(self, "HfToken", settings.hf_token_secret)
             )
+        fleet = settings.fleet == "asg"
+        # The ALB's access logs and the cache's S3 access logs share one bucket.
+        self.logs_bucket = s3.Bucket(
+            self,
+            "Logs",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            enforce_ssl=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            removal_policy=RemovalPolicy.RETAIN,
+            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(90))],
+        )
+        self.artifact_cache = (
+            NeuronArtifactCache(self, "ArtifactCache", server_access_logs_bucket=self.logs_bucket)
+            if settings.prebuilt_export is None
+            else None
+        )
         self.boot_script = NeuronBootScript(
-            self, "BootScript", plan=self.plan, image=settings.image, hf_token_secret=secret
+            self,
+            "BootScript",
+            plan=self.plan,
+            image=settings.image,
+            hf_token_secret=secret,
+            artifact_cache=self.artifact_cache,
+            prebuilt_export=settings.prebuilt_export,
+            signal=ReadinessSignal(stack_name=self.stack_name, logical_id=FLEET_ID if fleet else INSTANCE_ID),
+            warm_pool_hook=(
+                WarmPoolHook(hook_name=WARM_POOL_HOOK, group_name=f"{self.stack_name}-{FLEET_ID}")
+                if settings.warm_pool
+                else None
+            ),
+            boot_timeout=(
+                Duration.minutes(settings.boot_timeout_minutes) if settings.boot_timeout_minutes else None
+            ),
         )
         machine_image = (
             PinnedLinuxImage(settings.ami_id) if settings.ami_id else neuron_dlami(settings.dlami_parameter)
         )
         self.launch_template = NeuronServingLaunchTemplate(
             self, "Host", vpc=self.vpc, boot_script=self.boot_script, machine_image=machine_image
-        )
-        self.instance = NeuronServingInstance(
-            self, "Instance", vpc=self.vpc, launch_template=self.launch_template
         )
         certificate = (
             elbv2.ListenerCertificate.from_arn(settings.certificate_arn) if settings.certificate_arn else None
@@ -84,10 +122,39 @@ class NeuronLlamaStack(Stack):
             certificate=certificate,
             idle_timeout=Duration.seconds(min(max(longest, 300), STREAM_TIMEOUT_SECONDS)),
             deregistration_delay=Duration.seconds(min(max(longest, 300), 3600)),
+            access_logs_bucket=self.logs_bucket,
         )
-        self.endpoint.add_target(
-            targets.InstanceIdTarget(self.instance.instance_id, self.plan.router_port), self.instance
-        )
+        self.instance: NeuronServingInstance | None = None
+        self.fleet: NeuronServingFleet | None = None
+        if fleet:
+            self.fleet = NeuronServingFleet(
+                self,
+                "Fleet",
+                vpc=self.vpc,
+                launch_template=self.launch_template,
+                min_capacity=settings.min_capacity,
+                max_capacity=settings.max_capacity,
+                desired_capacity=settings.desired_capacity,
+            )
+            self.endpoint.add_target(self.fleet.auto_scaling_group, self.fleet)
+            self.fleet.scale_on_requests(settings.target_requests_per_minute)
+            if settings.scale_down_schedule or settings.scale_up_schedule:
+                if not (settings.scale_down_schedule and settings.scale_up_schedule):
+                    missing = "scale_up_schedule" if settings.scale_down_schedule else "scale_down_schedule"
+                    raise ServingConfigError(
+                        [problem(missing, None, "is required with the other schedule: a fleet scaled to "
+                                 "zero must know when to come back, and one scaled back when to stop")]
+                    )
+                self.fleet.scale_on_schedule(
+                    scale_down=settings.scale_down_schedule, scale_up=settings.scale_up_schedule
+                )
+        else:
+            self.instance = NeuronServingInstance(
+                self, "Instance", vpc=self.vpc, launch_template=self.launch_template
+            )
+            self.endpoint.add_target(
+                targets.InstanceIdTarget(self.instance.instance_id, self.plan.router_port), self.instance
+            )
         self._outputs()
         self._acknowledge()
 
@@ -140,27 +207,40 @@ class NeuronLlamaStack(Stack):
             value=f"{plan.instance.name} {plan.model_id}: {plan.describe()}",
             description="Each replica's Neuron devices, cores and host port",
         )
-        CfnOutput(
-            self,
-            "InstanceId",
-            value=self.instance.instance_id,
-            description="aws ssm start-session --target <this id>",
-        )
+        if self.instance is not None:
+            CfnOutput(
+                self,
+                "InstanceId",
+                value=self.instance.instance_id,
+                description="aws ssm start-session --target <this id>",
+            )
+        if self.fleet is not None:
+            CfnOutput(
+                self,
+                "AutoScalingGroupName",
+                value=self.fleet.auto_scaling_group.auto_scaling_group_name,
+                description="The fleet; its instances accept aws ssm start-session",
+            )
 
     def _acknowledge(self) -> None:
         Validations.of(self.launch_template.role).acknowledge(
-            Acknowledgment(id=f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{SESSION_MANAGER_POLICY}]",
-            reason="Session Manager access; the AWS-maintained policy tracks the SSM agent's needs",
+            Acknowledgment(
+                id=f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{SESSION_MANAGER_POLICY}]",
+                reason="Session Manager access; the AWS-maintained policy tracks the SSM agent's needs",
             )
         )
-        Validations.of(self.instance).acknowledge(
-            Acknowledgment(id="AwsSolutions-EC29",
-            reason="CloudFormation replaces the instance when the model or layout changes; "
-            "termination protection would block that",
+        if self.instance is not None:
+            Validations.of(self.instance).acknowledge(
+                Acknowledgment(
+                    id="AwsSolutions-EC29",
+                    reason="CloudFormation replaces the instance when the model or layout changes; "
+                    "termination protection would block that",
+                )
             )
-        )
-        Validations.of(self.endpoint.access_logs_bucket).acknowledge(
-            Acknowledgment(id="AwsSolutions-S1",
-            reason="This bucket receives the load balancer's access logs; logging it into itself loops",
+        Validations.of(self.logs_bucket).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-S1",
+                reason="This bucket receives the access logs of the load balancer and of the artifact "
+                "cache; logging it into itself would loop",
             )
         )

@@ -1,5 +1,5 @@
-"""How long things take on a Neuron host, as stated estimates that size load balancer timeouts.
-Each is a ceiling to wait for, not a prediction."""
+"""How long things take on a Neuron host, as stated estimates that size CloudFormation and load
+balancer timeouts. Each is a ceiling to wait for, not a prediction; all can be overridden."""
 
 from __future__ import annotations
 
@@ -7,12 +7,38 @@ import math
 
 from .layout import ServingPlan
 
+PULL_MINUTES = 20
+"""Installing tools and pulling the ~10 GB serving image through a NAT gateway."""
+
+EXPORT_BASE_MINUTES = 20
+EXPORT_MINUTES_PER_BILLION = 4
+"""optimum-neuron export time: 30 to 60+ minutes for 7-8B models (optimum-neuron docs, cache
+system guide), growing with the parameter count; 20 + 4 per billion gives 52 minutes for 8B and
+about 5 hours for 70B."""
+
+LOAD_BASE_MINUTES = 10
+LOAD_MINUTES_PER_BILLION = 0.5
+"""Loading the compiled model onto the NeuronCores, and TGI's warm-up."""
+
+MAX_CLOUDFORMATION_MINUTES = 12 * 60
+"""CloudFormation waits at most 12 hours for resource signals."""
+
 SECONDS_PER_TOKEN_CEILING = 0.1
 """An upper bound on time per output token for a served model under full batch load (published
 inf2 figures are 20 to 50 ms); it sizes how long one generation may run."""
 
 QUEUE_ALLOWANCE_SECONDS = 60
 """Time a request may wait for a free batch slot before its generation starts."""
+
+
+def boot_minutes(plan: ServingPlan, *, exports: bool = True) -> int:
+    """Minutes from launch until every replica serves, for a host that exports the model itself
+    (``exports``) or finds a finished export (artifact cache hit, prebuilt export)."""
+    billions = plan.model.parameter_count / 1e9
+    minutes = PULL_MINUTES + LOAD_BASE_MINUTES + LOAD_MINUTES_PER_BILLION * billions
+    if exports:
+        minutes += EXPORT_BASE_MINUTES + EXPORT_MINUTES_PER_BILLION * billions
+    return min(math.ceil(minutes), MAX_CLOUDFORMATION_MINUTES)
 
 
 def longest_generation_seconds(plan: ServingPlan) -> int:

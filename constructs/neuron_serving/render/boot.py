@@ -4,19 +4,52 @@ It runs once as root under cloud-init and leaves on the host (every path below
 ``$NEURON_SERVING_ROOT``, which is empty on a real host and set by tests and chroot-style image
 builds; devices handed to docker stay the real ``/dev/neuronN``):
 
-- ``/opt/neuron-serving/bin/export-model``: the one-time export (``userdata/export-model.sh.j2``);
+- ``/opt/neuron-serving/bin/export-model``: the one-time export, or its download
+  (``userdata/export-model.sh.j2``);
 - ``/opt/neuron-serving/bin/run-replica``: one TGI container (``userdata/run-replica.sh.j2``);
 - ``/etc/systemd/system/neuron-tgi@.service``: one unit per replica (``userdata/neuron-tgi@.service.j2``);
+- with a signal or a warm pool hook, ``/opt/neuron-serving/bin/wait-ready``, which waits until
+  every replica answers ``/health`` and a one-token generation, then the router's ``/health``
+  (``userdata/wait-ready.sh.j2``);
+- with a warm pool hook, ``/opt/neuron-serving/bin/complete-lifecycle`` and
+  ``neuron-serving-ready.service`` (``userdata/complete-lifecycle.sh.j2``,
+  ``userdata/neuron-serving-ready.service.j2``);
 - ``/etc/neuron-serving/``: ``tgi.env`` (shared settings), ``replica-N.conf`` (devices, port,
   env file), ``replica-N.env`` (``docker --env-file``), ``hf-token.env`` (mode 0600, only with
-  a token secret);
+  a token secret), ``host.env`` (region and instance id from IMDSv2, when AWS is called);
 - ``/var/lib/neuron-serving/exports/<export key>/`` with its completion marker;
 - ``/etc/haproxy/haproxy.cfg``: the router (:func:`~neuron_serving.render.router.render_router_config`);
-- ``/var/log/neuron-serving/``: ``boot.log``, ``export.log`` and ``status`` (the step reached).
+- ``/var/log/neuron-serving/``: ``boot.log``, ``export.log``, ``ready.log`` and ``status`` (the
+  step reached).
+
+User data is limited to 16 KB, so the templates' comments are left out of it (each rendered file
+keeps its ``#!`` line and shellcheck directives, the boot script its header) and the router
+config travels gzip-compressed and base64-encoded.
+
+**Artifact cache.** Exports live in S3 under ``<artifact_cache>/<export key>/``: a host that
+finds ``COMPLETE`` there downloads the upload it names; otherwise it exports, uploads to
+``<instance id>/`` next to it and then creates ``COMPLETE`` (naming that upload) with a
+conditional write (``put-object --if-none-match '*'``) that fails if it already exists. Of
+racing hosts exactly one publishes; the others delete their upload and serve their own export.
+``COMPLETE`` is written last, so an upload without it is never used.
+
+**Readiness.** With a :class:`ReadinessSignal`, the host signals SUCCESS once ``wait-ready``
+passes, and FAILURE when any step fails, so a deployment fails within minutes instead of at
+the signal timeout. SignalResource has no reason field, but CloudFormation shows each signal's
+unique id in the stack events (which ``cdk deploy`` prints): the unique id carries the reason,
+``<instance id> <step>: <last error line>``, reduced to a plain character set and cut to
+:data:`SIGNAL_ID_LIMIT` characters, the API's limit. The whole reason (with the last 20 lines
+of ``export.log`` when the export failed) goes to ``boot.log`` and to the console, where
+``aws ec2 get-console-output`` shows it. A SUCCESS signal's unique id is the instance id, as
+CloudFormation asks of instances and Auto Scaling groups.
+
+**Warm pool.** See :class:`WarmPoolHook`.
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
 from dataclasses import dataclass
 
 from ..plan.errors import Problems, ServingConfigError, problem
@@ -31,14 +64,70 @@ USER_DATA_LIMIT_BYTES = 16384
 TOKEN_FILE = "/etc/neuron-serving/hf-token.env"
 """The root-only ``docker --env-file`` holding ``HF_TOKEN``, when a token secret is configured."""
 
+SIGNAL_ID_LIMIT = 64
+"""The longest unique id CloudFormation's SignalResource accepts (ResourceSignalUniqueId: 1 to 64
+characters)."""
+
+READY_WAIT_SECONDS = 45 * 60
+"""How long ``wait-ready`` waits for every replica to load its model and answer, polling every
+10 s; the environment variable ``NEURON_SERVING_READY_SECONDS`` overrides it on the host."""
+
 DEFAULT_PULL_ATTEMPTS = 5
 """Image pulls tried before the boot fails; the waits between them grow 10, 20, 40, 80 s."""
 
-ROUTER_SOURCE = "userdata/haproxy.cfg.j2"
-"""Where the router config's comments live: the boot script carries the config without them."""
-
 HEREDOC_END = "EOF"
 """The terminator of the quoted heredocs that embed rendered files in the boot script."""
+
+
+@dataclass(frozen=True)
+class ReadinessSignal:
+    """The CloudFormation resource the host signals: SUCCESS once every replica serves, FAILURE
+    with the reason when a boot step fails (see the module documentation).
+
+    :param stack_name: the stack's name (or id).
+    :param logical_id: the logical id of the instance or Auto Scaling group with the creation
+        or update policy that waits for the signal.
+    """
+
+    stack_name: str
+    logical_id: str
+
+    def __post_init__(self) -> None:
+        problems = Problems()
+        _check_word(problems, "signal.stack_name", self.stack_name)
+        _check_word(problems, "signal.logical_id", self.logical_id)
+        problems.raise_if_any()
+
+
+@dataclass(frozen=True)
+class WarmPoolHook:
+    """The Auto Scaling launch lifecycle hook the host completes, for groups with a warm pool.
+
+    The host reads its target lifecycle state from the instance metadata. Launched into the warm
+    pool (``Warmed:*``), it prepares everything (image, export or download, units enabled but not
+    started, router config), completes the hook with CONTINUE, signals nothing, and the group
+    stops it. Started from the pool, cloud-init runs no user data: the units serve from the local
+    export (no pull, no export) and ``neuron-serving-ready.service`` completes the hook (which
+    fires again) once ``wait-ready`` passes. Launched straight into service, the boot script
+    completes it after the readiness signal. A failed boot completes it with ABANDON, so the
+    group replaces the host. Completing an action none awaits (a later reboot) fails harmlessly.
+
+    Only a warm pool of stopped instances works: a running or hibernated one never boots again,
+    so nothing would start the replicas.
+
+    :param hook_name: the lifecycle hook's name.
+    :param group_name: the Auto Scaling group's name, which the stack knows (a CDK token is
+        fine); on the host it would take tags in the instance metadata or a DescribeTags grant.
+    """
+
+    hook_name: str
+    group_name: str
+
+    def __post_init__(self) -> None:
+        problems = Problems()
+        _check_word(problems, "warm_pool_hook.hook_name", self.hook_name)
+        _check_word(problems, "warm_pool_hook.group_name", self.group_name)
+        problems.raise_if_any()
 
 
 @dataclass(frozen=True)
@@ -53,11 +142,28 @@ class BootOptions:
         secret. Default: no token (public models only).
     :param pull_attempts: how many times the image pull is tried before the boot fails.
         Default: 5 (about 2.5 minutes of waits).
+    :param artifact_cache: an S3 URI prefix (``s3://bucket/prefix``; the bucket may be a CDK
+        token) shared by hosts: a host downloads ``<prefix>/<export key>/`` when another one
+        published it, else exports and publishes its export there. Needs s3:GetObject,
+        s3:PutObject and s3:DeleteObject below the prefix and s3:ListBucket on it. Ignored with
+        ``prebuilt_export``. Default: every host exports for itself.
+    :param prebuilt_export: an export to serve instead of exporting: ``s3://bucket/prefix``
+        (``aws s3 sync``) or ``hf://org/repo`` (a Hugging Face repository of a Neuron export,
+        downloaded inside the serving image, with the token when one is configured). It must
+        match the plan's shapes, degree and dtype and the image's compiler. Default: none.
+    :param signal: the CloudFormation resource to signal once every replica serves, or on
+        failure. Default: no signal.
+    :param warm_pool_hook: the launch lifecycle hook of an Auto Scaling group with a warm pool.
+        Default: none (the host starts serving on its first boot and completes no hook).
     """
 
     image: str = DEFAULT_IMAGE
     hf_token_secret: str | None = None
     pull_attempts: int = DEFAULT_PULL_ATTEMPTS
+    artifact_cache: str | None = None
+    prebuilt_export: str | None = None
+    signal: ReadinessSignal | None = None
+    warm_pool_hook: WarmPoolHook | None = None
 
     def __post_init__(self) -> None:
         problems = Problems()
@@ -69,6 +175,18 @@ class BootOptions:
         attempts = self.pull_attempts
         if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
             problems.add("pull_attempts", attempts, "must be an integer of at least 1")
+        cache = self.artifact_cache
+        if cache is not None and _s3_parts(cache) is None:
+            problems.add("artifact_cache", cache, "must be an S3 URI prefix such as s3://bucket/exports, "
+                         "without spaces, or None")
+        prebuilt = self.prebuilt_export
+        if prebuilt is not None and _s3_parts(prebuilt) is None and _hf_repo(prebuilt) is None:
+            problems.add("prebuilt_export", prebuilt, "must be s3://bucket/prefix or hf://org/repo, "
+                         "without spaces, or None")
+        if self.signal is not None and not isinstance(self.signal, ReadinessSignal):
+            problems.add("signal", self.signal, "must be a ReadinessSignal or None")
+        if self.warm_pool_hook is not None and not isinstance(self.warm_pool_hook, WarmPoolHook):
+            problems.add("warm_pool_hook", self.warm_pool_hook, "must be a WarmPoolHook or None")
         problems.raise_if_any()
 
 
@@ -76,22 +194,61 @@ def _has_space(text: str) -> bool:
     return any(c.isspace() for c in text)
 
 
+def _check_word(problems: Problems, setting: str, value: object) -> None:
+    if not isinstance(value, str) or not value or _has_space(value):
+        problems.add(setting, value, "must be a non-empty name without spaces")
+
+
+def _after_scheme(uri: object, scheme: str) -> str | None:
+    if not isinstance(uri, str) or not uri.startswith(scheme) or _has_space(uri):
+        return None
+    return uri[len(scheme):].strip("/") or None
+
+
+def _s3_parts(uri: object) -> tuple[str, str] | None:
+    """``(bucket, prefix)`` of an ``s3://`` URI, the prefix without slashes at either end."""
+    rest = _after_scheme(uri, "s3://")
+    if rest is None:
+        return None
+    bucket, _, prefix = rest.partition("/")
+    return bucket, prefix.strip("/")
+
+
+def _hf_repo(uri: object) -> str | None:
+    return _after_scheme(uri, "hf://")
+
+
 def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) -> str:
     """The user data for ``plan``: a bash script that checks the Neuron devices, installs what is
     missing, reads the Hugging Face token (when configured), pulls the image, exports the model
-    once, starts one ``neuron-tgi@N`` unit per replica and the HAProxy router.
+    once (or downloads it from the artifact cache or a prebuilt export), starts one
+    ``neuron-tgi@N`` unit per replica and the HAProxy router; with a signal or a warm pool hook,
+    it then waits until every replica serves and reports that (see :class:`BootOptions`).
 
     :param plan: the validated serving layout.
-    :param options: image, token secret and retries. Default: ``BootOptions()``.
+    :param options: image, token secret, retries, export source and readiness reporting.
+        Default: ``BootOptions()``.
 
     The result is not checked against the user data limit: see :func:`check_user_data_size`.
     """
     options = options or BootOptions()
     key = export_key(plan, options.image)
     token_file = TOKEN_FILE if options.hf_token_secret is not None else None
-    common_env, replica_table = _replica_settings(plan, f"{MODEL_MOUNT}/{key}")
+    common_env, replica_table, named_settings = _replica_settings(plan, f"{MODEL_MOUNT}/{key}")
+    prebuilt_s3 = _s3_parts(options.prebuilt_export)
+    prebuilt_hf = _hf_repo(options.prebuilt_export) if prebuilt_s3 is None else None
+    prebuilt = None
+    if prebuilt_s3 is not None:
+        bucket, prefix = prebuilt_s3
+        # A trailing slash: sync lists exactly the prefix's objects, as its IAM grant expects.
+        prebuilt = f"s3://{bucket}/{prefix}/" if prefix else f"s3://{bucket}/"
+    elif prebuilt_hf is not None:
+        prebuilt = f"hf://{prebuilt_hf}"
+    cache = _s3_parts(options.artifact_cache) if prebuilt is None else None
+    signal, hook = options.signal, options.warm_pool_hook
+    s3 = cache is not None or prebuilt_s3 is not None
     files = {
-        "export-model": render(
+        "export-model": _rendered(
             "export-model.sh.j2",
             image=options.image,
             key=key,
@@ -103,8 +260,14 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
             sequence_length=plan.sequence_length,
             cores=plan.degree,
             dtype=plan.dtype,
+            aws=s3,
+            prebuilt=prebuilt,
+            prebuilt_s3=prebuilt_s3,
+            prebuilt_hf=prebuilt_hf,
+            cache_bucket=cache[0] if cache else None,
+            cache_prefix=f"{cache[1]}/" if cache and cache[1] else "",
         ),
-        "run-replica": render(
+        "run-replica": _rendered(
             "run-replica.sh.j2",
             image=options.image,
             key=key,
@@ -112,16 +275,23 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
             mount=MODEL_MOUNT,
             container_port=CONTAINER_PORT,
         ),
-        "neuron-tgi@.service": render("neuron-tgi@.service.j2"),
+        "neuron-tgi@.service": _rendered("neuron-tgi@.service.j2", ready_unit=hook is not None),
         "tgi.env": common_env,
         "replica table": replica_table,
-        "haproxy.cfg": _without_comment_lines(render_router_config(plan), ROUTER_SOURCE),
+        "haproxy.cfg": _without_comments(render_router_config(plan)),
     }
+    if signal is not None or hook is not None:
+        files["wait-ready"] = _rendered("wait-ready.sh.j2", seconds=READY_WAIT_SECONDS, router_port=plan.router_port)
+    if hook is not None:
+        files["complete-lifecycle"] = _rendered(
+            "complete-lifecycle.sh.j2", hook_name=hook.hook_name, group_name=hook.group_name
+        )
+        files["neuron-serving-ready.service"] = _rendered("neuron-serving-ready.service.j2")
     for name, text in files.items():
         _check_embeddable(name, text)
-    return render(
+    script = render(
         "bootstrap.sh.j2",
-        description=Unquoted(_describe(plan, options)),
+        description=Unquoted(_describe(plan)),
         devices=plan.instance.devices,
         instance_type=plan.instance.name,
         hf_token_secret=options.hf_token_secret,
@@ -133,10 +303,19 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         unit=files["neuron-tgi@.service"],
         common_env=common_env,
         replica_table=replica_table,
+        named_settings=named_settings,
         replicas=_replicas(plan),
         router_port=plan.router_port,
-        router_config=files["haproxy.cfg"],
+        router_config=_packed(files["haproxy.cfg"]),
+        metadata=s3 or signal is not None or hook is not None,
+        signal=signal,
+        signal_id_limit=SIGNAL_ID_LIMIT,
+        hook=hook,
+        wait_ready=files.get("wait-ready"),
+        complete_lifecycle=files.get("complete-lifecycle"),
+        ready_unit=files.get("neuron-serving-ready.service"),
     )
+    return _without_comments(script, keep_header=True)
 
 
 def check_user_data_size(script: str, plan: ServingPlan) -> None:
@@ -168,21 +347,27 @@ def _replicas(plan: ServingPlan) -> str:
     return f"{count} replica" if count == 1 else f"{count} replicas"
 
 
-def _describe(plan: ServingPlan, options: BootOptions) -> str:
-    # A comment line of the script: no line break may end it early.
-    return " ".join(f"{_configuration(plan)}, {plan.dtype}, image {options.image}".split())
+def _describe(plan: ServingPlan) -> str:
+    # A comment line of the script: no line break may end it early. The image is in the script.
+    return " ".join(f"{_configuration(plan)}, {plan.dtype}".split())
 
 
-def _replica_settings(plan: ServingPlan, model_dir: str) -> tuple[str, str]:
-    """The ``docker --env-file`` lines all replicas share, and the table the boot script turns
-    into per-replica files: ``index port devices KEY=value...`` with the settings that differ.
+def _replica_settings(plan: ServingPlan, model_dir: str) -> tuple[str, str, list[str]]:
+    """The ``docker --env-file`` lines all replicas share, the table the boot script turns into
+    per-replica files (``index port devices KEY=value...`` with the settings that differ), and
+    the settings whose value is the replica's name (``replica-<index>``), which the boot script
+    writes itself rather than carry them in every row.
 
     A setting differs when it does for another replica index, so the split does not depend on
     how many replicas the plan has.
     """
-    envs = [replica_environment(plan, r, model_dir) for r in plan.replicas]
-    probe = replica_environment(plan, Replica(index=len(plan.replicas), devices=(), port=0), model_dir)
-    own = [k for k, v in envs[0].items() if probe.get(k) != v or any(e.get(k) != v for e in envs)]
+    replicas = [*plan.replicas, Replica(index=len(plan.replicas), devices=(), port=0)]
+    envs = [replica_environment(plan, r, model_dir) for r in replicas]
+    own = [k for k, v in envs[0].items() if any(e.get(k) != v for e in envs)]
+    # The boot script names each replica's files replica-<index>, as Replica.name does.
+    named = [k for k in own
+             if all(e.get(k) == r.name == f"replica-{r.index}" for r, e in zip(replicas, envs, strict=True))]
+    envs.pop()
     problems = Problems()
     for env in envs:
         for k, v in env.items():
@@ -193,22 +378,41 @@ def _replica_settings(plan: ServingPlan, model_dir: str) -> tuple[str, str]:
     problems.raise_if_any()
     common = "".join(f"{k}={v}\n" for k, v in envs[0].items() if k not in own)
     rows = "".join(
-        " ".join([str(r.index), str(r.port), ",".join(map(str, r.devices)), *(f"{k}={env[k]}" for k in own)])
+        " ".join([str(r.index), str(r.port), ",".join(map(str, r.devices)),
+                  *(f"{k}={env[k]}" for k in own if k not in named)])
         + "\n"
         for r, env in zip(plan.replicas, envs, strict=True)
     )
-    return common, rows
+    return common, rows, named
 
 
-def _without_comment_lines(text: str, source: str) -> str:
-    """``text`` without its whole-line ``#`` comments, under a line naming the commented source.
+def _rendered(template: str, **context: object) -> str:
+    return _without_comments(render(template, **context))
 
-    The router config is two thirds comments, which would take a quarter of the 16 KB of user
-    data; on the host, the config itself is what HAProxy and an operator need.
+
+def _without_comments(text: str, *, keep_header: bool = False) -> str:
+    """``text`` without its whole-line ``#`` comments, but with its ``#!`` line, shellcheck
+    directives and, with ``keep_header``, the comment lines it starts with.
+
+    The templates explain every step, and the router's is two thirds comments: kept, comments
+    would take a third of the 16 KB of user data. On the host, the scripts and configs
+    themselves are what bash, systemd, HAProxy and an operator need; the boot script's header
+    names the templates.
     """
-    kept = "".join(f"{line}\n" for line in text.splitlines() if not line.lstrip().startswith("#"))
-    return (f"# Rendered from {source} (cdk-neuron-serving), which explains each setting; its "
-            "comments are left out of the 16 KB of user data.\n" + kept)
+    lines = text.splitlines()
+    header = 0
+    while keep_header and header < len(lines) and lines[header].startswith("#"):
+        header += 1
+    return "".join(
+        f"{line}\n" for n, line in enumerate(lines)
+        if n < header or not line.lstrip().startswith("#") or line.startswith(("#!", "# shellcheck "))
+    )
+
+
+def _packed(text: str) -> str:
+    """``text`` gzip-compressed (with no timestamp, so renders are reproducible) and base64-encoded
+    in lines, for ``base64 -d | gunzip`` on the host."""
+    return base64.encodebytes(gzip.compress(text.encode(), compresslevel=9, mtime=0)).decode()
 
 
 def _check_embeddable(name: str, text: str) -> None:

@@ -1,17 +1,16 @@
 #!/bin/bash
-# neuron-serving boot script, run as root by cloud-init: meta-llama/Llama-3.1-8B-Instruct on inf2.48xlarge (3 replicas of tensor_parallel 8, batch_size 4, sequence_length 4096), bf16, image ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
-# Every step is idempotent. Logs: /var/log/neuron-serving/boot.log; step reached: .../status.
+# neuron-serving boot script, run as root by cloud-init: meta-llama/Llama-3.1-8B-Instruct on inf2.48xlarge (3 replicas of tensor_parallel 8, batch_size 4, sequence_length 4096), bf16
+# Every step is idempotent; logs and the step reached: /var/log/neuron-serving/. Explained in
+# cdk-neuron-serving's userdata/*.j2, whose comments are left out here.
 set -euo pipefail
-# Root of every path read or written (tests, chroot-style image builds); empty on a host.
-# Devices handed to docker keep their real /dev/neuronN names.
 R=${NEURON_SERVING_ROOT:-}
 PATH=$PATH:/opt/aws/neuron/bin:/snap/bin
 logs=$R/var/log/neuron-serving
 mkdir -p "$logs"
 exec > >(tee -a "$logs/boot.log") 2>&1
-step=start
+step=start why=
 log() { echo "$(date -u +%FT%TZ) neuron-serving: $*"; }
-die() { log "ERROR: $*"; exit 1; }
+die() { why=$*; log "ERROR: $*"; exit 1; }
 run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; }
 on_exit() {
   local rc=$?
@@ -20,8 +19,7 @@ on_exit() {
   log "FAILED in step $step (exit $rc)"
 }
 trap on_exit EXIT
-trap 'log "command failed (exit $?) at line $LINENO: $BASH_COMMAND"' ERR
-# put PATH MODE <content: writes a file under the root, replacing it atomically.
+trap 'why="command failed (exit $?) at line $LINENO: $BASH_COMMAND"; log "$why"' ERR
 put() {
   local path=$R$1
   mkdir -p "${path%/*}"
@@ -32,28 +30,15 @@ put() {
 
 run_step check-devices
 neuron-ls || log "neuron-ls failed (exit $?)"
-count=0 first='' last=''
-for dev in "$R"/dev/neuron*; do
-  n=${dev##*/neuron}
-  if [[ $n =~ ^[0-9]+$ ]]; then
-    count=$((count + 1))
-    if [ -z "$first" ] || [ "$n" -lt "$first" ]; then first=$n; fi
-    if [ -z "$last" ] || [ "$n" -gt "$last" ]; then last=$n; fi
-  fi
-done
-if [ "$count" != 12 ] || [ "$last" != 11 ]; then
-  found="found $count"
-  if [ "$count" != 0 ]; then
-    found="$found (/dev/neuron$first"
-    [ "$first" = "$last" ] || found="$found..$last"
-    found="$found)"
-  fi
-  die "expected 12 Neuron devices for inf2.48xlarge, $found; check the instance type and the Neuron driver (neuron-ls above)"
+mapfile -t devs < <(ls "$R/dev" | sed -n 's/^neuron\([0-9]\+\)$/\1/p' | sort -n)
+first=${devs[0]-} last=${devs[*]: -1}
+if [ "$last" != 11 ] || [ ${#devs[@]} != 12 ]; then
+  [ "$first" = "$last" ] || first+="..$last"
+  die "expected 12 Neuron devices for inf2.48xlarge, found ${#devs[@]}${first:+ (/dev/neuron$first)}; check the instance type and the Neuron driver (neuron-ls above)"
 fi
 
 run_step install-tools
 apt_install() {
-  # Early in the first boot, cloud-init or unattended-upgrades may hold the dpkg lock.
   apt-get -o DPkg::Lock::Timeout=600 update -q
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
 }
@@ -63,10 +48,8 @@ command -v haproxy >/dev/null || apt_install haproxy
 systemctl enable --now docker
 
 run_step hf-token
-# The token only passes through shell builtins: never in an argument list or a log.
 secret=neuron-serving/hf-token
 if [[ $secret == arn:* ]]; then
-  # A secret is read in its own region, which its ARN names; a name is in the instance's (IMDSv2).
   IFS=: read -r _ _ _ region _ <<<"$secret"
 else
   imds=$(curl -sSf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' http://169.254.169.254/latest/api/token)
@@ -95,9 +78,6 @@ done
 run_step export-model
 put /opt/neuron-serving/bin/export-model 755 <<'EOF'
 #!/bin/bash
-# Exports (compiles) the model once, inside the serving image so the compiler is the one TGI
-# runs. Called by the boot script and by each neuron-tgi@ unit: the lock serializes them; the
-# marker, written last, makes later calls no-ops; an export without it is redone.
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 image=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
@@ -112,7 +92,13 @@ flock 9
 if [ -f "$marker" ]; then echo "export-model: $final is complete"; exit 0; fi
 rm -rf "$final.tmp" "$final"
 mkdir "$final.tmp"
-# optimum-neuron <= 0.3 names the degree --num_cores, 0.4+ --tensor_parallel_size.
+fail() { echo "export-model: $*" | tee -a "$log" >&2; exit 1; }
+finish() {
+  [ -f "$final.tmp/config.json" ] || fail "no config.json in $final.tmp"
+  mv "$final.tmp" "$final"
+  echo "$1 at $(date -u +%FT%TZ)" >"$marker"
+  echo "export-model: $final is complete"
+}
 help=$(docker run --rm --entrypoint optimum-cli "$image" export neuron --help 2>&1 || true)
 cores_flag=--num_cores
 if [[ $help == *--tensor_parallel_size* ]]; then cores_flag=--tensor_parallel_size; fi
@@ -127,18 +113,13 @@ if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -v "$exports:/models"
   echo "export-model: export failed; see $log" >&2
   exit 1
 fi
-[ -f "$final.tmp/config.json" ] || { echo "export-model: no config.json in $final.tmp" >&2; exit 1; }
-mv "$final.tmp" "$final"
-echo "exported with $cores_flag at $(date -u +%FT%TZ)" >"$marker"
-echo "export-model: $final is complete"
+finish "exported with $cores_flag"
 EOF
 "$R/opt/neuron-serving/bin/export-model"
 
 run_step start-replicas
 put /opt/neuron-serving/bin/run-replica 755 <<'EOF'
 #!/bin/bash
-# Runs TGI replica $1 for neuron-tgi@$1.service. Only its own Neuron devices (never --privileged),
-# so replicas cannot touch each other's cores; its port on loopback, for the router only.
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 i=${1:?usage: run-replica INDEX}
@@ -152,7 +133,6 @@ exec docker run --rm --name "tgi-replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80
   -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
 EOF
 put /etc/systemd/system/neuron-tgi@.service 644 <<'EOF'
-# TGI replica %i. Enabled: a crash or a reboot brings it back without a new export.
 [Unit]
 Description=TGI Neuron replica %i
 Requires=docker.service
@@ -161,7 +141,6 @@ Wants=network-online.target
 StartLimitIntervalSec=0
 
 [Service]
-# After an interrupted export, the first start redoes it: 30 to 60+ minutes.
 TimeoutStartSec=infinity
 ExecStartPre=/opt/neuron-serving/bin/export-model
 ExecStartPre=-/usr/bin/env docker rm -f tgi-replica-%i
@@ -173,7 +152,6 @@ RestartSec=10
 [Install]
 WantedBy=multi-user.target
 EOF
-# Settings all replicas share, in docker --env-file format (values are literal).
 put /etc/neuron-serving/tgi.env 644 <<'EOF'
 MODEL_ID=/models/llama-3-1-8b-instruct-tp8-b4-s4096-bf16-6b0ca4aab7f4240e
 HF_NUM_CORES=8
@@ -185,7 +163,6 @@ MAX_BATCH_PREFILL_TOKENS=12288
 MAX_CONCURRENT_REQUESTS=128
 EOF
 units=()
-# Rows: replica index, host port, Neuron devices, settings of its own.
 while read -r -a row; do
   i=${row[0]}
   put "/etc/neuron-serving/replica-$i.conf" 644 <<CONF
@@ -193,19 +170,20 @@ DEVICES="${row[2]//,/ }"
 PORT=${row[1]}
 ENV_FILE=/etc/neuron-serving/replica-$i.env
 CONF
-  { cat "$R/etc/neuron-serving/tgi.env"; printf '%s\n' "${row[@]:3}"; } | put "/etc/neuron-serving/replica-$i.env" 644
+  { cat "$R/etc/neuron-serving/tgi.env"; printf '%s\n' "${row[@]:3}" NEURON_PROCESS_TAG=replica-"$i"; } |
+    put "/etc/neuron-serving/replica-$i.env" 644
   units+=("neuron-tgi@$i")
 done <<'EOF'
-0 8081 0,1,2,3 NEURON_PROCESS_TAG=replica-0
-1 8082 4,5,6,7 NEURON_PROCESS_TAG=replica-1
-2 8083 8,9,10,11 NEURON_PROCESS_TAG=replica-2
+0 8081 0,1,2,3
+1 8082 4,5,6,7
+2 8083 8,9,10,11
 EOF
 systemctl daemon-reload
 for unit in "${units[@]}"; do systemctl enable --now "$unit"; done
 
 run_step router
-put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'
-# <render_router_config(plan), without its comment lines>
+base64 -d <<'EOF' | gunzip | put /etc/haproxy/haproxy.cfg.new 644
+<render_router_config(plan) without its comment lines, gzip, base64>
 EOF
 haproxy -c -f "$R/etc/haproxy/haproxy.cfg.new"
 mv -f "$R/etc/haproxy/haproxy.cfg.new" "$R/etc/haproxy/haproxy.cfg"

@@ -1,0 +1,215 @@
+"""An Auto Scaling fleet of Neuron hosts from the same launch template as the single instance."""
+
+from __future__ import annotations
+
+import re
+
+import jsii
+from aws_cdk import CfnResource, Duration, Stack
+from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+
+from constructs import Construct
+
+from ..plan.errors import Problems
+from ..plan.timing import boot_minutes
+from .instance import NeuronServingLaunchTemplate
+
+_CRON = re.compile(r"^[0-9A-Za-z*/,?\-#L]+( [0-9A-Za-z*/,?\-#L]+){4}$")
+ASSUMED_REQUEST_SECONDS = 20
+"""Average request duration behind the default scaling target: a batch slot serves about three
+requests a minute."""
+
+
+@jsii.implements(ec2.IConnectable, iam.IGrantable)
+class NeuronServingFleet(Construct):
+    """An Auto Scaling group of Neuron serving hosts over private subnets in every AZ.
+
+    - Creation and rolling updates wait for each new host to signal that every replica serves;
+      a failed boot signals failure with its reason, so a deployment fails in minutes.
+    - Updates (model, layout, image or AMI) replace one host at a time and keep
+      ``min_capacity - 1`` in service, so a fleet of two or more serves throughout.
+    - ELB health checks, with a grace period that covers pull, export and load.
+    - Scale-in lets in-flight generations finish: the group deregisters a host from the target
+      group and waits out its deregistration delay before terminating it.
+    - Optional warm pool of stopped hosts that already hold the image and the export, when the
+      boot script was given a ``warm_pool_hook``.
+
+    :param vpc: the VPC.
+    :param launch_template: the host definition; its boot script must signal this fleet.
+    :param min_capacity: Default: 1.
+    :param max_capacity: Default: 2.
+    :param desired_capacity: Default: none (CloudFormation leaves the current size alone).
+    :param vpc_subnets: Default: private subnets with egress, in every AZ.
+    :param health_check_grace: Default: the boot script's boot timeout.
+    :param instance_warmup: how long a new host's metrics are left out of scaling decisions.
+        Default: the boot estimate of a host that finds the export in the cache.
+    :param notifications_topic: receives every launch, termination and their failures.
+        Default: a new topic, encrypted with a new customer-managed key (AWS-managed SNS keys
+        cannot be granted to the Auto Scaling service), SSL only.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        launch_template: NeuronServingLaunchTemplate,
+        min_capacity: int = 1,
+        max_capacity: int = 2,
+        desired_capacity: int | None = None,
+        vpc_subnets: ec2.SubnetSelection | None = None,
+        health_check_grace: Duration | None = None,
+        instance_warmup: Duration | None = None,
+        notifications_topic: sns.ITopic | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        boot_script = launch_template.boot_script
+        hook = boot_script.warm_pool_hook
+        problems = Problems()
+        if max_capacity < 1:
+            problems.add("max_capacity", max_capacity, "must be at least 1")
+        if min_capacity < 0:
+            problems.add("min_capacity", min_capacity, "must be at least 0")
+        elif min_capacity > max_capacity:
+            problems.add("min_capacity", min_capacity, f"must be <= max_capacity ({max_capacity})")
+        if desired_capacity is not None and not min_capacity <= desired_capacity <= max_capacity:
+            problems.add(
+                "desired_capacity", desired_capacity,
+                f"must lie between min_capacity ({min_capacity}) and max_capacity ({max_capacity})",
+            )
+        if hook is not None and max_capacity < 2:
+            problems.add(
+                "warm_pool", True,
+                f"needs max_capacity of at least 2 (got {max_capacity}): a single instance has nothing to warm",
+            )
+        if boot_script.signal is None:
+            problems.add("launch_template", launch_template.node.path,
+                         "must carry a boot script with a signal: the fleet waits for each host to serve")
+        problems.raise_if_any()
+        assert boot_script.signal is not None
+
+        timeout = boot_script.boot_timeout
+        self.launch_template = launch_template
+        self.plan = launch_template.plan
+        self.role = launch_template.role
+        self.connections = launch_template.connections
+        self.notifications_topic = notifications_topic or self._new_topic()
+        self.auto_scaling_group = autoscaling.AutoScalingGroup(
+            self,
+            "Group",
+            vpc=vpc,
+            launch_template=launch_template.launch_template,
+            # The boot script completes the warm pool's lifecycle hook on this group by name, so
+            # the name must be known before the group exists.
+            auto_scaling_group_name=hook.group_name if hook else None,
+            min_capacity=min_capacity,
+            max_capacity=max_capacity,
+            desired_capacity=desired_capacity,
+            vpc_subnets=vpc_subnets or ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            health_checks=autoscaling.HealthChecks.with_additional_checks(
+                additional_types=[autoscaling.AdditionalHealthCheckType.ELB],
+                grace_period=health_check_grace or timeout,
+            ),
+            signals=autoscaling.Signals.wait_for_min_capacity(timeout=timeout),
+            update_policy=autoscaling.UpdatePolicy.rolling_update(
+                max_batch_size=1,
+                min_instances_in_service=max(min_capacity - 1, 0),
+                wait_on_resource_signals=True,
+                pause_time=timeout,
+            ),
+            default_instance_warmup=instance_warmup
+            or Duration.minutes(boot_minutes(self.plan, exports=False)),
+            group_metrics=[autoscaling.GroupMetrics.all()],
+            notifications=[autoscaling.NotificationConfiguration(topic=self.notifications_topic)],
+        )
+        cfn_group = self.auto_scaling_group.node.default_child
+        assert isinstance(cfn_group, autoscaling.CfnAutoScalingGroup)
+        # The boot script signals this logical id.
+        cfn_group.override_logical_id(boot_script.signal.logical_id)
+        self.min_capacity = min_capacity
+        if hook is not None:
+            self.auto_scaling_group.add_lifecycle_hook(
+                "Launch",
+                lifecycle_hook_name=hook.hook_name,
+                lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
+                # The hook holds each host until the boot script completes it; the API allows
+                # at most two hours, after which the host continues anyway and its ELB health
+                # check decides whether it gets traffic.
+                heartbeat_timeout=Duration.seconds(min(7200, int(timeout.to_seconds()))),
+                default_result=autoscaling.DefaultResult.CONTINUE,
+            )
+            self.auto_scaling_group.add_warm_pool(
+                pool_state=autoscaling.PoolState.STOPPED,
+                reuse_on_scale_in=True,
+            )
+
+    def _new_topic(self) -> sns.Topic:
+        key = kms.Key(
+            self, "NotificationsKey", enable_key_rotation=True,
+            description="Encrypts the Neuron fleet's scaling notifications",
+        )
+        # Auto Scaling publishes with its service-linked role.
+        key.grant(
+            iam.ArnPrincipal(
+                Stack.of(self).format_arn(
+                    service="iam", region="", resource="role",
+                    resource_name="aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling",
+                )
+            ),
+            "kms:Decrypt", "kms:GenerateDataKey*",
+        )
+        return sns.Topic(self, "Notifications", master_key=key, enforce_ssl=True)
+
+    @property
+    def grant_principal(self) -> iam.IPrincipal:
+        return self.role
+
+    def scale_on_requests(self, target_requests_per_minute: int | None = None) -> None:
+        """Track ALB requests per host. Call after the fleet is a target of an endpoint.
+
+        :param target_requests_per_minute: Default: every batch slot of every replica busy with
+            requests of about 20 seconds.
+        """
+        plan = self.plan
+        target = (
+            target_requests_per_minute
+            if target_requests_per_minute is not None
+            else len(plan.replicas) * plan.batch_size * 60 // ASSUMED_REQUEST_SECONDS
+        )
+        if target < 1:
+            raise ValueError(f"target_requests_per_minute ({target}) must be at least 1")
+        policy = self.auto_scaling_group.scale_on_request_count(
+            "RequestsPerHost", target_requests_per_minute=target
+        )
+        # aws-cdk-lib makes the policy depend on the listener, which its resource label already
+        # references; cfn-lint warns (W3005) on that generated DependsOn. Silence just that.
+        cfn_policy = policy.node.default_child
+        assert isinstance(cfn_policy, CfnResource)
+        cfn_policy.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
+        self.target_requests_per_minute = target
+
+    def scale_on_schedule(self, *, scale_down: str, scale_up: str) -> None:
+        """Scale to zero on ``scale_down`` and back to ``min_capacity`` on ``scale_up``: cron
+        expressions (minute hour day month weekday, UTC)."""
+        problems = Problems()
+        for name, expression in (("scale_down_schedule", scale_down), ("scale_up_schedule", scale_up)):
+            if not _CRON.match(expression.strip()):
+                problems.add(name, expression, "must be a cron expression of 5 fields, such as '0 20 * * 1-5'")
+        problems.raise_if_any()
+        self.auto_scaling_group.scale_on_schedule(
+            "ScaleToZero",
+            schedule=autoscaling.Schedule.expression(scale_down.strip()),
+            min_capacity=0,
+            desired_capacity=0,
+        )
+        self.auto_scaling_group.scale_on_schedule(
+            "ScaleBack",
+            schedule=autoscaling.Schedule.expression(scale_up.strip()),
+            min_capacity=self.min_capacity,
+            desired_capacity=max(self.min_capacity, 1),
+        )

@@ -1,0 +1,303 @@
+#!/bin/bash
+# neuron-serving boot script, run as root by cloud-init: meta-llama/Llama-3.1-8B-Instruct on trn1.32xlarge (16 replicas of tensor_parallel 2, batch_size 4, sequence_length 4096), bf16
+# Every step is idempotent; logs and the step reached: /var/log/neuron-serving/. Explained in
+# cdk-neuron-serving's userdata/*.j2, whose comments are left out here.
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+PATH=$PATH:/opt/aws/neuron/bin:/snap/bin
+logs=$R/var/log/neuron-serving
+mkdir -p "$logs"
+exec > >(tee -a "$logs/boot.log") 2>&1
+step=start why=
+log() { echo "$(date -u +%FT%TZ) neuron-serving: $*"; }
+die() { why=$*; log "ERROR: $*"; exit 1; }
+run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; }
+warm='' bin=$R/opt/neuron-serving/bin
+signal() {
+  aws cloudformation signal-resource --region "$REGION" --stack-name NeuronLlamaStack \
+    --logical-resource-id NeuronServingFleet --status "$1" --unique-id "$2" || log "no $1 signal taken"
+}
+on_exit() {
+  local rc=$?
+  if [ "$rc" = 0 ]; then echo "done" >"$logs/status"; return; fi
+  echo "failed $step" >"$logs/status"
+  log "FAILED in step $step (exit $rc)"
+  local lines=
+  set +eu
+  trap - ERR
+  [ "$step" != export-model ] || lines=$(tail -n 20 "$logs/export.log") why=$(grep . <<<"$lines" | tail -n 1)
+  printf 'neuron-serving: failed in step %s: %s\n%s\n' "$step" "${why:=exit $rc}" "$lines" | tee -a "$R/dev/console"
+  [ -n "$warm" ] || signal FAILURE "$(echo -n "$INSTANCE_ID $step: $why" |
+    tr -cs '[:alnum:] ._:/()=,+-' ' ' | head -c 64)"
+  [ ! -x "$bin/complete-lifecycle" ] || "$bin/complete-lifecycle" ABANDON
+}
+trap on_exit EXIT
+trap 'why="command failed (exit $?) at line $LINENO: $BASH_COMMAND"; log "$why"' ERR
+put() {
+  local path=$R$1
+  mkdir -p "${path%/*}"
+  cat >"$path.new"
+  chmod "$2" "$path.new"
+  mv -f "$path.new" "$path"
+}
+
+run_step metadata
+imds=$(curl -sSf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' http://169.254.169.254/latest/api/token)
+md() { curl -sSf -m 5 -H "X-aws-ec2-metadata-token: $imds" "http://169.254.169.254/latest/meta-data/$1"; }
+REGION=$(md placement/region)
+INSTANCE_ID=$(md instance-id)
+printf 'REGION=%s\nINSTANCE_ID=%s\n' "$REGION" "$INSTANCE_ID" | put /etc/neuron-serving/host.env 644
+put /opt/neuron-serving/bin/complete-lifecycle 755 <<'EOF'
+#!/bin/bash
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/host.env"
+aws autoscaling complete-lifecycle-action --region "$REGION" --instance-id "$INSTANCE_ID" \
+  --auto-scaling-group-name NeuronLlamaStack-NeuronServingFleet --lifecycle-hook-name neuron-serving-launch \
+  --lifecycle-action-result "$1" || echo "complete-lifecycle: $1 not taken"
+EOF
+for _ in 1 2 3 4 5 6; do state=$(md autoscaling/target-lifecycle-state) && break; sleep 5; done
+log "lifecycle state: ${state:=InService}"
+[[ $state != Warmed:* ]] || warm=1
+
+run_step check-devices
+neuron-ls || log "neuron-ls failed (exit $?)"
+mapfile -t devs < <(ls "$R/dev" | sed -n 's/^neuron\([0-9]\+\)$/\1/p' | sort -n)
+first=${devs[0]-} last=${devs[*]: -1}
+if [ "$last" != 15 ] || [ ${#devs[@]} != 16 ]; then
+  [ "$first" = "$last" ] || first+="..$last"
+  die "expected 16 Neuron devices for trn1.32xlarge, found ${#devs[@]}${first:+ (/dev/neuron$first)}; check the instance type and the Neuron driver (neuron-ls above)"
+fi
+
+run_step install-tools
+apt_install() {
+  apt-get -o DPkg::Lock::Timeout=600 update -q
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
+}
+command -v docker >/dev/null || apt_install docker.io
+command -v aws >/dev/null || snap install aws-cli --classic || apt_install awscli
+command -v haproxy >/dev/null || apt_install haproxy
+systemctl enable --now docker
+
+run_step hf-token
+secret=arn:aws:secretsmanager:eu-west-1:123456789012:secret:neuron-serving/hf-token-AbCdEf
+region=$REGION
+[[ $secret != arn:* ]] || IFS=: read -r _ _ _ region _ <<<"$secret"
+token=$(aws secretsmanager get-secret-value --region "$region" --secret-id "$secret" --query SecretString --output text)
+[[ -n $token && $token != *[[:space:]]* && $token != \{* ]] || die "secret $secret must hold the Hugging Face token as plain text, not JSON"
+token_file=$R/etc/neuron-serving/hf-token.env
+mkdir -p "${token_file%/*}"
+(umask 077; printf 'HF_TOKEN=%s\n' "$token" >"$token_file.new")
+chmod 600 "$token_file.new"
+mv -f "$token_file.new" "$token_file"
+unset token
+
+run_step pull-image
+image=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
+delay=10
+for attempt in $(seq 5); do
+  if docker pull "$image"; then break; fi
+  [ "$attempt" -lt 5 ] || die "could not pull $image after 5 attempts"
+  log "pull failed (attempt $attempt of 5); retrying in ${delay}s"
+  sleep "$delay"
+  delay=$((delay * 2))
+done
+
+run_step export-model
+put /opt/neuron-serving/bin/export-model 755 <<'EOF'
+#!/bin/bash
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+image=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
+key=llama-3-1-8b-instruct-tp2-b4-s4096-bf16-2d45cbed4efd019a
+exports=$R/var/lib/neuron-serving/exports
+final=$exports/$key
+marker=$final/.neuron-serving-complete
+log=$R/var/log/neuron-serving/export.log
+mkdir -p "$exports" "${log%/*}"
+exec 9>"$exports/.lock"
+flock 9
+if [ -f "$marker" ]; then echo "export-model: $final is complete"; exit 0; fi
+rm -rf "$final.tmp" "$final"
+mkdir "$final.tmp"
+fail() { echo "export-model: $*" | tee -a "$log" >&2; exit 1; }
+finish() {
+  [ -f "$final.tmp/config.json" ] || fail "no config.json in $final.tmp"
+  mv "$final.tmp" "$final"
+  echo "$1 at $(date -u +%FT%TZ)" >"$marker"
+  echo "export-model: $final is complete"
+}
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/host.env"
+export AWS_DEFAULT_REGION=$REGION
+s3=s3://'${Token[TOKEN.123]}'/
+cached=exports/$key
+if aws s3 cp "$s3$cached/COMPLETE" "$final.from" >>"$log" 2>&1; then
+  from=$(head -n 1 "$final.from")
+  [[ $from == "$cached"/?* ]] || fail "COMPLETE names $from"
+  from=$s3$from/
+  echo "export-model: downloading $from into $final; output in $log"
+  aws s3 sync --only-show-errors "$from" "$final.tmp" >>"$log" 2>&1 || fail "could not download $from"
+  finish "downloaded from $from"
+  exit 0
+fi
+help=$(docker run --rm --entrypoint optimum-cli "$image" export neuron --help 2>&1 || true)
+cores_flag=--num_cores
+if [[ $help == *--tensor_parallel_size* ]]; then cores_flag=--tensor_parallel_size; fi
+args=()
+for d in $(seq 0 15); do args+=(--device "/dev/neuron$d"); done
+args+=(--env-file "$R"/etc/neuron-serving/hf-token.env)
+echo "export-model: exporting into $final with $cores_flag; output in $log"
+if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -v "$exports:/models" "$image" \
+  export neuron --model meta-llama/Llama-3.1-8B-Instruct --batch_size 4 --sequence_length 4096 \
+  "$cores_flag" 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
+  tail -n 20 "$log" >&2
+  echo "export-model: export failed; see $log" >&2
+  exit 1
+fi
+finish "exported with $cores_flag"
+up=$cached/$INSTANCE_ID
+echo "$up" >"$final.from"
+echo "export-model: publishing $s3$up/"
+if ! aws s3 sync --only-show-errors --exclude "${marker##*/}" "$final" "$s3$up/" >>"$log" 2>&1 ||
+  ! aws s3api put-object --bucket '${Token[TOKEN.123]}' --key "$cached/COMPLETE" --body "$final.from" \
+    --if-none-match '*' >>"$log" 2>&1; then
+  echo "export-model: not published (see $log)"
+  aws s3 rm --recursive --only-show-errors "$s3$up/" >>"$log" 2>&1 || true
+fi
+EOF
+"$R/opt/neuron-serving/bin/export-model"
+
+run_step start-replicas
+put /opt/neuron-serving/bin/run-replica 755 <<'EOF'
+#!/bin/bash
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+i=${1:?usage: run-replica INDEX}
+key=llama-3-1-8b-instruct-tp2-b4-s4096-bf16-2d45cbed4efd019a
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/replica-$i.conf"
+args=()
+for d in $DEVICES; do args+=(--device "/dev/neuron$d"); done
+args+=(--env-file "$R"/etc/neuron-serving/hf-token.env)
+exec docker run --rm --name "tgi-replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80" \
+  -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
+EOF
+put /etc/systemd/system/neuron-tgi@.service 644 <<'EOF'
+[Unit]
+Description=TGI Neuron replica %i
+Requires=docker.service
+After=docker.service network-online.target
+Wants=network-online.target
+Before=neuron-serving-ready.service
+StartLimitIntervalSec=0
+
+[Service]
+TimeoutStartSec=infinity
+ExecStartPre=/opt/neuron-serving/bin/export-model
+ExecStartPre=-/usr/bin/env docker rm -f tgi-replica-%i
+ExecStart=/opt/neuron-serving/bin/run-replica %i
+ExecStop=/usr/bin/env docker stop -t 30 tgi-replica-%i
+Restart=always
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+EOF
+put /opt/neuron-serving/bin/wait-ready 755 <<'EOF'
+#!/bin/bash
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+limit=${NEURON_SERVING_READY_SECONDS:-2700}
+ready() {
+  curl -fsS -m 10 -o /dev/null "$1/health" && { [ -z "${2:-}" ] || curl -fsS -m 60 -o /dev/null \
+    -H 'Content-Type: application/json' -d '{"inputs":"ping","parameters":{"max_new_tokens":1}}' "$1/generate"; }
+}
+for conf in "$R"/etc/neuron-serving/replica-*.conf router; do
+  name=${conf##*/} port=8080 generate=
+  [ "$name" = router ] || name=${name%.conf} port=$(sed -n 's/^PORT=//p' "$conf") generate=1
+  until ready "http://127.0.0.1:$port" $generate; do
+    [ "$SECONDS" -lt "$limit" ] || { echo "$name not ready in ${limit}s (port $port)"; exit 1; }
+    sleep 10
+  done
+  echo "$name (port $port) ready"
+done
+EOF
+put /etc/systemd/system/neuron-serving-ready.service 644 <<'EOF'
+[Unit]
+Description=Tell Auto Scaling the TGI replicas serve
+After=haproxy.service
+
+[Service]
+Type=oneshot
+TimeoutStartSec=infinity
+ExecStart=/opt/neuron-serving/bin/wait-ready
+ExecStart=/opt/neuron-serving/bin/complete-lifecycle CONTINUE
+StandardOutput=append:/var/log/neuron-serving/ready.log
+
+[Install]
+WantedBy=multi-user.target
+EOF
+put /etc/neuron-serving/tgi.env 644 <<'EOF'
+MODEL_ID=/models/llama-3-1-8b-instruct-tp2-b4-s4096-bf16-2d45cbed4efd019a
+HF_NUM_CORES=2
+HF_AUTO_CAST_TYPE=bf16
+MAX_BATCH_SIZE=4
+MAX_TOTAL_TOKENS=4096
+MAX_INPUT_TOKENS=3072
+MAX_BATCH_PREFILL_TOKENS=12288
+MAX_CONCURRENT_REQUESTS=128
+EOF
+units=()
+while read -r -a row; do
+  i=${row[0]}
+  put "/etc/neuron-serving/replica-$i.conf" 644 <<CONF
+DEVICES="${row[2]//,/ }"
+PORT=${row[1]}
+ENV_FILE=/etc/neuron-serving/replica-$i.env
+CONF
+  { cat "$R/etc/neuron-serving/tgi.env"; printf '%s\n' "${row[@]:3}" NEURON_PROCESS_TAG=replica-"$i"; } |
+    put "/etc/neuron-serving/replica-$i.env" 644
+  units+=("neuron-tgi@$i")
+done <<'EOF'
+0 8081 0
+1 8082 1
+2 8083 2
+3 8084 3
+4 8085 4
+5 8086 5
+6 8087 6
+7 8088 7
+8 8089 8
+9 8090 9
+10 8091 10
+11 8092 11
+12 8093 12
+13 8094 13
+14 8095 14
+15 8096 15
+EOF
+systemctl daemon-reload
+systemctl enable neuron-serving-ready "${units[@]}"
+[ -n "$warm" ] || systemctl start "${units[@]}"
+
+run_step router
+base64 -d <<'EOF' | gunzip | put /etc/haproxy/haproxy.cfg.new 644
+<render_router_config(plan) without its comment lines, gzip, base64>
+EOF
+haproxy -c -f "$R/etc/haproxy/haproxy.cfg.new"
+mv -f "$R/etc/haproxy/haproxy.cfg.new" "$R/etc/haproxy/haproxy.cfg"
+systemctl enable haproxy
+if [ -n "$warm" ]; then
+  "$bin/complete-lifecycle" CONTINUE
+  log "prepared for the warm pool"
+  exit 0
+fi
+systemctl restart haproxy
+
+run_step wait-ready
+"$bin/wait-ready" | tee -a "$logs/ready.log" || die "$(tail -n 1 "$logs/ready.log")"
+signal SUCCESS "$INSTANCE_ID"
+"$bin/complete-lifecycle" CONTINUE
+log "boot complete: 16 replicas behind the router on port 8080"

@@ -1,0 +1,218 @@
+"""fleet=asg: signals, rolling updates, ELB health checks, scaling, the artifact cache, and the
+bad inputs a fleet can be given."""
+
+import json
+
+import pytest
+
+from neuron_serving import ServingConfigError
+from neuron_serving.cdk.artifact_cache import CACHE_OBJECT_ACTIONS
+from neuron_serving.plan import ServingRequest, plan_serving
+from neuron_serving.plan.timing import boot_minutes, longest_generation_seconds
+
+from .conftest import synthesize
+
+FLEET = {"fleet": "asg", "min_capacity": "2", "max_capacity": "4"}
+
+
+def _group(synth):
+    (group,) = synth.resources("AWS::AutoScaling::AutoScalingGroup").items()
+    return group
+
+
+def _host_policies(synth):
+    return [p["Properties"]["PolicyDocument"]["Statement"] for p in synth.resources("AWS::IAM::Policy").values()
+            if any("Host" in r["Ref"] for r in p["Properties"]["Roles"])]
+
+
+def test_fleet_waits_for_a_signal_from_each_of_min_capacity_hosts(synth):
+    logical_id, group = _group(synth(**FLEET))
+    minutes = boot_minutes(plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge")))
+    hours, rest = divmod(minutes, 60)
+    assert group["CreationPolicy"] == {"ResourceSignal": {"Count": 2, "Timeout": f"PT{hours}H{rest}M"}}
+    assert logical_id == "NeuronServingFleet"
+
+
+def test_the_boot_script_signals_the_fleet_by_its_logical_id(synth):
+    template = synth(**FLEET)
+    options = template.stack.boot_script.options
+    assert options.signal.logical_id == _group(template)[0]
+    assert options.signal.stack_name == "NeuronLlamaStack"
+
+
+def test_updates_replace_one_host_at_a_time_waiting_for_signals_and_keep_the_rest_serving(synth):
+    update = _group(synth(**FLEET))[1]["UpdatePolicy"]["AutoScalingRollingUpdate"]
+    assert update["MaxBatchSize"] == 1
+    assert update["MinInstancesInService"] == 1
+    assert update["WaitOnResourceSignals"] is True
+
+
+def test_elb_health_checks_with_grace_for_pull_export_and_load(synth):
+    properties = _group(synth(**FLEET))[1]["Properties"]
+    minutes = boot_minutes(plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge")))
+    assert properties["HealthCheckType"] == "ELB"
+    assert properties["HealthCheckGracePeriod"] == minutes * 60
+    assert (properties["MinSize"], properties["MaxSize"]) == ("2", "4")
+
+
+def test_fleet_spans_the_private_subnets_of_both_azs(synth):
+    template = synth(**FLEET)
+    subnets = _group(template)[1]["Properties"]["VPCZoneIdentifier"]
+    assert len(subnets) == 2
+    for subnet in subnets:
+        assert template.json["Resources"][subnet["Ref"]]["Properties"]["MapPublicIpOnLaunch"] is False
+
+
+def test_fleet_scales_on_alb_requests_per_host_with_a_warmup_of_a_cached_boot(synth):
+    template = synth(**FLEET)
+    (policy,) = template.resources("AWS::AutoScaling::ScalingPolicy").values()
+    tracking = policy["Properties"]["TargetTrackingConfiguration"]
+    assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == "ALBRequestCountPerTarget"
+    assert tracking["TargetValue"] == 6 * 4 * 3  # replicas x batch slots x requests of ~20 s a minute
+    plan = plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge"))
+    assert _group(template)[1]["Properties"]["DefaultInstanceWarmup"] == boot_minutes(plan, exports=False) * 60
+
+
+def test_target_requests_per_minute_overrides_the_scaling_target(synth):
+    (policy,) = synth(**FLEET, target_requests_per_minute="30").resources("AWS::AutoScaling::ScalingPolicy").values()
+    assert policy["Properties"]["TargetTrackingConfiguration"]["TargetValue"] == 30
+
+
+def test_fleet_registers_with_the_target_group_and_only_the_alb_reaches_it(synth):
+    template = synth(**FLEET)
+    group_id = _group(template)[0]
+    assert _group(template)[1]["Properties"]["TargetGroupARNs"] == [
+        {"Ref": next(iter(template.resources("AWS::ElasticLoadBalancingV2::TargetGroup")))}]
+    assert "AWS::EC2::Instance" not in {r["Type"] for r in template.json["Resources"].values()}
+    assert template.json["Outputs"]["AutoScalingGroupName"]["Value"] == {"Ref": group_id}
+
+
+def test_scale_in_drains_for_the_longest_generation(synth):
+    group = synth(**FLEET).only("AWS::ElasticLoadBalancingV2::TargetGroup")
+    attributes = {a["Key"]: a["Value"] for a in group["TargetGroupAttributes"]}
+    plan = plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge"))
+    assert int(attributes["deregistration_delay.timeout_seconds"]) == longest_generation_seconds(plan) >= 300
+
+
+def test_scaling_events_go_to_an_encrypted_ssl_only_topic(synth):
+    template = synth(**FLEET)
+    notifications = _group(template)[1]["Properties"]["NotificationConfigurations"]
+    assert {"autoscaling:EC2_INSTANCE_LAUNCH_ERROR", "autoscaling:EC2_INSTANCE_TERMINATE"} <= set(
+        notifications[0]["NotificationTypes"])
+    topic = template.only("AWS::SNS::Topic")
+    assert "KmsMasterKeyId" in topic
+    assert template.only("AWS::KMS::Key")["EnableKeyRotation"] is True
+
+
+def test_warm_pool_keeps_stopped_hosts_and_a_launch_hook_the_boot_script_completes(synth):
+    template = synth(fleet="asg", min_capacity="1", max_capacity="3", warm_pool="true")
+    assert template.only("AWS::AutoScaling::WarmPool")["PoolState"] == "Stopped"
+    hook = template.only("AWS::AutoScaling::LifecycleHook")
+    options = template.stack.boot_script.options
+    assert hook["LifecycleHookName"] == options.warm_pool_hook.hook_name
+    assert hook["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_LAUNCHING"
+    assert _group(template)[1]["Properties"]["AutoScalingGroupName"] == options.warm_pool_hook.group_name
+    statements = [s for policy in _host_policies(template) for s in policy]
+    (complete,) = [s for s in statements if s["Action"] == "autoscaling:CompleteLifecycleAction"]
+    assert options.warm_pool_hook.group_name in json.dumps(complete["Resource"])
+
+
+def test_schedules_scale_to_zero_and_back(synth):
+    template = synth(fleet="asg", min_capacity="2", max_capacity="4", scale_down_schedule="0 20 * * 1-5",
+                     scale_up_schedule="0 7 * * 1-5")
+    actions = sorted((a["Properties"]["Recurrence"], a["Properties"]["MinSize"], a["Properties"]["DesiredCapacity"])
+                     for a in template.resources("AWS::AutoScaling::ScheduledAction").values())
+    assert actions == [("0 20 * * 1-5", 0, 0), ("0 7 * * 1-5", 2, 2)]
+
+
+# --- artifact cache and IAM -----------------------------------------------------------------------
+
+def test_artifact_cache_bucket_is_encrypted_private_and_ssl_only(synth):
+    template = synth(**FLEET)
+    (bucket_id, bucket), = [(k, r) for k, r in template.resources("AWS::S3::Bucket").items() if "ArtifactCache" in k]
+    properties = bucket["Properties"]
+    assert properties["BucketEncryption"]["ServerSideEncryptionConfiguration"][0][
+        "ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
+    assert all(properties["PublicAccessBlockConfiguration"].values())
+    assert bucket["DeletionPolicy"] == "Retain"
+    (policy,) = [p["Properties"] for p in template.resources("AWS::S3::BucketPolicy").values()
+                 if p["Properties"]["Bucket"] == {"Ref": bucket_id}]
+    assert any(s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+               for s in policy["PolicyDocument"]["Statement"])
+
+
+def test_host_may_use_only_the_cache_prefix_and_signal_its_own_stack(synth):
+    template = synth(**FLEET)
+    statements = [s for policy in _host_policies(template) for s in policy]
+    by_action = {json.dumps(s["Action"]): s for s in statements}
+    objects = by_action[json.dumps(sorted(CACHE_OBJECT_ACTIONS))]
+    assert not any("*" in action for action in objects["Action"])
+    assert objects["Resource"]["Fn::Join"][1][1] == "/exports/*"
+    listing = by_action[json.dumps("s3:ListBucket")]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["exports/*"]}}
+    assert by_action[json.dumps("cloudformation:SignalResource")]["Resource"] == {"Ref": "AWS::StackId"}
+    assert len(statements) == 3
+
+
+def test_boot_script_gets_the_cache_uri(synth):
+    template = synth(**FLEET)
+    assert template.stack.boot_script.options.artifact_cache == template.stack.artifact_cache.uri
+    assert template.stack.artifact_cache.uri.startswith("s3://") and template.stack.artifact_cache.uri.endswith(
+        "/exports")
+
+
+def test_a_prebuilt_s3_export_is_read_only_and_replaces_the_cache(synth):
+    template = synth(prebuilt_export="s3://team-exports/llama3-8b/tp2")
+    assert template.stack.artifact_cache is None
+    statements = [s for policy in _host_policies(template) for s in policy]
+    (read,) = [s for s in statements if s["Action"] == "s3:GetObject"]
+    assert read["Resource"] == {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"},
+                                                  ":s3:::team-exports/llama3-8b/tp2/*"]]}
+    assert not any("PutObject" in json.dumps(s["Action"]) for s in statements)
+
+
+def test_single_instance_signals_too_with_a_creation_policy(synth):
+    template = synth()
+    (instance_id, instance), = template.resources("AWS::EC2::Instance").items()
+    assert instance_id == "NeuronServingInstance"
+    assert instance["CreationPolicy"]["ResourceSignal"]["Count"] == 1
+
+
+# --- bad input --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        ({"min_capacity": "5", "max_capacity": "4"}, "min_capacity (5) must be <= max_capacity (4)"),
+        ({"desired_capacity": "9"}, "desired_capacity (9) must lie between min_capacity (2) and max_capacity (4)"),
+        ({"max_capacity": "0", "min_capacity": "0"}, "max_capacity (0) must be at least 1"),
+        ({"warm_pool": "true", "min_capacity": "1", "max_capacity": "1"},
+         "warm_pool (True) needs max_capacity of at least 2"),
+        ({"scale_down_schedule": "0 20 * * 1-5"}, "scale_up_schedule (None) is required with the other schedule"),
+        ({"scale_down_schedule": "every evening", "scale_up_schedule": "0 7 * * *"},
+         "scale_down_schedule ('every evening') must be a cron expression of 5 fields"),
+        ({"target_requests_per_minute": "0"}, "target_requests_per_minute (0) must be at least 1"),
+        ({"boot_timeout_minutes": "900"}, "boot_timeout_minutes (900) must be 1 to 720"),
+    ],
+)
+def test_bad_fleet_settings_fail_synthesis_naming_the_setting(context, message):
+    with pytest.raises(ValueError) as err:
+        synthesize({**FLEET, **context})
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("key", ["min_capacity", "warm_pool", "scale_down_schedule"])
+def test_fleet_settings_without_fleet_asg_are_refused(key):
+    with pytest.raises(ServingConfigError, match=rf"{key} \(.*\) applies to fleet=asg only"):
+        synthesize({key: "2" if key == "min_capacity" else "true" if key == "warm_pool" else "0 1 * * *"})
+
+
+def test_unknown_fleet_kind_is_refused():
+    with pytest.raises(ServingConfigError, match=r"fleet \('spot'\) must be one of instance, asg"):
+        synthesize({"fleet": "spot"})
+
+
+@pytest.mark.parametrize("uri", ["team-exports/llama", "https://x/y", "s3://", "hf://"])
+def test_prebuilt_export_must_be_an_s3_or_hf_uri(uri):
+    with pytest.raises(ValueError, match=r"prebuilt_export"):
+        synthesize({"prebuilt_export": uri})

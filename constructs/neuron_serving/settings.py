@@ -15,6 +15,7 @@ from typing import Any
 from .plan.errors import Problems
 from .plan.layout import ServingRequest
 from .plan.tgi import DEFAULT_IMAGE
+from .plan.timing import MAX_CLOUDFORMATION_MINUTES
 
 DEFAULT_MODEL_ID = "NousResearch/Meta-Llama-3-8B-Instruct"
 """Llama 3 8B Instruct as published by Meta, mirrored without the gate: no token needed."""
@@ -26,7 +27,7 @@ DEFAULT_DLAMI_PARAMETER = "/aws/service/neuron/dlami/base/ubuntu-24.04/latest/im
 """The Neuron DLAMI with drivers and tools only, meant for containerised serving."""
 
 CONTEXT_KEYS = (
-    "model_id", "model_config", "instance_type", "tensor_parallel", "batch_size", "sequence_length",
+    "model_id", "model_revision", "model_config", "instance_type", "tensor_parallel", "batch_size", "sequence_length",
     "max_input_tokens", "dtype", "hf_token_secret", "image", "ami_id", "dlami_parameter",
     "internet_facing", "allowed_cidrs", "certificate_arn", "fleet", "min_capacity", "max_capacity",
     "desired_capacity", "warm_pool", "scale_down_schedule", "scale_up_schedule", "target_requests_per_minute",
@@ -43,6 +44,10 @@ class StackSettings:
     """Everything ``NeuronLlamaStack`` is configured with.
 
     :param request: the serving request (model, instance type, shapes, degree).
+    :param model_revision: the Hub revision (commit, branch or tag) of ``model_id`` to export.
+        Part of the artifact cache key, so pinning a commit keeps a fleet's cached export from
+        outliving the weights it was built from. Default: none (the repository's default
+        branch at export time).
     :param image: the TGI Neuron serving image. Default: ``DEFAULT_IMAGE``.
     :param hf_token_secret: name or ARN of a Secrets Manager secret holding a Hugging Face
         token, for gated models. Default: none.
@@ -70,6 +75,7 @@ class StackSettings:
     """
 
     request: ServingRequest
+    model_revision: str | None = None
     image: str = DEFAULT_IMAGE
     hf_token_secret: str | None = None
     ami_id: str | None = None
@@ -105,6 +111,7 @@ class StackSettings:
         )
         settings = cls(
             request=request,
+            model_revision=reader.optional_text("model_revision"),
             image=reader.text("image", DEFAULT_IMAGE),
             hf_token_secret=reader.optional_text("hf_token_secret"),
             ami_id=reader.optional_text("ami_id"),
@@ -129,6 +136,10 @@ class StackSettings:
             for key in FLEET_ONLY_KEYS:
                 if get(key) not in (None, ""):
                     problems.add(key, get(key), "applies to fleet=asg only; add -c fleet=asg")
+        timeout = settings.boot_timeout_minutes
+        if timeout is not None and not 1 <= timeout <= MAX_CLOUDFORMATION_MINUTES:
+            problems.add("boot_timeout_minutes", timeout, f"must be 1 to {MAX_CLOUDFORMATION_MINUTES} "
+                         "(CloudFormation waits at most 12 hours for signals)")
         problems.raise_if_any()
         return settings
 

@@ -299,3 +299,36 @@ def test_completing_a_lifecycle_action_that_none_awaits_is_tolerated(make_host: 
     assert result.returncode == 0
     assert "No active Lifecycle Action" in result.stderr
     assert "complete-lifecycle: CONTINUE not taken" in result.stdout
+
+
+REVISION = "5f0b02c75b57c5855da9ae460ce51323ea669d8a"
+
+
+def test_a_pinned_revision_is_downloaded_then_exported_from_disk_under_its_own_key(make_host: MakeHost) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    result = host.boot(render_boot_script(plan, BootOptions(model_revision=REVISION, artifact_cache=CACHE)))
+    assert result.returncode == 0, result.stdout
+    key = export_key(plan, DEFAULT_IMAGE, REVISION)
+    assert key != export_key(plan, DEFAULT_IMAGE)
+    runs = [a for a in host.calls("docker") if a[0] == "run" and "--name" not in a and "--help" not in a]
+    download, export = runs
+    assert download[download.index(DEFAULT_IMAGE) + 1:] == [
+        "download", plan.model_id, "--revision", REVISION, "--local-dir", f"/models/{key}.src"]
+    assert export[export.index("--model") + 1] == f"/models/{key}.src"
+    final = host.path(f"/var/lib/neuron-serving/exports/{key}")
+    assert (final / MARKER).is_file()
+    assert not host.path(f"/var/lib/neuron-serving/exports/{key}.src").exists()  # the checkpoint is not kept
+    assert (host.s3 / CACHE.removeprefix("s3://") / key / "COMPLETE").is_file()  # published under the pinned key
+
+
+def test_an_unknown_revision_fails_the_boot_with_a_failure_signal_naming_it(make_host: MakeHost) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    options = BootOptions(model_revision="no-such-branch", signal=SIGNAL)
+    result = host.boot(render_boot_script(plan, options), STUB_HF_DOWNLOAD_FAIL="1")
+    assert result.returncode != 0
+    assert [a for a in host.calls("docker") if "optimum-cli" in a and "--help" not in a] == []
+    (failure,) = [s for s in signals(host) if s["--status"] == "FAILURE"]
+    assert f"could not download {plan.model_id} at revision no-such-branch" in host.path(BOOT_LOG).read_text()
+    assert failure["--unique-id"].startswith(host.instance_id)

@@ -15,12 +15,14 @@ from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from neuron_serving.plan import ServingConfigError, ServingPlan
+from neuron_serving.plan.tgi import DEFAULT_IMAGE
 from neuron_serving.render.boot import (
     SIGNAL_ID_LIMIT,
     USER_DATA_LIMIT_BYTES,
     BootOptions,
     ReadinessSignal,
     WarmPoolHook,
+    bundle,
     check_user_data_size,
     render_boot_script,
 )
@@ -34,8 +36,10 @@ CONFIGS: dict[str, tuple[Callable[[], ServingPlan], str | None]] = {
     "inf2.24xlarge-tp4": (lambda: make_plan("inf2.24xlarge", 4), None),
 }
 
-FLEET = {"artifact_cache": CACHE_TOKEN, "signal": SIGNAL, "warm_pool_hook": HOOK}
-"""Every fleet option on, the cache bucket an unresolved CDK token as the stack passes it."""
+FLEET = {"artifact_cache": CACHE_TOKEN, "signal": SIGNAL, "warm_pool_hook": HOOK,
+         "model_revision": "5f0b02c75b57c5855da9ae460ce51323ea669d8a"}
+"""Every fleet option on, the cache bucket an unresolved CDK token as the stack passes it, the
+model pinned to a commit."""
 
 OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
     "trn1.32xlarge-tp2-secret-arn-fleet": ("trn1.32xlarge-tp2-secret-arn", FLEET),
@@ -49,7 +53,8 @@ OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
 }
 
 EMBEDDED_FILE = re.compile(r"^put (\S+) \d+ <<'EOF'\n(.*?)^EOF$", re.MULTILINE | re.DOTALL)
-PACKED_FILE = re.compile(r"^base64 -d <<'EOF' \| gunzip \| put (\S+) \d+\n(.*?)^EOF$", re.MULTILINE | re.DOTALL)
+BUNDLE = re.compile(r"^files=\$\(base64 -d <<'EOF' \| gunzip\n(.*?)^EOF\n\)$", re.MULTILINE | re.DOTALL)
+ROUTER_CONFIG = re.compile(r"^(put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'\n).*?^EOF$", re.MULTILINE | re.DOTALL)
 
 
 def rendered(config: str) -> tuple[ServingPlan, str]:
@@ -62,11 +67,16 @@ def rendered(config: str) -> tuple[ServingPlan, str]:
     return plan, render_boot_script(plan, BootOptions(hf_token_secret=secret, **options))  # type: ignore[arg-type]
 
 
+def unbundled(script: str) -> str:
+    """``script`` with its compressed bundle of files decoded in place, as the host evaluates it."""
+    [blob] = BUNDLE.findall(script)
+    return script.replace(blob, gzip.decompress(base64.b64decode(blob)).decode())
+
+
 def embedded_files(script: str) -> dict[str, str]:
-    """The files the script writes from quoted heredocs, by their path on the host (packed ones
-    unpacked)."""
-    packed = {path: gzip.decompress(base64.b64decode(blob)).decode() for path, blob in PACKED_FILE.findall(script)}
-    return {path: text for path, text in EMBEDDED_FILE.findall(script)} | packed
+    """The files the script writes from quoted heredocs, in it or in its bundle, by their path on
+    the host."""
+    return dict(EMBEDDED_FILE.findall(unbundled(script)))
 
 
 class ShellSnapshot(SingleFileSnapshotExtension):
@@ -130,9 +140,8 @@ def test_size_check_accepts_a_script_of_exactly_the_limit() -> None:
 )
 def test_boot_script_snapshot(config: str, snapshot: SnapshotAssertion) -> None:
     _, script = rendered(config)
-    [(_, router)] = PACKED_FILE.findall(script)
     # The router config has its own tests; here it would only make every router change a boot change.
-    scrubbed = script.replace(router, "<render_router_config(plan) without its comment lines, gzip, base64>\n")
+    scrubbed = ROUTER_CONFIG.sub(r"\1<render_router_config(plan) without its comment lines>\nEOF", unbundled(script))
     assert scrubbed == snapshot(extension_class=ShellSnapshot)
 
 
@@ -146,13 +155,25 @@ def test_secret_id_is_shell_quoted_so_an_unresolved_cdk_token_stays_one_word() -
     assert "\nsecret='${Token[TOKEN.123]}'\n" in script
 
 
-def test_boot_script_embeds_exactly_its_five_files_each_ending_at_its_heredoc_end() -> None:
+def test_boot_script_embeds_exactly_its_seven_files_each_ending_at_its_heredoc_end() -> None:
     _, script = rendered("inf2.48xlarge-tp8-secret-name")
     files = embedded_files(script)
-    assert sorted(files) == ["/etc/haproxy/haproxy.cfg.new", "/etc/neuron-serving/tgi.env",
+    assert sorted(files) == ["/etc/haproxy/haproxy.cfg.new", "/etc/neuron-serving/replicas.table",
+                             "/etc/neuron-serving/stack.env", "/etc/neuron-serving/tgi.env",
                              "/etc/systemd/system/neuron-tgi@.service",
                              "/opt/neuron-serving/bin/export-model", "/opt/neuron-serving/bin/run-replica"]
     assert files["/etc/systemd/system/neuron-tgi@.service"].rstrip().endswith("WantedBy=multi-user.target")
+    # Only stack.env is outside the compressed bundle: it may carry deploy-time values.
+    assert EMBEDDED_FILE.findall(script) == [("/etc/neuron-serving/stack.env", f"IMAGE={DEFAULT_IMAGE}\n")]
+
+
+def test_bundled_files_may_hold_no_deploy_time_value_and_are_executable_only_with_a_shebang() -> None:
+    with pytest.raises(ServingConfigError, match=r"^/etc/x .* cannot hold a deploy-time value"):
+        bundle({"/etc/x": "BUCKET=${Token[TOKEN.7]}\n"})
+    with pytest.raises(ServingConfigError, match=r"^/etc/x .* cannot be embedded in a heredoc"):
+        bundle({"/etc/x": "a\nEOF\nb\n"})
+    assert bundle({"/bin/x": "#!/bin/bash\n", "/etc/y": "k=v\n"}) == (
+        "put /bin/x 755 <<'EOF'\n#!/bin/bash\nEOF\nput /etc/y 644 <<'EOF'\nk=v\nEOF\n")
 
 
 @pytest.mark.parametrize(
@@ -169,6 +190,10 @@ def test_boot_script_embeds_exactly_its_five_files_each_ending_at_its_heredoc_en
         ({"prebuilt_export": "gs://bucket/export"}, "prebuilt_export"),
         ({"prebuilt_export": "hf://"}, "prebuilt_export"),
         ({"prebuilt_export": "s3:///"}, "prebuilt_export"),
+        ({"model_revision": "main branch"}, "model_revision"),
+        ({"model_revision": "$(reboot)"}, "model_revision"),
+        ({"model_revision": "-rf"}, "model_revision"),
+        ({"model_revision": "v1", "prebuilt_export": "s3://models/llama"}, "model_revision"),
         ({"signal": "NeuronLlamaStack"}, "signal"),
         ({"warm_pool_hook": "neuron-serving-launch"}, "warm_pool_hook"),
     ],
@@ -194,27 +219,32 @@ def test_signal_and_warm_pool_hook_name_the_bad_setting(make: Callable[[], objec
 
 def test_without_fleet_options_the_script_has_no_metadata_readiness_signal_or_cache_step() -> None:
     for config in CONFIGS:
-        _, script = rendered(config)
+        script = unbundled(rendered(config)[1])
         assert "host.env" not in script and "wait-ready" not in script and "complete-lifecycle" not in script
         assert "aws s3" not in script and "signal-resource" not in script
 
 
-def test_the_artifact_cache_bucket_token_stays_one_quoted_word() -> None:
+def test_deploy_time_values_stay_one_quoted_word_in_stack_env_and_only_there() -> None:
     script = rendered("trn1.32xlarge-tp2-secret-arn-fleet")[1]
-    export_model = embedded_files(script)["/opt/neuron-serving/bin/export-model"]
-    assert "\ns3=s3://'${Token[TOKEN.123]}'/\ncached=exports/$key\n" in export_model
-    assert "--bucket '${Token[TOKEN.123]}' --key" in export_model
+    files = embedded_files(script)
+    assert files["/etc/neuron-serving/stack.env"] == (
+        f"IMAGE={DEFAULT_IMAGE}\nCACHE_BUCKET='${{Token[TOKEN.123]}}'\nCACHE_PREFIX=exports/\n"
+        "GROUP_NAME=NeuronLlamaStack-NeuronServingFleet\nHOOK_NAME=neuron-serving-launch\n")
+    export_model = files["/opt/neuron-serving/bin/export-model"]
+    assert "\ns3=s3://$CACHE_BUCKET/\ncached=$CACHE_PREFIX$key\n" in export_model
+    assert '--bucket "$CACHE_BUCKET" --key' in export_model
+    assert script.count("${Token[TOKEN.123]}") == 1
 
 
 @pytest.mark.parametrize(
     ("cache", "line"),
-    [("s3://cache-bucket", "cached=''$key"), ("s3://cache-bucket/a/b/", "cached=a/b/$key")],
+    [("s3://cache-bucket", "CACHE_PREFIX=''"), ("s3://cache-bucket/a/b/", "CACHE_PREFIX=a/b/")],
 )
 def test_the_artifact_cache_prefix_may_be_empty_or_nested(cache: str, line: str) -> None:
     script = render_boot_script(make_plan("inf2.48xlarge", 8), BootOptions(artifact_cache=cache))
-    export_model = embedded_files(script)["/opt/neuron-serving/bin/export-model"]
-    assert "\ns3=s3://cache-bucket/\n" in export_model
-    assert f"\n{line}\n" in export_model
+    stack_env = embedded_files(script)["/etc/neuron-serving/stack.env"]
+    assert "\nCACHE_BUCKET=cache-bucket\n" in stack_env
+    assert f"\n{line}\n" in stack_env
 
 
 def test_the_ready_unit_waits_for_every_replica_and_the_router_then_completes_the_lifecycle_action() -> None:

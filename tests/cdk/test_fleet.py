@@ -9,6 +9,7 @@ from neuron_serving import ServingConfigError
 from neuron_serving.cdk.artifact_cache import CACHE_OBJECT_ACTIONS
 from neuron_serving.plan import ServingRequest, plan_serving
 from neuron_serving.plan.timing import boot_minutes, longest_generation_seconds
+from neuron_serving.render.boot import render_boot_script
 
 from .conftest import synthesize
 
@@ -178,6 +179,14 @@ def test_single_instance_signals_too_with_a_creation_policy(synth):
     assert instance["CreationPolicy"]["ResourceSignal"]["Count"] == 1
 
 
+def test_a_pinned_model_revision_reaches_the_boot_script_and_keys_the_cache(synth):
+    revision = "5f0b02c75b57c5855da9ae460ce51323ea669d8a"
+    pinned = synth(**FLEET, model_revision=revision).stack.boot_script
+    unpinned = synth(**FLEET).stack.boot_script
+    assert pinned.options.model_revision == revision and unpinned.options.model_revision is None
+    assert pinned.script == render_boot_script(pinned.plan, pinned.options) != unpinned.script
+
+
 # --- bad input --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(
@@ -193,10 +202,15 @@ def test_single_instance_signals_too_with_a_creation_policy(synth):
          "scale_down_schedule ('every evening') must be a cron expression of 5 fields"),
         ({"target_requests_per_minute": "0"}, "target_requests_per_minute (0) must be at least 1"),
         ({"boot_timeout_minutes": "900"}, "boot_timeout_minutes (900) must be 1 to 720"),
+        ({"boot_timeout_minutes": "0"}, "boot_timeout_minutes (0) must be 1 to 720"),
+        ({"boot_timeout_minutes": "-5"}, "boot_timeout_minutes (-5) must be 1 to 720"),
+        ({"model_revision": "main branch"}, "model_revision ('main branch') must be a Hub commit, branch or tag"),
+        ({"model_revision": "v1", "prebuilt_export": "s3://team/export"},
+         "model_revision ('v1') does not apply to a prebuilt_export"),
     ],
 )
 def test_bad_fleet_settings_fail_synthesis_naming_the_setting(context, message):
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(ServingConfigError) as err:
         synthesize({**FLEET, **context})
     assert message in str(err.value)
 

@@ -39,8 +39,10 @@ def test_export_key_changes_with_everything_that_changes_the_artifact():
         export_key(_plan(batch_size=4), DEFAULT_IMAGE),
         export_key(_plan(sequence_length=8192, max_input_tokens=4096), DEFAULT_IMAGE),
         export_key(_plan(dtype="fp16"), DEFAULT_IMAGE),
+        export_key(_plan(), DEFAULT_IMAGE, "5f0b02c75b57c5855da9ae460ce51323ea669d8a"),
+        export_key(_plan(), DEFAULT_IMAGE, "v2"),
     ]
-    assert len({base, *variants}) == 7
+    assert len({base, *variants}) == 9
     assert export_key(_plan(), DEFAULT_IMAGE) == base
 
 

@@ -9,6 +9,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs import Construct
 
+from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan
 from ..plan.tgi import DEFAULT_IMAGE
 from ..plan.timing import MAX_CLOUDFORMATION_MINUTES, boot_minutes
@@ -33,6 +34,8 @@ class NeuronBootScript(Construct):
         Default: every host exports for itself.
     :param prebuilt_export: an export to fetch instead of compiling: ``s3://bucket/prefix`` or
         ``hf://org/repo`` (a Hugging Face repository of a Neuron export). Default: none.
+    :param model_revision: the Hub revision (commit, branch or tag) of the model to export; part
+        of the artifact cache key. Default: the repository's default branch.
     :param signal: the resource the host signals CloudFormation for once every replica serves,
         or with the reason when the boot fails. The instance or fleet construct takes this
         logical id. Default: no signal.
@@ -52,6 +55,7 @@ class NeuronBootScript(Construct):
         hf_token_secret: secretsmanager.ISecret | None = None,
         artifact_cache: NeuronArtifactCache | None = None,
         prebuilt_export: str | None = None,
+        model_revision: str | None = None,
         signal: ReadinessSignal | None = None,
         warm_pool_hook: WarmPoolHook | None = None,
         boot_timeout: Duration | None = None,
@@ -68,10 +72,10 @@ class NeuronBootScript(Construct):
             boot_minutes(plan, exports=prebuilt_export is None)
         )
         if not 1 <= self.boot_timeout.to_minutes() <= MAX_CLOUDFORMATION_MINUTES:
-            raise ValueError(
-                f"boot_timeout_minutes ({self.boot_timeout.to_minutes()}) must be 1 to "
-                f"{MAX_CLOUDFORMATION_MINUTES} (CloudFormation waits at most 12 hours for signals)"
-            )
+            raise ServingConfigError([
+                problem("boot_timeout_minutes", self.boot_timeout.to_minutes(), f"must be 1 to "
+                        f"{MAX_CLOUDFORMATION_MINUTES} (CloudFormation waits at most 12 hours for signals)")
+            ])
         secret_id = None
         if hf_token_secret is not None:
             # The complete ARN identifies the secret exactly; a secret imported by name has only
@@ -83,6 +87,7 @@ class NeuronBootScript(Construct):
             hf_token_secret=secret_id,
             artifact_cache=artifact_cache.uri if artifact_cache else None,
             prebuilt_export=prebuilt_export,
+            model_revision=model_revision,
             signal=signal,
             warm_pool_hook=warm_pool_hook,
         )

@@ -14,7 +14,7 @@ from aws_cdk import aws_sns as sns
 
 from constructs import Construct
 
-from ..plan.errors import Problems
+from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.timing import boot_minutes
 from .instance import NeuronServingLaunchTemplate
 
@@ -182,7 +182,7 @@ class NeuronServingFleet(Construct):
             else len(plan.replicas) * plan.batch_size * 60 // ASSUMED_REQUEST_SECONDS
         )
         if target < 1:
-            raise ValueError(f"target_requests_per_minute ({target}) must be at least 1")
+            raise ServingConfigError([problem("target_requests_per_minute", target, "must be at least 1")])
         policy = self.auto_scaling_group.scale_on_request_count(
             "RequestsPerHost", target_requests_per_minute=target
         )

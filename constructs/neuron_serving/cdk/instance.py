@@ -9,6 +9,7 @@ from aws_cdk import aws_iam as iam
 
 from constructs import Construct
 
+from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan
 from .boot_script import NeuronBootScript
 
@@ -50,10 +51,10 @@ class NeuronServingLaunchTemplate(Construct):
         plan = boot_script.plan
         size = plan.root_volume_gib if root_volume_gib is None else root_volume_gib
         if size < plan.instance.min_root_volume_gib or size < 1:
-            raise ValueError(
-                f"root_volume_gib ({size}) must be at least {max(1, plan.instance.min_root_volume_gib)} "
-                f"on {plan.instance.name}"
-            )
+            raise ServingConfigError([
+                problem("root_volume_gib", size,
+                        f"must be at least {max(1, plan.instance.min_root_volume_gib)} on {plan.instance.name}")
+            ])
         self.plan: ServingPlan = plan
         self.boot_script = boot_script
         self.role: iam.IRole = role or iam.Role(
@@ -135,7 +136,9 @@ class NeuronServingInstance(Construct):
             subnet_type=selection.subnet_type,
         ).subnet_ids
         if not subnets:
-            raise ValueError("vpc_subnets selects no subnet to launch the Neuron instance into")
+            raise ServingConfigError(
+                [problem("vpc_subnets", vpc_subnets, "selects no subnet to launch the Neuron instance into")]
+            )
         self.launch_template = launch_template
         self.plan = launch_template.plan
         self.role = launch_template.role

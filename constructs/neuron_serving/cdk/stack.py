@@ -89,6 +89,7 @@ class NeuronLlamaStack(Stack):
             hf_token_secret=secret,
             artifact_cache=self.artifact_cache,
             prebuilt_export=settings.prebuilt_export,
+            model_revision=settings.model_revision,
             signal=ReadinessSignal(stack_name=self.stack_name, logical_id=FLEET_ID if fleet else INSTANCE_ID),
             warm_pool_hook=(
                 WarmPoolHook(hook_name=WARM_POOL_HOOK, group_name=f"{self.stack_name}-{FLEET_ID}")
@@ -96,7 +97,9 @@ class NeuronLlamaStack(Stack):
                 else None
             ),
             boot_timeout=(
-                Duration.minutes(settings.boot_timeout_minutes) if settings.boot_timeout_minutes else None
+                Duration.minutes(settings.boot_timeout_minutes)
+                if settings.boot_timeout_minutes is not None
+                else None
             ),
         )
         machine_image = (

@@ -27,13 +27,16 @@ MODEL_MOUNT = "/models"
 """Where the host's export directory appears inside the containers."""
 
 
-def export_key(plan: ServingPlan, image: str) -> str:
+def export_key(plan: ServingPlan, image: str, revision: str | None = None) -> str:
     """A directory name that changes with everything that changes the compiled artifact.
 
-    The serving image fixes the optimum-neuron and compiler versions, so it is part of the key.
+    The serving image fixes the optimum-neuron and compiler versions, so it is part of the key;
+    so is the model's Hub ``revision`` when one is pinned.
     """
     parts = [plan.model_id, image, str(plan.degree), str(plan.batch_size),
              str(plan.sequence_length), plan.dtype]
+    if revision is not None:
+        parts.append(f"revision={revision}")
     digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     slug = "".join(c if c.isalnum() else "-" for c in plan.model_id.split("/")[-1].lower())
     return f"{slug}-tp{plan.degree}-b{plan.batch_size}-s{plan.sequence_length}-{plan.dtype}-{digest}"

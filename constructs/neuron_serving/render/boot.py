@@ -14,7 +14,8 @@ builds; devices handed to docker stay the real ``/dev/neuronN``):
 - with a warm pool hook, ``/opt/neuron-serving/bin/complete-lifecycle`` and
   ``neuron-serving-ready.service`` (``userdata/complete-lifecycle.sh.j2``,
   ``userdata/neuron-serving-ready.service.j2``);
-- ``/etc/neuron-serving/``: ``tgi.env`` (shared settings), ``replica-N.conf`` (devices, port,
+- ``/etc/neuron-serving/``: ``stack.env`` (values from the stack), ``tgi.env`` (shared
+  settings), ``replicas.table`` (what differs per replica), ``replica-N.conf`` (devices, port,
   env file), ``replica-N.env`` (``docker --env-file``), ``hf-token.env`` (mode 0600, only with
   a token secret), ``host.env`` (region and instance id from IMDSv2, when AWS is called);
 - ``/var/lib/neuron-serving/exports/<export key>/`` with its completion marker;
@@ -23,8 +24,12 @@ builds; devices handed to docker stay the real ``/dev/neuronN``):
   step reached).
 
 User data is limited to 16 KB, so the templates' comments are left out of it (each rendered file
-keeps its ``#!`` line and shellcheck directives, the boot script its header) and the router
-config travels gzip-compressed and base64-encoded.
+keeps its ``#!`` line and shellcheck directives, the boot script its header), and the files
+travel as one gzip-compressed, base64-encoded :func:`bundle` of ``put`` commands that the boot
+script evaluates. Compressed at synth, the bundle cannot hold deploy-time values (CDK tokens such
+as the cache bucket's name): those, and every value the stack chooses (image, cache location,
+prebuilt export, lifecycle hook), are in ``/etc/neuron-serving/stack.env``, which the boot script
+writes as is and the files source.
 
 **Artifact cache.** Exports live in S3 under ``<artifact_cache>/<export key>/``: a host that
 finds ``COMPLETE`` there downloads the upload it names; otherwise it exports, uploads to
@@ -50,6 +55,8 @@ from __future__ import annotations
 
 import base64
 import gzip
+import re
+import shlex
 from dataclasses import dataclass
 
 from ..plan.errors import Problems, ServingConfigError, problem
@@ -77,6 +84,15 @@ DEFAULT_PULL_ATTEMPTS = 5
 
 HEREDOC_END = "EOF"
 """The terminator of the quoted heredocs that embed rendered files in the boot script."""
+
+BIN = "/opt/neuron-serving/bin"
+EXPORT_MODEL = f"{BIN}/export-model"
+RUN_REPLICA = f"{BIN}/run-replica"
+WAIT_READY = f"{BIN}/wait-ready"
+COMPLETE_LIFECYCLE = f"{BIN}/complete-lifecycle"
+
+_TOKEN_MARK = "${Token["
+"""How aws-cdk-lib encodes an unresolved value in a string."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +167,9 @@ class BootOptions:
         (``aws s3 sync``) or ``hf://org/repo`` (a Hugging Face repository of a Neuron export,
         downloaded inside the serving image, with the token when one is configured). It must
         match the plan's shapes, degree and dtype and the image's compiler. Default: none.
+    :param model_revision: the Hub revision (commit, branch or tag) of the model to export. It
+        is downloaded inside the serving image first (optimum-cli has no revision option) and
+        is part of the export key. Default: none (the repository's default branch).
     :param signal: the CloudFormation resource to signal once every replica serves, or on
         failure. Default: no signal.
     :param warm_pool_hook: the launch lifecycle hook of an Auto Scaling group with a warm pool.
@@ -162,6 +181,7 @@ class BootOptions:
     pull_attempts: int = DEFAULT_PULL_ATTEMPTS
     artifact_cache: str | None = None
     prebuilt_export: str | None = None
+    model_revision: str | None = None
     signal: ReadinessSignal | None = None
     warm_pool_hook: WarmPoolHook | None = None
 
@@ -183,11 +203,20 @@ class BootOptions:
         if prebuilt is not None and _s3_parts(prebuilt) is None and _hf_repo(prebuilt) is None:
             problems.add("prebuilt_export", prebuilt, "must be s3://bucket/prefix or hf://org/repo, "
                          "without spaces, or None")
+        revision = self.model_revision
+        if revision is not None and (not isinstance(revision, str) or not _REVISION.fullmatch(revision)):
+            problems.add("model_revision", revision, "must be a Hub commit, branch or tag: letters, digits and "
+                         "._/- only, at most 255 characters, or None")
+        elif revision is not None and prebuilt is not None:
+            problems.add("model_revision", revision, "does not apply to a prebuilt_export, which is served as is")
         if self.signal is not None and not isinstance(self.signal, ReadinessSignal):
             problems.add("signal", self.signal, "must be a ReadinessSignal or None")
         if self.warm_pool_hook is not None and not isinstance(self.warm_pool_hook, WarmPoolHook):
             problems.add("warm_pool_hook", self.warm_pool_hook, "must be a WarmPoolHook or None")
         problems.raise_if_any()
+
+
+_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,254}")
 
 
 def _has_space(text: str) -> bool:
@@ -232,7 +261,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     The result is not checked against the user data limit: see :func:`check_user_data_size`.
     """
     options = options or BootOptions()
-    key = export_key(plan, options.image)
+    key = export_key(plan, options.image, options.model_revision)
     token_file = TOKEN_FILE if options.hf_token_secret is not None else None
     common_env, replica_table, named_settings = _replica_settings(plan, f"{MODEL_MOUNT}/{key}")
     prebuilt_s3 = _s3_parts(options.prebuilt_export)
@@ -247,15 +276,25 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     cache = _s3_parts(options.artifact_cache) if prebuilt is None else None
     signal, hook = options.signal, options.warm_pool_hook
     s3 = cache is not None or prebuilt_s3 is not None
+    # Values that may be deploy-time tokens go to stack.env, which the boot script writes as is;
+    # everything else is bundled and compressed at synth.
+    stack_env: dict[str, str | None] = {
+        "IMAGE": options.image,
+        "PREBUILT": prebuilt,
+        "CACHE_BUCKET": cache[0] if cache else None,
+        "CACHE_PREFIX": (f"{cache[1]}/" if cache[1] else "") if cache else None,
+        "GROUP_NAME": hook.group_name if hook else None,
+        "HOOK_NAME": hook.hook_name if hook else None,
+    }
     files = {
-        "export-model": _rendered(
+        EXPORT_MODEL: _rendered(
             "export-model.sh.j2",
-            image=options.image,
             key=key,
             devices=plan.instance.devices,
             token_file=token_file,
             mount=MODEL_MOUNT,
             model=plan.model_id,
+            revision=options.model_revision,
             batch_size=plan.batch_size,
             sequence_length=plan.sequence_length,
             cores=plan.degree,
@@ -263,32 +302,25 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
             aws=s3,
             prebuilt=prebuilt,
             prebuilt_s3=prebuilt_s3,
-            prebuilt_hf=prebuilt_hf,
             cache_bucket=cache[0] if cache else None,
-            cache_prefix=f"{cache[1]}/" if cache and cache[1] else "",
         ),
-        "run-replica": _rendered(
+        RUN_REPLICA: _rendered(
             "run-replica.sh.j2",
-            image=options.image,
             key=key,
             token_file=token_file,
             mount=MODEL_MOUNT,
             container_port=CONTAINER_PORT,
         ),
-        "neuron-tgi@.service": _rendered("neuron-tgi@.service.j2", ready_unit=hook is not None),
-        "tgi.env": common_env,
-        "replica table": replica_table,
-        "haproxy.cfg": _without_comments(render_router_config(plan)),
+        "/etc/systemd/system/neuron-tgi@.service": _rendered("neuron-tgi@.service.j2", ready_unit=hook is not None),
+        "/etc/neuron-serving/tgi.env": common_env,
+        "/etc/neuron-serving/replicas.table": replica_table,
+        "/etc/haproxy/haproxy.cfg.new": _without_comments(render_router_config(plan)),
     }
     if signal is not None or hook is not None:
-        files["wait-ready"] = _rendered("wait-ready.sh.j2", seconds=READY_WAIT_SECONDS, router_port=plan.router_port)
+        files[WAIT_READY] = _rendered("wait-ready.sh.j2", seconds=READY_WAIT_SECONDS, router_port=plan.router_port)
     if hook is not None:
-        files["complete-lifecycle"] = _rendered(
-            "complete-lifecycle.sh.j2", hook_name=hook.hook_name, group_name=hook.group_name
-        )
-        files["neuron-serving-ready.service"] = _rendered("neuron-serving-ready.service.j2")
-    for name, text in files.items():
-        _check_embeddable(name, text)
+        files[COMPLETE_LIFECYCLE] = _rendered("complete-lifecycle.sh.j2")
+        files["/etc/systemd/system/neuron-serving-ready.service"] = _rendered("neuron-serving-ready.service.j2")
     script = render(
         "bootstrap.sh.j2",
         description=Unquoted(_describe(plan)),
@@ -298,22 +330,16 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         token_file=TOKEN_FILE,
         image=options.image,
         pull_attempts=options.pull_attempts,
-        export_model=files["export-model"],
-        run_replica=files["run-replica"],
-        unit=files["neuron-tgi@.service"],
-        common_env=common_env,
-        replica_table=replica_table,
+        stack_env=Unquoted("".join(f"{k}={shlex.quote(v)}\n" for k, v in stack_env.items() if v is not None)),
+        bundle=Unquoted(_packed(bundle(files))),
         named_settings=named_settings,
         replicas=_replicas(plan),
         router_port=plan.router_port,
-        router_config=_packed(files["haproxy.cfg"]),
         metadata=s3 or signal is not None or hook is not None,
         signal=signal,
         signal_id_limit=SIGNAL_ID_LIMIT,
         hook=hook,
-        wait_ready=files.get("wait-ready"),
-        complete_lifecycle=files.get("complete-lifecycle"),
-        ready_unit=files.get("neuron-serving-ready.service"),
+        wait_ready=files.get(WAIT_READY),
     )
     return _without_comments(script, keep_header=True)
 
@@ -415,10 +441,27 @@ def _packed(text: str) -> str:
     return base64.encodebytes(gzip.compress(text.encode(), compresslevel=9, mtime=0)).decode()
 
 
-def _check_embeddable(name: str, text: str) -> None:
-    if not text.endswith("\n") or HEREDOC_END in text.splitlines():
-        raise ServingConfigError(
-            [problem(name, text[:60] + "...",
-                     f"cannot be embedded in a heredoc: it must end with a line break and have no "
-                     f"line '{HEREDOC_END}'")]
-        )
+def bundle(files: dict[str, str]) -> str:
+    """``files`` (host path to content) as the ``put PATH MODE`` commands with quoted heredocs that
+    the boot script evaluates: executables (``#!``) get mode 755, the rest 644.
+
+    The bundle is compressed at synth, so no file may hold a deploy-time value: those reach the
+    host through ``stack.env``. A CDK token (``${Token[...]}``, as aws-cdk-lib encodes them in
+    strings) is therefore refused here, as is any text a quoted heredoc cannot carry.
+    """
+    commands = []
+    for path, text in files.items():
+        if not text.endswith("\n") or HEREDOC_END in text.splitlines():
+            raise ServingConfigError(
+                [problem(path, text[:60] + "...",
+                         f"cannot be embedded in a heredoc: it must end with a line break and have no "
+                         f"line '{HEREDOC_END}'")]
+            )
+        if _TOKEN_MARK in text:
+            raise ServingConfigError(
+                [problem(path, text[:60] + "...", "cannot hold a deploy-time value (a CDK token); "
+                         "the boot script passes those in stack.env")]
+            )
+        mode = 755 if text.startswith("#!") else 644
+        commands.append(f"put {path} {mode} <<'{HEREDOC_END}'\n{text}{HEREDOC_END}\n")
+    return "".join(commands)

@@ -40,6 +40,199 @@ put() {
   chmod "$2" "$path.new"
   mv -f "$path.new" "$path"
 }
+put /etc/neuron-serving/stack.env 644 <<'EOF'
+IMAGE=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
+CACHE_BUCKET='${Token[TOKEN.123]}'
+CACHE_PREFIX=exports/
+GROUP_NAME=NeuronLlamaStack-NeuronServingFleet
+HOOK_NAME=neuron-serving-launch
+EOF
+files=$(base64 -d <<'EOF' | gunzip
+put /opt/neuron-serving/bin/export-model 755 <<'EOF'
+#!/bin/bash
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+key=llama-3-1-8b-instruct-tp2-b4-s4096-bf16-194f6649d06c43f7
+exports=$R/var/lib/neuron-serving/exports
+final=$exports/$key
+marker=$final/.neuron-serving-complete
+log=$R/var/log/neuron-serving/export.log
+mkdir -p "$exports" "${log%/*}"
+exec 9>"$exports/.lock"
+flock 9
+if [ -f "$marker" ]; then echo "export-model: $final is complete"; exit 0; fi
+rm -rf "$final.tmp" "$final" "$final.src"
+mkdir "$final.tmp"
+fail() { echo "export-model: $*" | tee -a "$log" >&2; exit 1; }
+finish() {
+  [ -f "$final.tmp/config.json" ] || fail "no config.json in $final.tmp"
+  mv "$final.tmp" "$final"
+  echo "$1 at $(date -u +%FT%TZ)" >"$marker"
+  echo "export-model: $final is complete"
+}
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/host.env"
+export AWS_DEFAULT_REGION=$REGION
+s3=s3://$CACHE_BUCKET/
+cached=$CACHE_PREFIX$key
+if aws s3 cp "$s3$cached/COMPLETE" "$final.from" >>"$log" 2>&1; then
+  from=$(head -n 1 "$final.from")
+  [[ $from == "$cached"/?* ]] || fail "COMPLETE names $from"
+  from=$s3$from/
+  echo "export-model: downloading $from into $final; output in $log"
+  aws s3 sync --only-show-errors "$from" "$final.tmp" >>"$log" 2>&1 || fail "could not download $from"
+  finish "downloaded from $from"
+  exit 0
+fi
+help=$(docker run --rm --entrypoint optimum-cli "$IMAGE" export neuron --help 2>&1 || true)
+cores_flag=--num_cores
+if [[ $help == *--tensor_parallel_size* ]]; then cores_flag=--tensor_parallel_size; fi
+args=()
+for d in $(seq 0 15); do args+=(--device "/dev/neuron$d"); done
+args+=(--env-file "$R"/etc/neuron-serving/hf-token.env)
+model=/models/$key.src
+docker run --rm --entrypoint huggingface-cli --env-file "$R"/etc/neuron-serving/hf-token.env -v "$exports:/models" "$IMAGE" \
+  download meta-llama/Llama-3.1-8B-Instruct --revision 5f0b02c75b57c5855da9ae460ce51323ea669d8a --local-dir "$model" >>"$log" 2>&1 ||
+  fail could not download meta-llama/Llama-3.1-8B-Instruct at revision 5f0b02c75b57c5855da9ae460ce51323ea669d8a
+echo "export-model: exporting into $final with $cores_flag; output in $log"
+if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -v "$exports:/models" "$IMAGE" \
+  export neuron --model "$model" --batch_size 4 --sequence_length 4096 \
+  "$cores_flag" 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
+  tail -n 20 "$log" >&2
+  echo "export-model: export failed; see $log" >&2
+  exit 1
+fi
+finish "exported with $cores_flag"
+rm -rf "$final.src"
+up=$cached/$INSTANCE_ID
+echo "$up" >"$final.from"
+echo "export-model: publishing $s3$up/"
+if ! aws s3 sync --only-show-errors --exclude "${marker##*/}" "$final" "$s3$up/" >>"$log" 2>&1 ||
+  ! aws s3api put-object --bucket "$CACHE_BUCKET" --key "$cached/COMPLETE" --body "$final.from" \
+    --if-none-match '*' >>"$log" 2>&1; then
+  echo "export-model: not published (see $log)"
+  aws s3 rm --recursive --only-show-errors "$s3$up/" >>"$log" 2>&1 || true
+fi
+EOF
+put /opt/neuron-serving/bin/run-replica 755 <<'EOF'
+#!/bin/bash
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+i=${1:?usage: run-replica INDEX}
+key=llama-3-1-8b-instruct-tp2-b4-s4096-bf16-194f6649d06c43f7
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/replica-$i.conf"
+args=()
+for d in $DEVICES; do args+=(--device "/dev/neuron$d"); done
+args+=(--env-file "$R"/etc/neuron-serving/hf-token.env)
+exec docker run --rm --name "tgi-replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80" \
+  -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" "$IMAGE"
+EOF
+put /etc/systemd/system/neuron-tgi@.service 644 <<'EOF'
+[Unit]
+Description=TGI Neuron replica %i
+Requires=docker.service
+After=docker.service network-online.target
+Wants=network-online.target
+Before=neuron-serving-ready.service
+StartLimitIntervalSec=0
+
+[Service]
+TimeoutStartSec=infinity
+ExecStartPre=/opt/neuron-serving/bin/export-model
+ExecStartPre=-/usr/bin/env docker rm -f tgi-replica-%i
+ExecStart=/opt/neuron-serving/bin/run-replica %i
+ExecStop=/usr/bin/env docker stop -t 30 tgi-replica-%i
+Restart=always
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+EOF
+put /etc/neuron-serving/tgi.env 644 <<'EOF'
+MODEL_ID=/models/llama-3-1-8b-instruct-tp2-b4-s4096-bf16-194f6649d06c43f7
+HF_NUM_CORES=2
+HF_AUTO_CAST_TYPE=bf16
+MAX_BATCH_SIZE=4
+MAX_TOTAL_TOKENS=4096
+MAX_INPUT_TOKENS=3072
+MAX_BATCH_PREFILL_TOKENS=12288
+MAX_CONCURRENT_REQUESTS=128
+EOF
+put /etc/neuron-serving/replicas.table 644 <<'EOF'
+0 8081 0
+1 8082 1
+2 8083 2
+3 8084 3
+4 8085 4
+5 8086 5
+6 8087 6
+7 8088 7
+8 8089 8
+9 8090 9
+10 8091 10
+11 8092 11
+12 8093 12
+13 8094 13
+14 8095 14
+15 8096 15
+EOF
+put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'
+<render_router_config(plan) without its comment lines>
+EOF
+put /opt/neuron-serving/bin/wait-ready 755 <<'EOF'
+#!/bin/bash
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+limit=${NEURON_SERVING_READY_SECONDS:-2700}
+ready() {
+  curl -fsS -m 10 -o /dev/null "$1/health" && { [ -z "${2:-}" ] || curl -fsS -m 60 -o /dev/null \
+    -H 'Content-Type: application/json' -d '{"inputs":"ping","parameters":{"max_new_tokens":1}}' "$1/generate"; }
+}
+for conf in "$R"/etc/neuron-serving/replica-*.conf router; do
+  name=${conf##*/} port=8080 generate=
+  [ "$name" = router ] || name=${name%.conf} port=$(sed -n 's/^PORT=//p' "$conf") generate=1
+  until ready "http://127.0.0.1:$port" $generate; do
+    [ "$SECONDS" -lt "$limit" ] || { echo "$name not ready in ${limit}s (port $port)"; exit 1; }
+    sleep 10
+  done
+  echo "$name (port $port) ready"
+done
+EOF
+put /opt/neuron-serving/bin/complete-lifecycle 755 <<'EOF'
+#!/bin/bash
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/host.env"
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+aws autoscaling complete-lifecycle-action --region "$REGION" --instance-id "$INSTANCE_ID" \
+  --auto-scaling-group-name "$GROUP_NAME" --lifecycle-hook-name "$HOOK_NAME" \
+  --lifecycle-action-result "$1" || echo "complete-lifecycle: $1 not taken"
+EOF
+put /etc/systemd/system/neuron-serving-ready.service 644 <<'EOF'
+[Unit]
+Description=Tell Auto Scaling the TGI replicas serve
+After=haproxy.service
+
+[Service]
+Type=oneshot
+TimeoutStartSec=infinity
+ExecStart=/opt/neuron-serving/bin/wait-ready
+ExecStart=/opt/neuron-serving/bin/complete-lifecycle CONTINUE
+StandardOutput=append:/var/log/neuron-serving/ready.log
+
+[Install]
+WantedBy=multi-user.target
+EOF
+EOF
+)
+eval "$files"
 
 run_step metadata
 imds=$(curl -sSf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' http://169.254.169.254/latest/api/token)
@@ -47,16 +240,6 @@ md() { curl -sSf -m 5 -H "X-aws-ec2-metadata-token: $imds" "http://169.254.169.2
 REGION=$(md placement/region)
 INSTANCE_ID=$(md instance-id)
 printf 'REGION=%s\nINSTANCE_ID=%s\n' "$REGION" "$INSTANCE_ID" | put /etc/neuron-serving/host.env 644
-put /opt/neuron-serving/bin/complete-lifecycle 755 <<'EOF'
-#!/bin/bash
-set -euo pipefail
-R=${NEURON_SERVING_ROOT:-}
-# shellcheck source=/dev/null
-. "$R/etc/neuron-serving/host.env"
-aws autoscaling complete-lifecycle-action --region "$REGION" --instance-id "$INSTANCE_ID" \
-  --auto-scaling-group-name NeuronLlamaStack-NeuronServingFleet --lifecycle-hook-name neuron-serving-launch \
-  --lifecycle-action-result "$1" || echo "complete-lifecycle: $1 not taken"
-EOF
 for _ in 1 2 3 4 5 6; do state=$(md autoscaling/target-lifecycle-state) && break; sleep 5; done
 log "lifecycle state: ${state:=InService}"
 [[ $state != Warmed:* ]] || warm=1
@@ -105,150 +288,9 @@ for attempt in $(seq 5); do
 done
 
 run_step export-model
-put /opt/neuron-serving/bin/export-model 755 <<'EOF'
-#!/bin/bash
-set -euo pipefail
-R=${NEURON_SERVING_ROOT:-}
-image=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
-key=llama-3-1-8b-instruct-tp2-b4-s4096-bf16-2d45cbed4efd019a
-exports=$R/var/lib/neuron-serving/exports
-final=$exports/$key
-marker=$final/.neuron-serving-complete
-log=$R/var/log/neuron-serving/export.log
-mkdir -p "$exports" "${log%/*}"
-exec 9>"$exports/.lock"
-flock 9
-if [ -f "$marker" ]; then echo "export-model: $final is complete"; exit 0; fi
-rm -rf "$final.tmp" "$final"
-mkdir "$final.tmp"
-fail() { echo "export-model: $*" | tee -a "$log" >&2; exit 1; }
-finish() {
-  [ -f "$final.tmp/config.json" ] || fail "no config.json in $final.tmp"
-  mv "$final.tmp" "$final"
-  echo "$1 at $(date -u +%FT%TZ)" >"$marker"
-  echo "export-model: $final is complete"
-}
-# shellcheck source=/dev/null
-. "$R/etc/neuron-serving/host.env"
-export AWS_DEFAULT_REGION=$REGION
-s3=s3://'${Token[TOKEN.123]}'/
-cached=exports/$key
-if aws s3 cp "$s3$cached/COMPLETE" "$final.from" >>"$log" 2>&1; then
-  from=$(head -n 1 "$final.from")
-  [[ $from == "$cached"/?* ]] || fail "COMPLETE names $from"
-  from=$s3$from/
-  echo "export-model: downloading $from into $final; output in $log"
-  aws s3 sync --only-show-errors "$from" "$final.tmp" >>"$log" 2>&1 || fail "could not download $from"
-  finish "downloaded from $from"
-  exit 0
-fi
-help=$(docker run --rm --entrypoint optimum-cli "$image" export neuron --help 2>&1 || true)
-cores_flag=--num_cores
-if [[ $help == *--tensor_parallel_size* ]]; then cores_flag=--tensor_parallel_size; fi
-args=()
-for d in $(seq 0 15); do args+=(--device "/dev/neuron$d"); done
-args+=(--env-file "$R"/etc/neuron-serving/hf-token.env)
-echo "export-model: exporting into $final with $cores_flag; output in $log"
-if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -v "$exports:/models" "$image" \
-  export neuron --model meta-llama/Llama-3.1-8B-Instruct --batch_size 4 --sequence_length 4096 \
-  "$cores_flag" 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
-  tail -n 20 "$log" >&2
-  echo "export-model: export failed; see $log" >&2
-  exit 1
-fi
-finish "exported with $cores_flag"
-up=$cached/$INSTANCE_ID
-echo "$up" >"$final.from"
-echo "export-model: publishing $s3$up/"
-if ! aws s3 sync --only-show-errors --exclude "${marker##*/}" "$final" "$s3$up/" >>"$log" 2>&1 ||
-  ! aws s3api put-object --bucket '${Token[TOKEN.123]}' --key "$cached/COMPLETE" --body "$final.from" \
-    --if-none-match '*' >>"$log" 2>&1; then
-  echo "export-model: not published (see $log)"
-  aws s3 rm --recursive --only-show-errors "$s3$up/" >>"$log" 2>&1 || true
-fi
-EOF
 "$R/opt/neuron-serving/bin/export-model"
 
 run_step start-replicas
-put /opt/neuron-serving/bin/run-replica 755 <<'EOF'
-#!/bin/bash
-set -euo pipefail
-R=${NEURON_SERVING_ROOT:-}
-i=${1:?usage: run-replica INDEX}
-key=llama-3-1-8b-instruct-tp2-b4-s4096-bf16-2d45cbed4efd019a
-# shellcheck source=/dev/null
-. "$R/etc/neuron-serving/replica-$i.conf"
-args=()
-for d in $DEVICES; do args+=(--device "/dev/neuron$d"); done
-args+=(--env-file "$R"/etc/neuron-serving/hf-token.env)
-exec docker run --rm --name "tgi-replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80" \
-  -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
-EOF
-put /etc/systemd/system/neuron-tgi@.service 644 <<'EOF'
-[Unit]
-Description=TGI Neuron replica %i
-Requires=docker.service
-After=docker.service network-online.target
-Wants=network-online.target
-Before=neuron-serving-ready.service
-StartLimitIntervalSec=0
-
-[Service]
-TimeoutStartSec=infinity
-ExecStartPre=/opt/neuron-serving/bin/export-model
-ExecStartPre=-/usr/bin/env docker rm -f tgi-replica-%i
-ExecStart=/opt/neuron-serving/bin/run-replica %i
-ExecStop=/usr/bin/env docker stop -t 30 tgi-replica-%i
-Restart=always
-RestartSec=10
-
-[Install]
-WantedBy=multi-user.target
-EOF
-put /opt/neuron-serving/bin/wait-ready 755 <<'EOF'
-#!/bin/bash
-set -euo pipefail
-R=${NEURON_SERVING_ROOT:-}
-limit=${NEURON_SERVING_READY_SECONDS:-2700}
-ready() {
-  curl -fsS -m 10 -o /dev/null "$1/health" && { [ -z "${2:-}" ] || curl -fsS -m 60 -o /dev/null \
-    -H 'Content-Type: application/json' -d '{"inputs":"ping","parameters":{"max_new_tokens":1}}' "$1/generate"; }
-}
-for conf in "$R"/etc/neuron-serving/replica-*.conf router; do
-  name=${conf##*/} port=8080 generate=
-  [ "$name" = router ] || name=${name%.conf} port=$(sed -n 's/^PORT=//p' "$conf") generate=1
-  until ready "http://127.0.0.1:$port" $generate; do
-    [ "$SECONDS" -lt "$limit" ] || { echo "$name not ready in ${limit}s (port $port)"; exit 1; }
-    sleep 10
-  done
-  echo "$name (port $port) ready"
-done
-EOF
-put /etc/systemd/system/neuron-serving-ready.service 644 <<'EOF'
-[Unit]
-Description=Tell Auto Scaling the TGI replicas serve
-After=haproxy.service
-
-[Service]
-Type=oneshot
-TimeoutStartSec=infinity
-ExecStart=/opt/neuron-serving/bin/wait-ready
-ExecStart=/opt/neuron-serving/bin/complete-lifecycle CONTINUE
-StandardOutput=append:/var/log/neuron-serving/ready.log
-
-[Install]
-WantedBy=multi-user.target
-EOF
-put /etc/neuron-serving/tgi.env 644 <<'EOF'
-MODEL_ID=/models/llama-3-1-8b-instruct-tp2-b4-s4096-bf16-2d45cbed4efd019a
-HF_NUM_CORES=2
-HF_AUTO_CAST_TYPE=bf16
-MAX_BATCH_SIZE=4
-MAX_TOTAL_TOKENS=4096
-MAX_INPUT_TOKENS=3072
-MAX_BATCH_PREFILL_TOKENS=12288
-MAX_CONCURRENT_REQUESTS=128
-EOF
 units=()
 while read -r -a row; do
   i=${row[0]}
@@ -260,32 +302,12 @@ CONF
   { cat "$R/etc/neuron-serving/tgi.env"; printf '%s\n' "${row[@]:3}" NEURON_PROCESS_TAG=replica-"$i"; } |
     put "/etc/neuron-serving/replica-$i.env" 644
   units+=("neuron-tgi@$i")
-done <<'EOF'
-0 8081 0
-1 8082 1
-2 8083 2
-3 8084 3
-4 8085 4
-5 8086 5
-6 8087 6
-7 8088 7
-8 8089 8
-9 8090 9
-10 8091 10
-11 8092 11
-12 8093 12
-13 8094 13
-14 8095 14
-15 8096 15
-EOF
+done <"$R/etc/neuron-serving/replicas.table"
 systemctl daemon-reload
 systemctl enable neuron-serving-ready "${units[@]}"
 [ -n "$warm" ] || systemctl start "${units[@]}"
 
 run_step router
-base64 -d <<'EOF' | gunzip | put /etc/haproxy/haproxy.cfg.new 644
-<render_router_config(plan) without its comment lines, gzip, base64>
-EOF
 haproxy -c -f "$R/etc/haproxy/haproxy.cfg.new"
 mv -f "$R/etc/haproxy/haproxy.cfg.new" "$R/etc/haproxy/haproxy.cfg"
 systemctl enable haproxy

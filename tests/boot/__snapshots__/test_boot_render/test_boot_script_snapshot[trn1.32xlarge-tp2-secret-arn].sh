@@ -27,6 +27,121 @@ put() {
   chmod "$2" "$path.new"
   mv -f "$path.new" "$path"
 }
+put /etc/neuron-serving/stack.env 644 <<'EOF'
+IMAGE=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
+EOF
+files=$(base64 -d <<'EOF' | gunzip
+put /opt/neuron-serving/bin/export-model 755 <<'EOF'
+#!/bin/bash
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+key=llama-3-1-8b-instruct-tp2-b4-s4096-bf16-2d45cbed4efd019a
+exports=$R/var/lib/neuron-serving/exports
+final=$exports/$key
+marker=$final/.neuron-serving-complete
+log=$R/var/log/neuron-serving/export.log
+mkdir -p "$exports" "${log%/*}"
+exec 9>"$exports/.lock"
+flock 9
+if [ -f "$marker" ]; then echo "export-model: $final is complete"; exit 0; fi
+rm -rf "$final.tmp" "$final"
+mkdir "$final.tmp"
+fail() { echo "export-model: $*" | tee -a "$log" >&2; exit 1; }
+finish() {
+  [ -f "$final.tmp/config.json" ] || fail "no config.json in $final.tmp"
+  mv "$final.tmp" "$final"
+  echo "$1 at $(date -u +%FT%TZ)" >"$marker"
+  echo "export-model: $final is complete"
+}
+help=$(docker run --rm --entrypoint optimum-cli "$IMAGE" export neuron --help 2>&1 || true)
+cores_flag=--num_cores
+if [[ $help == *--tensor_parallel_size* ]]; then cores_flag=--tensor_parallel_size; fi
+args=()
+for d in $(seq 0 15); do args+=(--device "/dev/neuron$d"); done
+args+=(--env-file "$R"/etc/neuron-serving/hf-token.env)
+model=meta-llama/Llama-3.1-8B-Instruct
+echo "export-model: exporting into $final with $cores_flag; output in $log"
+if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -v "$exports:/models" "$IMAGE" \
+  export neuron --model "$model" --batch_size 4 --sequence_length 4096 \
+  "$cores_flag" 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
+  tail -n 20 "$log" >&2
+  echo "export-model: export failed; see $log" >&2
+  exit 1
+fi
+finish "exported with $cores_flag"
+EOF
+put /opt/neuron-serving/bin/run-replica 755 <<'EOF'
+#!/bin/bash
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+i=${1:?usage: run-replica INDEX}
+key=llama-3-1-8b-instruct-tp2-b4-s4096-bf16-2d45cbed4efd019a
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/replica-$i.conf"
+args=()
+for d in $DEVICES; do args+=(--device "/dev/neuron$d"); done
+args+=(--env-file "$R"/etc/neuron-serving/hf-token.env)
+exec docker run --rm --name "tgi-replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80" \
+  -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" "$IMAGE"
+EOF
+put /etc/systemd/system/neuron-tgi@.service 644 <<'EOF'
+[Unit]
+Description=TGI Neuron replica %i
+Requires=docker.service
+After=docker.service network-online.target
+Wants=network-online.target
+StartLimitIntervalSec=0
+
+[Service]
+TimeoutStartSec=infinity
+ExecStartPre=/opt/neuron-serving/bin/export-model
+ExecStartPre=-/usr/bin/env docker rm -f tgi-replica-%i
+ExecStart=/opt/neuron-serving/bin/run-replica %i
+ExecStop=/usr/bin/env docker stop -t 30 tgi-replica-%i
+Restart=always
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+EOF
+put /etc/neuron-serving/tgi.env 644 <<'EOF'
+MODEL_ID=/models/llama-3-1-8b-instruct-tp2-b4-s4096-bf16-2d45cbed4efd019a
+HF_NUM_CORES=2
+HF_AUTO_CAST_TYPE=bf16
+MAX_BATCH_SIZE=4
+MAX_TOTAL_TOKENS=4096
+MAX_INPUT_TOKENS=3072
+MAX_BATCH_PREFILL_TOKENS=12288
+MAX_CONCURRENT_REQUESTS=128
+EOF
+put /etc/neuron-serving/replicas.table 644 <<'EOF'
+0 8081 0
+1 8082 1
+2 8083 2
+3 8084 3
+4 8085 4
+5 8086 5
+6 8087 6
+7 8088 7
+8 8089 8
+9 8090 9
+10 8091 10
+11 8092 11
+12 8093 12
+13 8094 13
+14 8095 14
+15 8096 15
+EOF
+put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'
+<render_router_config(plan) without its comment lines>
+EOF
+EOF
+)
+eval "$files"
 
 run_step check-devices
 neuron-ls || log "neuron-ls failed (exit $?)"
@@ -76,92 +191,9 @@ for attempt in $(seq 5); do
 done
 
 run_step export-model
-put /opt/neuron-serving/bin/export-model 755 <<'EOF'
-#!/bin/bash
-set -euo pipefail
-R=${NEURON_SERVING_ROOT:-}
-image=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
-key=llama-3-1-8b-instruct-tp2-b4-s4096-bf16-2d45cbed4efd019a
-exports=$R/var/lib/neuron-serving/exports
-final=$exports/$key
-marker=$final/.neuron-serving-complete
-log=$R/var/log/neuron-serving/export.log
-mkdir -p "$exports" "${log%/*}"
-exec 9>"$exports/.lock"
-flock 9
-if [ -f "$marker" ]; then echo "export-model: $final is complete"; exit 0; fi
-rm -rf "$final.tmp" "$final"
-mkdir "$final.tmp"
-fail() { echo "export-model: $*" | tee -a "$log" >&2; exit 1; }
-finish() {
-  [ -f "$final.tmp/config.json" ] || fail "no config.json in $final.tmp"
-  mv "$final.tmp" "$final"
-  echo "$1 at $(date -u +%FT%TZ)" >"$marker"
-  echo "export-model: $final is complete"
-}
-help=$(docker run --rm --entrypoint optimum-cli "$image" export neuron --help 2>&1 || true)
-cores_flag=--num_cores
-if [[ $help == *--tensor_parallel_size* ]]; then cores_flag=--tensor_parallel_size; fi
-args=()
-for d in $(seq 0 15); do args+=(--device "/dev/neuron$d"); done
-args+=(--env-file "$R"/etc/neuron-serving/hf-token.env)
-echo "export-model: exporting into $final with $cores_flag; output in $log"
-if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -v "$exports:/models" "$image" \
-  export neuron --model meta-llama/Llama-3.1-8B-Instruct --batch_size 4 --sequence_length 4096 \
-  "$cores_flag" 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
-  tail -n 20 "$log" >&2
-  echo "export-model: export failed; see $log" >&2
-  exit 1
-fi
-finish "exported with $cores_flag"
-EOF
 "$R/opt/neuron-serving/bin/export-model"
 
 run_step start-replicas
-put /opt/neuron-serving/bin/run-replica 755 <<'EOF'
-#!/bin/bash
-set -euo pipefail
-R=${NEURON_SERVING_ROOT:-}
-i=${1:?usage: run-replica INDEX}
-key=llama-3-1-8b-instruct-tp2-b4-s4096-bf16-2d45cbed4efd019a
-# shellcheck source=/dev/null
-. "$R/etc/neuron-serving/replica-$i.conf"
-args=()
-for d in $DEVICES; do args+=(--device "/dev/neuron$d"); done
-args+=(--env-file "$R"/etc/neuron-serving/hf-token.env)
-exec docker run --rm --name "tgi-replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80" \
-  -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
-EOF
-put /etc/systemd/system/neuron-tgi@.service 644 <<'EOF'
-[Unit]
-Description=TGI Neuron replica %i
-Requires=docker.service
-After=docker.service network-online.target
-Wants=network-online.target
-StartLimitIntervalSec=0
-
-[Service]
-TimeoutStartSec=infinity
-ExecStartPre=/opt/neuron-serving/bin/export-model
-ExecStartPre=-/usr/bin/env docker rm -f tgi-replica-%i
-ExecStart=/opt/neuron-serving/bin/run-replica %i
-ExecStop=/usr/bin/env docker stop -t 30 tgi-replica-%i
-Restart=always
-RestartSec=10
-
-[Install]
-WantedBy=multi-user.target
-EOF
-put /etc/neuron-serving/tgi.env 644 <<'EOF'
-MODEL_ID=/models/llama-3-1-8b-instruct-tp2-b4-s4096-bf16-2d45cbed4efd019a
-HF_NUM_CORES=2
-HF_AUTO_CAST_TYPE=bf16
-MAX_BATCH_SIZE=4
-MAX_TOTAL_TOKENS=4096
-MAX_INPUT_TOKENS=3072
-MAX_BATCH_PREFILL_TOKENS=12288
-MAX_CONCURRENT_REQUESTS=128
-EOF
 units=()
 while read -r -a row; do
   i=${row[0]}
@@ -173,31 +205,11 @@ CONF
   { cat "$R/etc/neuron-serving/tgi.env"; printf '%s\n' "${row[@]:3}" NEURON_PROCESS_TAG=replica-"$i"; } |
     put "/etc/neuron-serving/replica-$i.env" 644
   units+=("neuron-tgi@$i")
-done <<'EOF'
-0 8081 0
-1 8082 1
-2 8083 2
-3 8084 3
-4 8085 4
-5 8086 5
-6 8087 6
-7 8088 7
-8 8089 8
-9 8090 9
-10 8091 10
-11 8092 11
-12 8093 12
-13 8094 13
-14 8095 14
-15 8096 15
-EOF
+done <"$R/etc/neuron-serving/replicas.table"
 systemctl daemon-reload
 for unit in "${units[@]}"; do systemctl enable --now "$unit"; done
 
 run_step router
-base64 -d <<'EOF' | gunzip | put /etc/haproxy/haproxy.cfg.new 644
-<render_router_config(plan) without its comment lines, gzip, base64>
-EOF
 haproxy -c -f "$R/etc/haproxy/haproxy.cfg.new"
 mv -f "$R/etc/haproxy/haproxy.cfg.new" "$R/etc/haproxy/haproxy.cfg"
 systemctl enable haproxy

@@ -20,17 +20,22 @@ from .plan import (
     degree_options,
     plan_serving,
 )
+from .render.boot import ReadinessSignal, WarmPoolHook
 from .settings import StackSettings
 
 if TYPE_CHECKING:
+    from .cdk.artifact_cache import NeuronArtifactCache
     from .cdk.boot_script import NeuronBootScript
     from .cdk.endpoint import NeuronServingEndpoint
+    from .cdk.fleet import NeuronServingFleet
     from .cdk.instance import NeuronServingInstance, NeuronServingLaunchTemplate
     from .cdk.machine_image import PinnedLinuxImage, neuron_dlami
     from .cdk.stack import NeuronLlamaStack
 
 _CDK_EXPORTS = {
+    "NeuronArtifactCache": ".cdk.artifact_cache",
     "NeuronBootScript": ".cdk.boot_script",
+    "NeuronServingFleet": ".cdk.fleet",
     "NeuronServingEndpoint": ".cdk.endpoint",
     "NeuronServingInstance": ".cdk.instance",
     "NeuronServingLaunchTemplate": ".cdk.instance",
@@ -50,16 +55,20 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "INSTANCES",
     "MODELS",
+    "NeuronArtifactCache",
     "NeuronBootScript",
     "NeuronLlamaStack",
     "NeuronServingEndpoint",
+    "NeuronServingFleet",
     "NeuronServingInstance",
     "NeuronServingLaunchTemplate",
     "PinnedLinuxImage",
+    "ReadinessSignal",
     "ServingConfigError",
     "ServingPlan",
     "ServingRequest",
     "StackSettings",
+    "WarmPoolHook",
     "degree_options",
     "neuron_dlami",
     "plan_serving",

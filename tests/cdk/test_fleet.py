@@ -230,3 +230,54 @@ def test_unknown_fleet_kind_is_refused():
 def test_prebuilt_export_must_be_an_s3_or_hf_uri(uri):
     with pytest.raises(ValueError, match=r"prebuilt_export"):
         synthesize({"prebuilt_export": uri})
+
+
+def test_the_fleet_composes_in_a_users_own_stack_as_the_readme_shows():
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_ec2 as ec2
+    from aws_cdk.assertions import Template
+
+    from neuron_serving import (
+        NeuronArtifactCache,
+        NeuronBootScript,
+        NeuronServingEndpoint,
+        NeuronServingFleet,
+        NeuronServingLaunchTemplate,
+        ReadinessSignal,
+        neuron_dlami,
+    )
+
+    stack = Stack(App(), "Own")
+    vpc = ec2.Vpc(stack, "Vpc", restrict_default_security_group=False)
+    plan = plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge"))
+    cache = NeuronArtifactCache(stack, "Cache")
+    boot = NeuronBootScript(stack, "Boot", plan=plan, artifact_cache=cache, model_revision="v1",
+                            signal=ReadinessSignal(stack_name=stack.stack_name, logical_id="ServingFleet"))
+    host = NeuronServingLaunchTemplate(stack, "Host", vpc=vpc, boot_script=boot, machine_image=neuron_dlami("/p"))
+    fleet = NeuronServingFleet(stack, "Fleet", vpc=vpc, launch_template=host, min_capacity=2, max_capacity=4)
+    endpoint = NeuronServingEndpoint(stack, "Endpoint", vpc=vpc, target_port=plan.router_port)
+    endpoint.add_target(fleet.auto_scaling_group, fleet)
+    fleet.scale_on_requests()
+    resources = Template.from_stack(stack).to_json()["Resources"]
+    group = resources["ServingFleet"]
+    assert group["Type"] == "AWS::AutoScaling::AutoScalingGroup"
+    assert group["CreationPolicy"]["ResourceSignal"]["Count"] == 2
+    assert group["Properties"]["TargetGroupARNs"]
+    assert any(r["Type"] == "AWS::AutoScaling::ScalingPolicy" for r in resources.values())
+    statements = json.dumps([r["Properties"]["PolicyDocument"] for r in resources.values()
+                             if r["Type"] == "AWS::IAM::Policy"])
+    assert "s3:PutObject" in statements and "cloudformation:SignalResource" in statements
+
+
+def test_a_fleet_refuses_a_boot_script_that_never_signals():
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_ec2 as ec2
+
+    from neuron_serving import NeuronBootScript, NeuronServingFleet, NeuronServingLaunchTemplate, neuron_dlami
+
+    stack = Stack(App(), "Own")
+    vpc = ec2.Vpc(stack, "Vpc", restrict_default_security_group=False)
+    boot = NeuronBootScript(stack, "Boot", plan=plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge")))
+    host = NeuronServingLaunchTemplate(stack, "Host", vpc=vpc, boot_script=boot, machine_image=neuron_dlami("/p"))
+    with pytest.raises(ServingConfigError, match=r"^launch_template \('Own/Host'\) must carry a boot script"):
+        NeuronServingFleet(stack, "Fleet", vpc=vpc, launch_template=host)

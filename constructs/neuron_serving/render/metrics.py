@@ -1,0 +1,172 @@
+"""The metrics a Neuron serving host publishes: one catalog for the host's publisher, the
+dashboard and the alarms, so that nothing on the dashboard lacks a producer.
+
+The host's publisher (``userdata/publish_metrics.py``) reads neuron-monitor's reports, each TGI
+replica's ``/metrics`` and the router's Prometheus endpoint once per :data:`INTERVAL_SECONDS`,
+and writes CloudWatch embedded metric format (EMF) lines to :data:`EMF_LOG`, which the
+CloudWatch agent ships to a log group; CloudWatch Logs turns them into metrics. Names, units and
+dimensions are ours, never the guessed names of ``neuron-monitor-cloudwatch.py``.
+
+Dimensions: ``Service`` (the deployment: the stack name by default), ``InstanceId``,
+``Replica`` (the replica's ``NEURON_PROCESS_TAG``, ``replica-N``) and ``ErrorType``. Every
+metric is also published with ``Service`` alone (or ``Service`` and its own breakdown), so the
+fleet aggregate needs no SEARCH expression and can drive alarms and target tracking.
+
+Histograms (request duration, time per output token...) are published as arrays of values, one
+per request, placed within the request's Prometheus bucket, so that CloudWatch computes
+percentiles across replicas and instances correctly rather than averaging per-replica ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..plan.errors import ServingConfigError
+
+DEFAULT_NAMESPACE = "NeuronServing"
+"""CloudWatch namespace of every metric below, unless the monitoring construct is given another."""
+
+INTERVAL_SECONDS = 60
+"""How often the host publishes: neuron-monitor's period, and one data point per minute."""
+
+EMF_LOG = "/var/log/neuron-serving/metrics.emf"
+"""The file of EMF lines the CloudWatch agent ships."""
+
+SERVICE = "Service"
+INSTANCE = "InstanceId"
+REPLICA = "Replica"
+ERROR_TYPE = "ErrorType"
+
+FLEET = (SERVICE,)
+PER_INSTANCE = (SERVICE, INSTANCE)
+PER_REPLICA = (SERVICE, INSTANCE, REPLICA)
+
+REPLICA_SETS = (FLEET, PER_INSTANCE, PER_REPLICA)
+"""Per replica, per instance and for the whole fleet."""
+INSTANCE_SETS = (FLEET, PER_INSTANCE)
+"""Per instance and for the whole fleet."""
+ERROR_SETS = ((SERVICE, ERROR_TYPE), (SERVICE, INSTANCE, ERROR_TYPE))
+"""By error type, per instance and for the whole fleet."""
+
+EXECUTION_ERROR_TYPES = ("generic", "numerical", "transient", "model", "runtime", "hardware")
+"""neuron-monitor's ``execution_stats.error_summary`` keys: the values of ``ErrorType``."""
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One published metric.
+
+    :param name: the CloudWatch metric name.
+    :param unit: an EMF / CloudWatch unit (``Count``, ``Seconds``, ``Percent``, ``Bytes``).
+    :param source: ``tgi`` (a replica's ``/metrics``), ``router`` (HAProxy's), ``neuron``
+        (neuron-monitor) or ``host`` (neuron-monitor's system data, and the root file system).
+    :param dimension_sets: the dimension sets it is published with.
+    :param description: what it measures and where it comes from.
+    """
+
+    name: str
+    unit: str
+    source: str
+    dimension_sets: tuple[tuple[str, ...], ...]
+    description: str
+
+
+METRICS: tuple[MetricSpec, ...] = (
+    # Serving, per replica, from TGI's /metrics.
+    MetricSpec("QueueSize", "Count", "tgi", REPLICA_SETS,
+               "Requests waiting for a batch slot (gauge tgi_queue_size)."),
+    MetricSpec("BatchSize", "Count", "tgi", REPLICA_SETS,
+               "Requests in the running batch (gauge tgi_batch_current_size)."),
+    MetricSpec("InFlightRequests", "Count", "tgi", REPLICA_SETS,
+               "Requests queued or in the batch: QueueSize + BatchSize. The fleet's scaling signal."),
+    MetricSpec("Requests", "Count", "tgi", REPLICA_SETS,
+               "Requests received in the interval (counter tgi_request_count, as a delta)."),
+    MetricSpec("RequestFailures", "Count", "tgi", REPLICA_SETS,
+               "Requests failed in the interval, all reasons (counter tgi_request_failure, as a delta)."),
+    MetricSpec("GeneratedTokens", "Count", "tgi", REPLICA_SETS,
+               "Tokens generated in the interval (the sum of histogram tgi_request_generated_tokens, as a delta)."),
+    MetricSpec("RequestDuration", "Seconds", "tgi", REPLICA_SETS,
+               "End-to-end request time, one value per request (histogram tgi_request_duration)."),
+    MetricSpec("QueueDuration", "Seconds", "tgi", REPLICA_SETS,
+               "Time a request waited for a batch slot, one value per request (tgi_request_queue_duration)."),
+    MetricSpec("TimePerOutputToken", "Seconds", "tgi", REPLICA_SETS,
+               "Mean time per generated token, one value per request "
+               "(histogram tgi_request_mean_time_per_token_duration)."),
+    # The on-host router (HAProxy), per instance.
+    MetricSpec("RouterQueue", "Count", "router", INSTANCE_SETS,
+               "Requests the router holds because every replica is at its concurrency limit "
+               "(gauge haproxy_backend_current_queue)."),
+    MetricSpec("ReplicasUp", "Count", "router", INSTANCE_SETS,
+               "Replicas whose health check passes (haproxy_server_status with state UP)."),
+    # Neuron, from neuron-monitor.
+    MetricSpec("NeuronCoreUtilization", "Percent", "neuron", INSTANCE_SETS,
+               "Utilization of each NeuronCore in use, one value per core: Average is the instance's "
+               "mean, Maximum its busiest core (neuroncore_counters)."),
+    MetricSpec("NeuronDeviceMemoryUsed", "Bytes", "neuron", INSTANCE_SETS,
+               "Neuron device memory used by all replicas (memory_used.neuron_runtime_used_bytes.neuron_device)."),
+    MetricSpec("ExecutionErrors", "Count", "neuron", ERROR_SETS,
+               "Failed executions in the interval, by ErrorType (execution_stats.error_summary)."),
+    MetricSpec("ExecutionLatency", "Seconds", "neuron", REPLICA_SETS,
+               "Median execution latency on the NeuronCores in the interval (execution_stats.latency_stats."
+               "total_latency.p50)."),
+    MetricSpec("ExecutionLatencyP99", "Seconds", "neuron", REPLICA_SETS,
+               "99th percentile execution latency in the interval (latency_stats.total_latency.p99)."),
+    MetricSpec("EccCorrectedEvents", "Count", "neuron", INSTANCE_SETS,
+               "Corrected memory and SRAM ECC events in the interval, all devices (neuron_hw_counters)."),
+    MetricSpec("EccUncorrectedEvents", "Count", "neuron", INSTANCE_SETS,
+               "Uncorrected memory and SRAM ECC events in the interval, all devices: the device needs attention."),
+    # The host.
+    MetricSpec("CpuUtilization", "Percent", "host", INSTANCE_SETS,
+               "vCPU time not idle (system_data.vcpu_usage.average_usage)."),
+    MetricSpec("MemoryUtilization", "Percent", "host", INSTANCE_SETS,
+               "Host memory used (system_data.memory_info)."),
+    MetricSpec("DiskUtilization", "Percent", "host", INSTANCE_SETS,
+               "Root file system used, which holds the image and the exports (statvfs of /)."),
+)
+
+BY_NAME = {m.name: m for m in METRICS}
+
+
+def metric(name: str) -> MetricSpec:
+    """The spec of ``name``; a ``KeyError`` naming it when the catalog has no such metric."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no metric {name!r} in the catalog; known: {', '.join(BY_NAME)}") from None
+
+
+LOG_KINDS = ("boot", "replicas", "router", "metrics")
+"""The host's log groups: ``boot`` (boot.log, export.log, ready.log of /var/log/neuron-serving),
+``replicas`` (each TGI container's output, through docker's awslogs driver, one stream per
+replica), ``router`` (HAProxy's log) and ``metrics`` (the EMF lines)."""
+
+
+@dataclass(frozen=True)
+class MonitoringOptions:
+    """What the boot script needs to publish metrics and ship logs.
+
+    :param service: the ``Service`` dimension's value (a CDK token is fine: it reaches the host
+        through ``stack.env``).
+    :param log_groups: the log group name for each of :data:`LOG_KINDS` (tokens are fine).
+    :param namespace: the CloudWatch namespace. Default: :data:`DEFAULT_NAMESPACE`.
+    """
+
+    service: str
+    log_groups: dict[str, str]
+    namespace: str = DEFAULT_NAMESPACE
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not isinstance(self.service, str) or not self.service or any(c.isspace() for c in self.service):
+            problems.append(f"monitoring.service ({self.service!r}) must be a non-empty name without spaces")
+        if not isinstance(self.log_groups, dict) or set(self.log_groups) != set(LOG_KINDS):
+            problems.append(f"monitoring.log_groups ({self.log_groups!r}) must name a group for each of "
+                            f"{', '.join(LOG_KINDS)}")
+        elif any(not isinstance(v, str) or not v or any(c.isspace() for c in v) for v in self.log_groups.values()):
+            problems.append(f"monitoring.log_groups ({self.log_groups!r}) must be names without spaces")
+        ns = self.namespace
+        if not isinstance(ns, str) or not 1 <= len(ns) <= 255 or ns.startswith("AWS/") or ":" in ns:
+            problems.append(f"monitoring.namespace ({ns!r}) must be 1 to 255 characters, without ':' and "
+                            "not starting with AWS/")
+        if problems:
+            raise ServingConfigError(problems)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from neuron_serving.plan import ServingPlan, ServingRequest, plan_serving
 from neuron_serving.render.boot import ReadinessSignal, WarmPoolHook
+from neuron_serving.render.metrics import MonitoringOptions
 
 STUBS = Path(__file__).parent / "stubs"
 
@@ -46,6 +47,22 @@ CACHE_TOKEN = "s3://${Token[TOKEN.123]}/exports"
 SIGNAL = ReadinessSignal(stack_name="NeuronLlamaStack", logical_id="NeuronServingFleet")
 HOOK = WarmPoolHook(hook_name="neuron-serving-launch", group_name="NeuronLlamaStack-NeuronServingFleet")
 """As the stack names them."""
+
+LOG_GROUPS = {"boot": "NeuronLlamaStack-BootLogs#1", "replicas": "/neuron-serving/NeuronLlamaStack/replicas",
+              "router": "/neuron-serving/NeuronLlamaStack/router",
+              "metrics": "/neuron-serving/NeuronLlamaStack/metrics"}
+MONITORING = MonitoringOptions(service="NeuronLlamaStack", log_groups=LOG_GROUPS)
+"""Monitoring as the stack configures it, its names resolved; one has a ``#``, which the shell
+and systemd read only quoted."""
+
+MONITORING_TOKENS = MonitoringOptions(
+    service="${Token[TOKEN.200]}",
+    log_groups={kind: f"${{Token[TOKEN.20{n}]}}" for n, kind in enumerate(LOG_GROUPS, start=1)},
+)
+"""Monitoring as the stack passes it at synth: the service and every log group name unresolved."""
+
+PUBLISHER_TOKEN = "s3://${Token[TOKEN.210]}/${Token[TOKEN.211]}.py"
+"""The metrics publisher's location as a CDK asset gives it at synth."""
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SMALL_MODEL = "meta-llama/Llama-3.2-1B-Instruct"

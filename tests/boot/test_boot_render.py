@@ -10,7 +10,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from bootsim import CACHE_TOKEN, HOOK, MODEL, SECRET_ARN, SIGNAL, SMALL_MODEL, make_plan
+from bootsim import (
+    CACHE_TOKEN,
+    HOOK,
+    MODEL,
+    MONITORING,
+    MONITORING_TOKENS,
+    PUBLISHER_TOKEN,
+    SECRET_ARN,
+    SIGNAL,
+    SMALL_MODEL,
+    make_plan,
+)
 from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
@@ -26,6 +37,7 @@ from neuron_serving.render.boot import (
     check_user_data_size,
     render_boot_script,
 )
+from neuron_serving.render.metrics import MonitoringOptions
 
 CONFIGS: dict[str, tuple[Callable[[], ServingPlan], str | None]] = {
     "inf2.xlarge-1-replica": (lambda: make_plan("inf2.xlarge", model_id=SMALL_MODEL), None),
@@ -37,9 +49,10 @@ CONFIGS: dict[str, tuple[Callable[[], ServingPlan], str | None]] = {
 }
 
 FLEET = {"artifact_cache": CACHE_TOKEN, "signal": SIGNAL, "warm_pool_hook": HOOK,
-         "model_revision": "5f0b02c75b57c5855da9ae460ce51323ea669d8a"}
-"""Every fleet option on, the cache bucket an unresolved CDK token as the stack passes it, the
-model pinned to a commit."""
+         "model_revision": "5f0b02c75b57c5855da9ae460ce51323ea669d8a",
+         "monitoring": MONITORING_TOKENS, "metrics_publisher": PUBLISHER_TOKEN}
+"""Every fleet option on, the cache bucket, the service, the log groups and the publisher's copy
+in S3 unresolved CDK tokens as the stack passes them, the model pinned to a commit."""
 
 OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
     "trn1.32xlarge-tp2-secret-arn-fleet": ("trn1.32xlarge-tp2-secret-arn", FLEET),
@@ -50,11 +63,18 @@ OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
     ),
     "inf2.xlarge-prebuilt-s3-cache-only": ("inf2.xlarge-1-replica", {"prebuilt_export": "s3://models/llama"}),
     "inf2.24xlarge-tp4-cache-only": ("inf2.24xlarge-tp4", {"artifact_cache": "s3://cache-bucket"}),
+    "inf2.xlarge-monitoring": ("inf2.xlarge-1-replica", {"monitoring": MONITORING}),
+    "inf2.24xlarge-tp4-monitoring-s3-signal": (
+        "inf2.24xlarge-tp4",
+        {"monitoring": MONITORING, "metrics_publisher": "s3://assets/publish_metrics.py", "signal": SIGNAL},
+    ),
 }
 
 EMBEDDED_FILE = re.compile(r"^put (\S+) \d+ <<'EOF'\n(.*?)^EOF$", re.MULTILINE | re.DOTALL)
 BUNDLE = re.compile(r"^files=\$\(base64 -d <<'EOF' \| gunzip\n(.*?)^EOF\n\)$", re.MULTILINE | re.DOTALL)
 ROUTER_CONFIG = re.compile(r"^(put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'\n).*?^EOF$", re.MULTILINE | re.DOTALL)
+PUBLISHER = re.compile(r"^(put /opt/neuron-serving/bin/publish-metrics 755 <<'EOF'\n).*?^EOF$",
+                       re.MULTILINE | re.DOTALL)
 
 
 def rendered(config: str) -> tuple[ServingPlan, str]:
@@ -87,6 +107,7 @@ class ShellSnapshot(SingleFileSnapshotExtension):
 
 
 SCRIPTS = {"bootstrap", "/opt/neuron-serving/bin/export-model", "/opt/neuron-serving/bin/run-replica"}
+KILOBYTE = 1024
 
 
 @pytest.mark.parametrize("config", [*CONFIGS, *OPTION_CONFIGS])
@@ -100,7 +121,8 @@ def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
     options = OPTION_CONFIGS[config][1] if config in OPTION_CONFIGS else {}
     readiness = {"signal", "warm_pool_hook"} & set(options)
     assert set(files) == SCRIPTS | {f"/opt/neuron-serving/bin/{name}" for name, wanted in [
-        ("wait-ready", readiness), ("complete-lifecycle", "warm_pool_hook" in options)] if wanted}
+        ("wait-ready", readiness), ("complete-lifecycle", "warm_pool_hook" in options),
+        ("start-monitoring", "monitoring" in options)] if wanted}
     paths = []
     for name, text in files.items():
         paths.append(tmp_path / name.rsplit("/", 1)[-1])
@@ -116,7 +138,20 @@ def test_largest_configurations_stay_well_under_the_user_data_limit(config: str)
     plan, script = rendered(config)
     size = len(script.encode())
     assert len(plan.replicas) >= 12
-    assert size <= USER_DATA_LIMIT_BYTES * 3 // 4, f"{config}: {size} bytes"
+    # Over 1 KB to spare: at deploy, the names replacing the tokens in stack.env are longer.
+    assert size <= 15 * KILOBYTE, f"{config}: {size} bytes"
+    check_user_data_size(script, plan)
+
+
+@pytest.mark.parametrize("config", [*CONFIGS, *OPTION_CONFIGS])
+def test_every_configuration_fits_in_the_user_data(config: str) -> None:
+    plan, script = rendered(config)
+    check_user_data_size(script, plan)
+
+
+def test_the_publisher_fits_in_the_user_data_of_the_smallest_configuration() -> None:
+    plan, script = rendered("inf2.xlarge-monitoring")
+    assert "put /opt/neuron-serving/bin/publish-metrics 755" in unbundled(script)
     check_user_data_size(script, plan)
 
 
@@ -136,12 +171,14 @@ def test_size_check_accepts_a_script_of_exactly_the_limit() -> None:
 
 @pytest.mark.parametrize(
     "config", ["inf2.xlarge-1-replica", "inf2.48xlarge-tp8-secret-name", "trn1.32xlarge-tp2-secret-arn",
-               "trn1.32xlarge-tp2-secret-arn-fleet"]
+               "trn1.32xlarge-tp2-secret-arn-fleet", "inf2.xlarge-monitoring"]
 )
 def test_boot_script_snapshot(config: str, snapshot: SnapshotAssertion) -> None:
     _, script = rendered(config)
-    # The router config has its own tests; here it would only make every router change a boot change.
+    # The router config and the publisher have their own tests; here they would only make each of
+    # their changes a boot change.
     scrubbed = ROUTER_CONFIG.sub(r"\1<render_router_config(plan) without its comment lines>\nEOF", unbundled(script))
+    scrubbed = PUBLISHER.sub(r"\1<shipped_publisher()>\nEOF", scrubbed)
     assert scrubbed == snapshot(extension_class=ShellSnapshot)
 
 
@@ -196,6 +233,14 @@ def test_bundled_files_may_hold_no_deploy_time_value_and_are_executable_only_wit
         ({"model_revision": "v1", "prebuilt_export": "s3://models/llama"}, "model_revision"),
         ({"signal": "NeuronLlamaStack"}, "signal"),
         ({"warm_pool_hook": "neuron-serving-launch"}, "warm_pool_hook"),
+        ({"monitoring": {"service": "NeuronLlamaStack"}}, "monitoring"),
+        ({"monitoring": MonitoringOptions(service="s", log_groups=MONITORING.log_groups,
+                                          namespace="${Token[TOKEN.9]}")}, "monitoring.namespace"),
+        ({"monitoring": MonitoringOptions(service="s", log_groups={**MONITORING.log_groups, "boot": "boot:logs"})},
+         r"monitoring.log_groups\['boot'\]"),
+        ({"metrics_publisher": "s3://assets/publisher.py"}, "metrics_publisher"),
+        ({"monitoring": MONITORING, "metrics_publisher": "s3://assets"}, "metrics_publisher"),
+        ({"monitoring": MONITORING, "metrics_publisher": "https://example.com/publisher.py"}, "metrics_publisher"),
     ],
 )
 def test_boot_options_name_the_bad_setting(options: dict[str, object], setting: str) -> None:
@@ -229,11 +274,16 @@ def test_deploy_time_values_stay_one_quoted_word_in_stack_env_and_only_there() -
     files = embedded_files(script)
     assert files["/etc/neuron-serving/stack.env"] == (
         f"IMAGE={DEFAULT_IMAGE}\nCACHE_BUCKET='${{Token[TOKEN.123]}}'\nCACHE_PREFIX=exports/\n"
-        "GROUP_NAME=NeuronLlamaStack-NeuronServingFleet\nHOOK_NAME=neuron-serving-launch\n")
+        "GROUP_NAME=NeuronLlamaStack-NeuronServingFleet\nHOOK_NAME=neuron-serving-launch\n"
+        "SERVICE='${Token[TOKEN.200]}'\nLOG_GROUP_BOOT='${Token[TOKEN.201]}'\n"
+        "LOG_GROUP_REPLICAS='${Token[TOKEN.202]}'\nLOG_GROUP_ROUTER='${Token[TOKEN.203]}'\n"
+        "LOG_GROUP_METRICS='${Token[TOKEN.204]}'\nPUBLISHER='s3://${Token[TOKEN.210]}/${Token[TOKEN.211]}.py'\n")
     export_model = files["/opt/neuron-serving/bin/export-model"]
     assert "\ns3=s3://$CACHE_BUCKET/\ncached=$CACHE_PREFIX$key\n" in export_model
     assert '--bucket "$CACHE_BUCKET" --key' in export_model
-    assert script.count("${Token[TOKEN.123]}") == 1
+    assert '--log-opt "awslogs-group=$LOG_GROUP_REPLICAS"' in files["/opt/neuron-serving/bin/run-replica"]
+    for token in ["TOKEN.123", "TOKEN.200", "TOKEN.201", "TOKEN.202", "TOKEN.203", "TOKEN.204", "TOKEN.210"]:
+        assert script.count(f"${{Token[{token}]}}") == 1, token
 
 
 @pytest.mark.parametrize(

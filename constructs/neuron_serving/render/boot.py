@@ -14,10 +14,16 @@ builds; devices handed to docker stay the real ``/dev/neuronN``):
 - with a warm pool hook, ``/opt/neuron-serving/bin/complete-lifecycle`` and
   ``neuron-serving-ready.service`` (``userdata/complete-lifecycle.sh.j2``,
   ``userdata/neuron-serving-ready.service.j2``);
+- with monitoring, ``/opt/neuron-serving/bin/start-monitoring`` (``userdata/start-monitoring.sh.j2``),
+  which installs the CloudWatch agent when missing and configures it, the metrics publisher
+  ``/opt/neuron-serving/bin/publish-metrics`` (``userdata/publish_metrics.py``) and its unit
+  ``neuron-serving-metrics.service`` (``userdata/neuron-serving-metrics.service.j2``), and
+  ``/etc/logrotate.d/neuron-serving-metrics``; see :mod:`~neuron_serving.render.monitoring`;
 - ``/etc/neuron-serving/``: ``stack.env`` (values from the stack), ``tgi.env`` (shared
   settings), ``replicas.table`` (what differs per replica), ``replica-N.conf`` (devices, port,
   env file), ``replica-N.env`` (``docker --env-file``), ``hf-token.env`` (mode 0600, only with
-  a token secret), ``host.env`` (region and instance id from IMDSv2, when AWS is called);
+  a token secret), ``host.env`` (region and instance id from IMDSv2, when AWS is called), and
+  with monitoring ``metrics.json``, ``neuron-monitor.json`` and ``cloudwatch-agent.json``;
 - ``/var/lib/neuron-serving/exports/<export key>/`` with its completion marker;
 - ``/etc/haproxy/haproxy.cfg``: the router (:func:`~neuron_serving.render.router.render_router_config`);
 - ``/var/log/neuron-serving/``: ``boot.log``, ``export.log``, ``ready.log`` and ``status`` (the
@@ -49,6 +55,11 @@ of ``export.log`` when the export failed) goes to ``boot.log`` and to the consol
 CloudFormation asks of instances and Auto Scaling groups.
 
 **Warm pool.** See :class:`WarmPoolHook`.
+
+**Monitoring.** With :class:`~neuron_serving.render.metrics.MonitoringOptions`, a step right
+after the tools are installed starts the CloudWatch agent, which ships the boot's logs, the
+router's log and the publisher's EMF file, and the metrics publisher; docker's awslogs driver
+ships each replica's output. A failure there is logged as a warning and the boot goes on.
 """
 
 from __future__ import annotations
@@ -62,6 +73,19 @@ from dataclasses import dataclass
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.layout import Replica, ServingPlan
 from ..plan.tgi import CONTAINER_PORT, DEFAULT_IMAGE, MODEL_MOUNT, export_key, replica_environment
+from .metrics import EMF_LOG, LOG_KINDS, MonitoringOptions
+from .monitoring import (
+    AGENT_CONFIG_TEMPLATE,
+    AGENT_LOG_KINDS,
+    NEURON_MONITOR_CONFIG,
+    PUBLISHER,
+    PUBLISHER_CONFIG,
+    log_group_variable,
+    render_agent_config,
+    render_neuron_monitor_config,
+    render_publisher_config,
+    shipped_publisher,
+)
 from .router import render_router_config
 from .templates import Unquoted, render
 
@@ -90,6 +114,8 @@ EXPORT_MODEL = f"{BIN}/export-model"
 RUN_REPLICA = f"{BIN}/run-replica"
 WAIT_READY = f"{BIN}/wait-ready"
 COMPLETE_LIFECYCLE = f"{BIN}/complete-lifecycle"
+START_MONITORING = f"{BIN}/start-monitoring"
+METRICS_UNIT = "neuron-serving-metrics"
 
 _TOKEN_MARK = "${Token["
 """How aws-cdk-lib encodes an unresolved value in a string."""
@@ -174,6 +200,18 @@ class BootOptions:
         failure. Default: no signal.
     :param warm_pool_hook: the launch lifecycle hook of an Auto Scaling group with a warm pool.
         Default: none (the host starts serving on its first boot and completes no hook).
+    :param monitoring: publish the catalog's metrics and ship the logs to these log groups (the
+        service name and group names may be CDK tokens; the namespace may not). The instance
+        role needs logs:CreateLogStream, logs:PutLogEvents and logs:DescribeLogStreams on the
+        groups (the agent and docker create the streams); the host downloads the CloudWatch
+        agent from its region's S3 when the image lacks it. Default: no monitoring.
+    :param metrics_publisher: with monitoring, an S3 URI of the metrics publisher (the text of
+        :func:`~neuron_serving.render.monitoring.shipped_publisher`, or
+        ``userdata/publish_metrics.py`` itself), which the host downloads instead of finding it
+        in the user data, where it takes about 7 KB of the 16 KB. The bucket and key may be CDK
+        tokens (a CDK asset's); the instance role needs s3:GetObject on it. Default: the
+        publisher travels in the user data, which only configurations without the fleet
+        options leave room for.
     """
 
     image: str = DEFAULT_IMAGE
@@ -184,6 +222,8 @@ class BootOptions:
     model_revision: str | None = None
     signal: ReadinessSignal | None = None
     warm_pool_hook: WarmPoolHook | None = None
+    monitoring: MonitoringOptions | None = None
+    metrics_publisher: str | None = None
 
     def __post_init__(self) -> None:
         problems = Problems()
@@ -213,10 +253,30 @@ class BootOptions:
             problems.add("signal", self.signal, "must be a ReadinessSignal or None")
         if self.warm_pool_hook is not None and not isinstance(self.warm_pool_hook, WarmPoolHook):
             problems.add("warm_pool_hook", self.warm_pool_hook, "must be a WarmPoolHook or None")
+        monitoring = self.monitoring
+        if monitoring is not None and not isinstance(monitoring, MonitoringOptions):
+            problems.add("monitoring", monitoring, "must be a MonitoringOptions or None")
+        elif monitoring is not None:
+            if _TOKEN_MARK in monitoring.namespace:
+                problems.add("monitoring.namespace", monitoring.namespace, "must be known at synth, not a CDK "
+                             "token: it is in the publisher's config, in the compressed part of the user data")
+            for kind, group in monitoring.log_groups.items():
+                if _TOKEN_MARK not in group and not _LOG_GROUP.fullmatch(group):
+                    problems.add(f"monitoring.log_groups[{kind!r}]", group, "must be a CloudWatch Logs group name: "
+                                 "1 to 512 letters, digits and ._/#- (or a CDK token)")
+        publisher = self.metrics_publisher
+        if publisher is not None and monitoring is None:
+            problems.add("metrics_publisher", publisher, "applies only with monitoring")
+        elif publisher is not None:
+            _, key = _s3_parts(publisher) or (None, None)
+            if not key:
+                problems.add("metrics_publisher", publisher, "must be the S3 URI of an object, such as "
+                             "s3://bucket/publish_metrics.py, without spaces, or None")
         problems.raise_if_any()
 
 
 _REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,254}")
+_LOG_GROUP = re.compile(r"[A-Za-z0-9._/#-]{1,512}")
 
 
 def _has_space(text: str) -> bool:
@@ -255,8 +315,8 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     it then waits until every replica serves and reports that (see :class:`BootOptions`).
 
     :param plan: the validated serving layout.
-    :param options: image, token secret, retries, export source and readiness reporting.
-        Default: ``BootOptions()``.
+    :param options: image, token secret, retries, export source, readiness reporting and
+        monitoring. Default: ``BootOptions()``.
 
     The result is not checked against the user data limit: see :func:`check_user_data_size`.
     """
@@ -274,8 +334,9 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     elif prebuilt_hf is not None:
         prebuilt = f"hf://{prebuilt_hf}"
     cache = _s3_parts(options.artifact_cache) if prebuilt is None else None
-    signal, hook = options.signal, options.warm_pool_hook
+    signal, hook, monitoring = options.signal, options.warm_pool_hook, options.monitoring
     s3 = cache is not None or prebuilt_s3 is not None
+    log_groups = monitoring.log_groups if monitoring else {}
     # Values that may be deploy-time tokens go to stack.env, which the boot script writes as is;
     # everything else is bundled and compressed at synth.
     stack_env: dict[str, str | None] = {
@@ -285,6 +346,9 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         "CACHE_PREFIX": (f"{cache[1]}/" if cache[1] else "") if cache else None,
         "GROUP_NAME": hook.group_name if hook else None,
         "HOOK_NAME": hook.hook_name if hook else None,
+        "SERVICE": monitoring.service if monitoring else None,
+        **{log_group_variable(kind): log_groups.get(kind) for kind in LOG_KINDS},
+        "PUBLISHER": options.metrics_publisher,
     }
     files = {
         EXPORT_MODEL: _rendered(
@@ -310,6 +374,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
             token_file=token_file,
             mount=MODEL_MOUNT,
             container_port=CONTAINER_PORT,
+            monitoring=monitoring is not None,
         ),
         "/etc/systemd/system/neuron-tgi@.service": _rendered("neuron-tgi@.service.j2", ready_unit=hook is not None),
         "/etc/neuron-serving/tgi.env": common_env,
@@ -321,6 +386,8 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     if hook is not None:
         files[COMPLETE_LIFECYCLE] = _rendered("complete-lifecycle.sh.j2")
         files["/etc/systemd/system/neuron-serving-ready.service"] = _rendered("neuron-serving-ready.service.j2")
+    if monitoring is not None:
+        files.update(_monitoring_files(plan, monitoring, download=options.metrics_publisher is not None))
     script = render(
         "bootstrap.sh.j2",
         description=Unquoted(_describe(plan)),
@@ -335,13 +402,41 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         named_settings=named_settings,
         replicas=_replicas(plan),
         router_port=plan.router_port,
-        metadata=s3 or signal is not None or hook is not None,
+        metadata=s3 or signal is not None or hook is not None or monitoring is not None,
         signal=signal,
         signal_id_limit=SIGNAL_ID_LIMIT,
         hook=hook,
         wait_ready=files.get(WAIT_READY),
+        monitoring=monitoring is not None,
+        start_monitoring=START_MONITORING,
     )
     return _without_comments(script, keep_header=True)
+
+
+def _monitoring_files(plan: ServingPlan, monitoring: MonitoringOptions, *, download: bool) -> dict[str, str]:
+    files = {
+        START_MONITORING: _rendered(
+            "start-monitoring.sh.j2",
+            log_group_variables=[log_group_variable(kind) for kind in AGENT_LOG_KINDS],
+            download=download,
+            publisher=PUBLISHER,
+            unit=METRICS_UNIT,
+        ),
+        f"/etc/systemd/system/{METRICS_UNIT}.service": _rendered(
+            "neuron-serving-metrics.service.j2",
+            stack_env="/etc/neuron-serving/stack.env",
+            host_env="/etc/neuron-serving/host.env",
+            publisher=PUBLISHER,
+            config=PUBLISHER_CONFIG,
+        ),
+        f"/etc/logrotate.d/{METRICS_UNIT}": _rendered("neuron-serving-metrics.logrotate.j2", emf_log=EMF_LOG),
+        PUBLISHER_CONFIG: render_publisher_config(plan, monitoring),
+        NEURON_MONITOR_CONFIG: render_neuron_monitor_config(plan),
+        AGENT_CONFIG_TEMPLATE: render_agent_config(),
+    }
+    if not download:
+        files[PUBLISHER] = shipped_publisher()
+    return files
 
 
 def check_user_data_size(script: str, plan: ServingPlan) -> None:
@@ -356,7 +451,8 @@ def check_user_data_size(script: str, plan: ServingPlan) -> None:
             [
                 f"the boot script for {_configuration(plan)} is {size} bytes, over the EC2 user data "
                 f"limit of {USER_DATA_LIMIT_BYTES} bytes; a larger tensor_parallel (fewer replicas), "
-                "a shorter model_id or a shorter image name makes it smaller"
+                "a shorter model_id or a shorter image name makes it smaller; with monitoring, a "
+                "metrics_publisher in S3 saves about 7 KB"
             ]
         )
 

@@ -46,6 +46,12 @@ CACHE_BUCKET='${Token[TOKEN.123]}'
 CACHE_PREFIX=exports/
 GROUP_NAME=NeuronLlamaStack-NeuronServingFleet
 HOOK_NAME=neuron-serving-launch
+SERVICE='${Token[TOKEN.200]}'
+LOG_GROUP_BOOT='${Token[TOKEN.201]}'
+LOG_GROUP_REPLICAS='${Token[TOKEN.202]}'
+LOG_GROUP_ROUTER='${Token[TOKEN.203]}'
+LOG_GROUP_METRICS='${Token[TOKEN.204]}'
+PUBLISHER='s3://${Token[TOKEN.210]}/${Token[TOKEN.211]}.py'
 EOF
 files=$(base64 -d <<'EOF' | gunzip
 put /opt/neuron-serving/bin/export-model 755 <<'EOF'
@@ -129,6 +135,10 @@ key=llama-3-1-8b-instruct-tp2-b4-s4096-bf16-194f6649d06c43f7
 args=()
 for d in $DEVICES; do args+=(--device "/dev/neuron$d"); done
 args+=(--env-file "$R"/etc/neuron-serving/hf-token.env)
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/host.env"
+args+=(--log-driver awslogs --log-opt "awslogs-region=$REGION" --log-opt "awslogs-group=$LOG_GROUP_REPLICAS"
+  --log-opt "awslogs-stream=$INSTANCE_ID/replica-$i" --log-opt mode=non-blocking --log-opt max-buffer-size=4m)
 exec docker run --rm --name "tgi-replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80" \
   -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" "$IMAGE"
 EOF
@@ -230,6 +240,74 @@ StandardOutput=append:/var/log/neuron-serving/ready.log
 [Install]
 WantedBy=multi-user.target
 EOF
+put /opt/neuron-serving/bin/start-monitoring 755 <<'EOF'
+#!/bin/bash
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+etc=$R/etc/neuron-serving
+# shellcheck source=/dev/null
+. "$etc/stack.env"
+# shellcheck source=/dev/null
+. "$etc/host.env"
+ctl=$R/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl
+if [ ! -x "$ctl" ]; then
+  deb=$R/var/cache/neuron-serving/amazon-cloudwatch-agent.deb
+  mkdir -p "${deb%/*}"
+  curl -sSf --retry 4 --retry-all-errors -m 300 -o "$deb" \
+    "https://s3.$REGION.amazonaws.com/amazoncloudwatch-agent-$REGION/ubuntu/amd64/latest/amazon-cloudwatch-agent.deb"
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$deb"
+  rm -f "$deb"
+fi
+conf=$(<"$etc/cloudwatch-agent.json.in")
+for v in LOG_GROUP_BOOT LOG_GROUP_ROUTER LOG_GROUP_METRICS; do conf=${conf//@$v@/"${!v}"}; done
+printf '%s\n' "$conf" >"$etc/cloudwatch-agent.json"
+"$ctl" -a fetch-config -m ec2 -s -c "file:$etc/cloudwatch-agent.json"
+aws s3 cp --region "$REGION" --only-show-errors "$PUBLISHER" "$R/opt/neuron-serving/bin/publish-metrics.new"
+chmod 755 "$R/opt/neuron-serving/bin/publish-metrics.new"
+mv -f "$R/opt/neuron-serving/bin/publish-metrics.new" "$R/opt/neuron-serving/bin/publish-metrics"
+systemctl daemon-reload
+if [ -n "${1:-}" ]; then
+  systemctl enable neuron-serving-metrics
+else
+  systemctl enable --now neuron-serving-metrics
+fi
+EOF
+put /etc/systemd/system/neuron-serving-metrics.service 644 <<'EOF'
+[Unit]
+Description=Publish the Neuron serving metrics
+After=network-online.target docker.service
+Wants=network-online.target
+StartLimitIntervalSec=0
+
+[Service]
+EnvironmentFile=/etc/neuron-serving/stack.env
+EnvironmentFile=/etc/neuron-serving/host.env
+ExecStart=/usr/bin/env python3 /opt/neuron-serving/bin/publish-metrics /etc/neuron-serving/metrics.json
+Restart=always
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+EOF
+put /etc/logrotate.d/neuron-serving-metrics 644 <<'EOF'
+/var/log/neuron-serving/metrics.emf {
+    daily
+    rotate 1
+    compress
+    copytruncate
+    missingok
+    notifempty
+}
+EOF
+put /etc/neuron-serving/metrics.json 644 <<'EOF'
+{"disk_path":"/","interval_seconds":60,"metrics":{"BatchSize":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"CpuUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"DiskUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"EccCorrectedEvents":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"EccUncorrectedEvents":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"ExecutionErrors":{"dimensions":[["Service","ErrorType"],["Service","InstanceId","ErrorType"]],"unit":"Count"},"ExecutionLatency":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"ExecutionLatencyP99":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"GeneratedTokens":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"InFlightRequests":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"MemoryUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"NeuronCoreUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"NeuronDeviceMemoryUsed":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Bytes"},"QueueDuration":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"QueueSize":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"ReplicasUp":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"RequestDuration":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"RequestFailures":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"Requests":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"RouterQueue":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"TimePerOutputToken":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"}},"namespace":"NeuronServing","neuron_monitor":["/opt/aws/neuron/bin/neuron-monitor","-c","/etc/neuron-serving/neuron-monitor.json"],"output":"/var/log/neuron-serving/metrics.emf","replicas":[{"name":"replica-0","port":8081},{"name":"replica-1","port":8082},{"name":"replica-2","port":8083},{"name":"replica-3","port":8084},{"name":"replica-4","port":8085},{"name":"replica-5","port":8086},{"name":"replica-6","port":8087},{"name":"replica-7","port":8088},{"name":"replica-8","port":8089},{"name":"replica-9","port":8090},{"name":"replica-10","port":8091},{"name":"replica-11","port":8092},{"name":"replica-12","port":8093},{"name":"replica-13","port":8094},{"name":"replica-14","port":8095},{"name":"replica-15","port":8096}],"router_backend":"replicas","router_metrics_url":"http://127.0.0.1:8404/metrics"}
+EOF
+put /etc/neuron-serving/neuron-monitor.json 644 <<'EOF'
+{"neuron_runtimes":[{"metrics":[{"type":"neuroncore_counters"},{"type":"memory_used"},{"type":"neuron_runtime_vcpu_usage"},{"type":"execution_stats"}],"tag_filter":"^replica-"}],"period":"60s","system_metrics":[{"type":"vcpu_usage"},{"type":"memory_info"},{"type":"neuron_hw_counters"}]}
+EOF
+put /etc/neuron-serving/cloudwatch-agent.json.in 644 <<'EOF'
+{"agent":{"run_as_user":"root"},"logs":{"logs_collected":{"files":{"collect_list":[{"file_path":"/var/log/neuron-serving/boot.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/boot"},{"file_path":"/var/log/neuron-serving/export.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/export"},{"file_path":"/var/log/neuron-serving/ready.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/ready"},{"file_path":"/var/log/haproxy.log","log_group_name":"@LOG_GROUP_ROUTER@","log_stream_name":"{instance_id}"},{"file_path":"/var/log/neuron-serving/metrics.emf","log_group_name":"@LOG_GROUP_METRICS@","log_stream_name":"{instance_id}"}]}}}}
+EOF
 EOF
 )
 eval "$files"
@@ -262,6 +340,10 @@ command -v docker >/dev/null || apt_install docker.io
 command -v aws >/dev/null || snap install aws-cli --classic || apt_install awscli
 command -v haproxy >/dev/null || apt_install haproxy
 systemctl enable --now docker
+
+run_step monitoring
+"$R/opt/neuron-serving/bin/start-monitoring" "$warm" ||
+  log "WARNING: monitoring not started (exit $?): this host ships no logs or metrics"
 
 run_step hf-token
 secret=arn:aws:secretsmanager:eu-west-1:123456789012:secret:neuron-serving/hf-token-AbCdEf

@@ -1,0 +1,198 @@
+"""What a monitored host runs besides its replicas: the metrics publisher with its config,
+neuron-monitor's config, and the CloudWatch agent's, which only ships files.
+
+The publisher (``userdata/publish_metrics.py``, shipped by :func:`shipped_publisher`) starts
+neuron-monitor with :func:`render_neuron_monitor_config`, scrapes every replica and the router,
+and appends EMF lines to :data:`~neuron_serving.render.metrics.EMF_LOG` as
+:func:`render_publisher_config` tells it. The CloudWatch agent (:func:`render_agent_config`)
+ships that file, the boot logs and the router's log; docker's awslogs driver ships each
+replica's output. Every metric is the publisher's: the agent collects none.
+
+Everything here is rendered at synth and travels in the boot script's compressed bundle, which
+cannot hold deploy-time values: the log group names in the agent's config are placeholders
+(:func:`placeholder`) that the boot script replaces with the names in ``stack.env``.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import tokenize
+from importlib.resources import files
+
+from ..plan.layout import ServingPlan
+from .metrics import EMF_LOG, INTERVAL_SECONDS, METRICS, MonitoringOptions
+from .router import ROUTER_METRICS_PORT
+
+PUBLISHER = "/opt/neuron-serving/bin/publish-metrics"
+PUBLISHER_SOURCE = "publish_metrics.py"
+"""The publisher's file in the ``neuron_serving.userdata`` package."""
+"""The publisher on the host, run by ``neuron-serving-metrics.service``."""
+
+PUBLISHER_CONFIG = "/etc/neuron-serving/metrics.json"
+NEURON_MONITOR = "/opt/aws/neuron/bin/neuron-monitor"
+"""Where the Neuron DLAMI installs neuron-monitor (aws-neuronx-tools)."""
+NEURON_MONITOR_CONFIG = "/etc/neuron-serving/neuron-monitor.json"
+AGENT_CONFIG = "/etc/neuron-serving/cloudwatch-agent.json"
+"""The CloudWatch agent's config, which the boot script writes from :data:`AGENT_CONFIG_TEMPLATE`."""
+AGENT_CONFIG_TEMPLATE = f"{AGENT_CONFIG}.in"
+"""The agent's config with :func:`placeholder` for each log group name."""
+
+ROUTER_BACKEND = "replicas"
+"""The HAProxy backend of the replicas in ``userdata/haproxy.cfg.j2``, as its metrics label it."""
+ROUTER_LOG = "/var/log/haproxy.log"
+"""Where rsyslog writes HAProxy's log on Ubuntu (the ``haproxy`` package's rsyslog rule)."""
+AGENT_LOG_KINDS = ("boot", "router", "metrics")
+"""The log groups of the agent's config; the ``replicas`` group is docker's."""
+BOOT_LOGS = ("boot", "export", "ready")
+"""The boot's logs in ``/var/log/neuron-serving/``: ``<name>.log``, shipped to the stream
+``<instance id>/<name>`` of the ``boot`` group."""
+
+NEURON_RUNTIME_METRICS = ("neuroncore_counters", "memory_used", "neuron_runtime_vcpu_usage", "execution_stats")
+"""neuron-monitor's metric groups of each replica's runtime."""
+NEURON_SYSTEM_METRICS = ("vcpu_usage", "memory_info", "neuron_hw_counters")
+"""neuron-monitor's metric groups of the host."""
+REPLICA_TAG_FILTER = "^replica-"
+"""Selects the runtimes whose ``NEURON_PROCESS_TAG`` is a replica's name (``replica-N``)."""
+
+
+def log_group_variable(kind: str) -> str:
+    """The ``stack.env`` variable holding the log group name of ``kind`` (one of ``LOG_KINDS``)."""
+    return f"LOG_GROUP_{kind.upper()}"
+
+
+def placeholder(kind: str) -> str:
+    """What stands for the log group name of ``kind`` in the agent's config until the host fills it
+    in: ``@LOG_GROUP_<KIND>@``, which no log group name can contain."""
+    return f"@{log_group_variable(kind)}@"
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def render_publisher_config(plan: ServingPlan, options: MonitoringOptions) -> str:
+    """The publisher's config for ``plan``: compact JSON with sorted keys, so renders are identical.
+
+    It names the namespace, the interval, the EMF file, the neuron-monitor command line, each
+    replica's name and port, the router's Prometheus endpoint and backend, the file system to
+    measure, and each catalog metric's unit and dimension sets (the publisher writes exactly
+    those). ``Service`` and ``InstanceId`` reach the publisher in its environment.
+    """
+    return _json({
+        "namespace": options.namespace,
+        "interval_seconds": INTERVAL_SECONDS,
+        "output": EMF_LOG,
+        "neuron_monitor": [NEURON_MONITOR, "-c", NEURON_MONITOR_CONFIG],
+        "replicas": [{"name": r.name, "port": r.port} for r in plan.replicas],
+        "router_metrics_url": f"http://127.0.0.1:{ROUTER_METRICS_PORT}/metrics",
+        "router_backend": ROUTER_BACKEND,
+        "disk_path": "/",
+        "metrics": {m.name: {"unit": m.unit, "dimensions": [list(s) for s in m.dimension_sets]} for m in METRICS},
+    })
+
+
+def render_neuron_monitor_config(plan: ServingPlan) -> str:
+    """neuron-monitor's config: one report per interval, with the runtime groups of the replicas
+    of ``plan`` (matched by their process tag) and the host's groups.
+
+    Raises ``ValueError`` if a replica's process tag would escape the filter.
+    """
+    untagged = [r.process_tag for r in plan.replicas if not r.process_tag.startswith(REPLICA_TAG_FILTER[1:])]
+    if untagged:
+        raise ValueError(f"process tags {untagged} do not match neuron-monitor's tag_filter {REPLICA_TAG_FILTER!r}")
+    return _json({
+        "period": f"{INTERVAL_SECONDS}s",
+        "neuron_runtimes": [{
+            "tag_filter": REPLICA_TAG_FILTER,
+            "metrics": [{"type": t} for t in NEURON_RUNTIME_METRICS],
+        }],
+        "system_metrics": [{"type": t} for t in NEURON_SYSTEM_METRICS],
+    })
+
+
+def render_agent_config() -> str:
+    """The CloudWatch agent's config: ships the boot logs, the router's log and the EMF file, with
+    :func:`placeholder` for each log group name. It collects no metrics (the publisher makes every
+    one) and sets no retention (the stack creates the groups with theirs)."""
+    collect = [
+        {"file_path": f"/var/log/neuron-serving/{name}.log", "log_group_name": placeholder("boot"),
+         "log_stream_name": f"{{instance_id}}/{name}"}
+        for name in BOOT_LOGS
+    ]
+    collect += [
+        {"file_path": ROUTER_LOG, "log_group_name": placeholder("router"), "log_stream_name": "{instance_id}"},
+        {"file_path": EMF_LOG, "log_group_name": placeholder("metrics"), "log_stream_name": "{instance_id}"},
+    ]
+    # Root reads HAProxy's log (syslog:adm, 0640) and the root-owned logs of the boot.
+    return _json({"agent": {"run_as_user": "root"}, "logs": {"logs_collected": {"files": {"collect_list": collect}}}})
+
+
+class _WithoutDocstrings(ast.NodeTransformer):
+    """Drops every statement that is a string literal alone (docstrings, attribute docstrings):
+    they do nothing when run. A block left with no statement gets ``pass``."""
+
+    def visit_Expr(self, node: ast.Expr) -> ast.Expr | None:
+        return None if _is_docstring(node) else node
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        super().generic_visit(node)
+        if not isinstance(node, ast.Module) and getattr(node, "body", None) == []:
+            node.body = [ast.Pass()]  # type: ignore[attr-defined]
+        return node
+
+
+def _is_docstring(node: ast.AST) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def _without_docstrings_and_comments(source: str) -> str:
+    """``source`` with its docstring statements, comments and blank lines removed, every other
+    line as it is (so the result does not depend on the Python that runs this, as ``ast.unparse``
+    does: Python 3.12 writes f-strings that earlier versions cannot read).
+
+    Raises ``ValueError`` when a docstring shares a line with code, which this does not handle;
+    the result is checked to parse to the tree of ``source`` without its docstrings.
+    """
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    replaced: dict[int, str] = {}  # 1-based line number: the new text of that line ("" drops it)
+    kept: set[int] = set()  # lines inside multi-line string literals, kept even when blank
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant | ast.JoinedStr) and node.end_lineno and node.end_lineno > node.lineno:
+            kept.update(range(node.lineno + 1, node.end_lineno + 1))
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if not isinstance(block, list):
+                continue
+            docstrings = [s for s in block if _is_docstring(s)]
+            for statement in docstrings:
+                assert statement.end_lineno is not None and statement.end_col_offset is not None
+                first, last = lines[statement.lineno - 1], lines[statement.end_lineno - 1]
+                if first[:statement.col_offset].strip() or last[statement.end_col_offset:].strip():
+                    raise ValueError(f"line {statement.lineno}: a docstring shares its line with code")
+                for n in range(statement.lineno, statement.end_lineno + 1):
+                    replaced[n] = ""
+            if docstrings and len(docstrings) == len(block) and not isinstance(node, ast.Module):
+                replaced[docstrings[0].lineno] = " " * docstrings[0].col_offset + "pass"
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT and token.start[0] not in replaced:
+            row, col = token.start
+            replaced[row] = lines[row - 1][:col].rstrip()
+    out = []
+    for n, line in enumerate(lines, start=1):
+        text = replaced.get(n, line)
+        if text.strip() or (n in kept and n not in replaced):
+            out.append(text)
+    result = "\n".join(out) + "\n"
+    if ast.dump(ast.parse(result)) != ast.dump(_WithoutDocstrings().visit(tree)):
+        raise ValueError("removing the docstrings and comments changed the code")
+    return result
+
+
+def shipped_publisher() -> str:
+    """``userdata/publish_metrics.py`` as the host gets it: its code, without docstrings, comments
+    and blank lines (they would take user data), after a ``#!/usr/bin/env python3`` line."""
+    source = files("neuron_serving.userdata").joinpath(PUBLISHER_SOURCE).read_text(encoding="utf-8")
+    return f"#!/usr/bin/env python3\n{_without_docstrings_and_comments(source)}"

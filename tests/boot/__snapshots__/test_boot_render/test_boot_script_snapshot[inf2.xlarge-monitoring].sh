@@ -1,0 +1,271 @@
+#!/bin/bash
+# neuron-serving boot script, run as root by cloud-init: meta-llama/Llama-3.2-1B-Instruct on inf2.xlarge (1 replica of tensor_parallel 2, batch_size 4, sequence_length 4096), bf16
+# Every step is idempotent; logs and the step reached: /var/log/neuron-serving/. Explained in
+# cdk-neuron-serving's userdata/*.j2, whose comments are left out here.
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+PATH=$PATH:/opt/aws/neuron/bin:/snap/bin
+logs=$R/var/log/neuron-serving
+mkdir -p "$logs"
+exec > >(tee -a "$logs/boot.log") 2>&1
+step=start why=
+log() { echo "$(date -u +%FT%TZ) neuron-serving: $*"; }
+die() { why=$*; log "ERROR: $*"; exit 1; }
+run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; }
+on_exit() {
+  local rc=$?
+  if [ "$rc" = 0 ]; then echo "done" >"$logs/status"; return; fi
+  echo "failed $step" >"$logs/status"
+  log "FAILED in step $step (exit $rc)"
+}
+trap on_exit EXIT
+trap 'why="command failed (exit $?) at line $LINENO: $BASH_COMMAND"; log "$why"' ERR
+put() {
+  local path=$R$1
+  mkdir -p "${path%/*}"
+  cat >"$path.new"
+  chmod "$2" "$path.new"
+  mv -f "$path.new" "$path"
+}
+put /etc/neuron-serving/stack.env 644 <<'EOF'
+IMAGE=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
+SERVICE=NeuronLlamaStack
+LOG_GROUP_BOOT='NeuronLlamaStack-BootLogs#1'
+LOG_GROUP_REPLICAS=/neuron-serving/NeuronLlamaStack/replicas
+LOG_GROUP_ROUTER=/neuron-serving/NeuronLlamaStack/router
+LOG_GROUP_METRICS=/neuron-serving/NeuronLlamaStack/metrics
+EOF
+files=$(base64 -d <<'EOF' | gunzip
+put /opt/neuron-serving/bin/export-model 755 <<'EOF'
+#!/bin/bash
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+key=llama-3-2-1b-instruct-tp2-b4-s4096-bf16-79ca7c38e2d63e06
+exports=$R/var/lib/neuron-serving/exports
+final=$exports/$key
+marker=$final/.neuron-serving-complete
+log=$R/var/log/neuron-serving/export.log
+mkdir -p "$exports" "${log%/*}"
+exec 9>"$exports/.lock"
+flock 9
+if [ -f "$marker" ]; then echo "export-model: $final is complete"; exit 0; fi
+rm -rf "$final.tmp" "$final"
+mkdir "$final.tmp"
+fail() { echo "export-model: $*" | tee -a "$log" >&2; exit 1; }
+finish() {
+  [ -f "$final.tmp/config.json" ] || fail "no config.json in $final.tmp"
+  mv "$final.tmp" "$final"
+  echo "$1 at $(date -u +%FT%TZ)" >"$marker"
+  echo "export-model: $final is complete"
+}
+help=$(docker run --rm --entrypoint optimum-cli "$IMAGE" export neuron --help 2>&1 || true)
+cores_flag=--num_cores
+if [[ $help == *--tensor_parallel_size* ]]; then cores_flag=--tensor_parallel_size; fi
+args=()
+for d in $(seq 0 0); do args+=(--device "/dev/neuron$d"); done
+model=meta-llama/Llama-3.2-1B-Instruct
+echo "export-model: exporting into $final with $cores_flag; output in $log"
+if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -v "$exports:/models" "$IMAGE" \
+  export neuron --model "$model" --batch_size 4 --sequence_length 4096 \
+  "$cores_flag" 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
+  tail -n 20 "$log" >&2
+  echo "export-model: export failed; see $log" >&2
+  exit 1
+fi
+finish "exported with $cores_flag"
+EOF
+put /opt/neuron-serving/bin/run-replica 755 <<'EOF'
+#!/bin/bash
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+i=${1:?usage: run-replica INDEX}
+key=llama-3-2-1b-instruct-tp2-b4-s4096-bf16-79ca7c38e2d63e06
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/replica-$i.conf"
+args=()
+for d in $DEVICES; do args+=(--device "/dev/neuron$d"); done
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/host.env"
+args+=(--log-driver awslogs --log-opt "awslogs-region=$REGION" --log-opt "awslogs-group=$LOG_GROUP_REPLICAS"
+  --log-opt "awslogs-stream=$INSTANCE_ID/replica-$i" --log-opt mode=non-blocking --log-opt max-buffer-size=4m)
+exec docker run --rm --name "tgi-replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80" \
+  -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" "$IMAGE"
+EOF
+put /etc/systemd/system/neuron-tgi@.service 644 <<'EOF'
+[Unit]
+Description=TGI Neuron replica %i
+Requires=docker.service
+After=docker.service network-online.target
+Wants=network-online.target
+StartLimitIntervalSec=0
+
+[Service]
+TimeoutStartSec=infinity
+ExecStartPre=/opt/neuron-serving/bin/export-model
+ExecStartPre=-/usr/bin/env docker rm -f tgi-replica-%i
+ExecStart=/opt/neuron-serving/bin/run-replica %i
+ExecStop=/usr/bin/env docker stop -t 30 tgi-replica-%i
+Restart=always
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+EOF
+put /etc/neuron-serving/tgi.env 644 <<'EOF'
+MODEL_ID=/models/llama-3-2-1b-instruct-tp2-b4-s4096-bf16-79ca7c38e2d63e06
+HF_NUM_CORES=2
+HF_AUTO_CAST_TYPE=bf16
+MAX_BATCH_SIZE=4
+MAX_TOTAL_TOKENS=4096
+MAX_INPUT_TOKENS=3072
+MAX_BATCH_PREFILL_TOKENS=12288
+MAX_CONCURRENT_REQUESTS=128
+EOF
+put /etc/neuron-serving/replicas.table 644 <<'EOF'
+0 8081 0
+EOF
+put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'
+<render_router_config(plan) without its comment lines>
+EOF
+put /opt/neuron-serving/bin/start-monitoring 755 <<'EOF'
+#!/bin/bash
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+etc=$R/etc/neuron-serving
+# shellcheck source=/dev/null
+. "$etc/stack.env"
+# shellcheck source=/dev/null
+. "$etc/host.env"
+ctl=$R/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl
+if [ ! -x "$ctl" ]; then
+  deb=$R/var/cache/neuron-serving/amazon-cloudwatch-agent.deb
+  mkdir -p "${deb%/*}"
+  curl -sSf --retry 4 --retry-all-errors -m 300 -o "$deb" \
+    "https://s3.$REGION.amazonaws.com/amazoncloudwatch-agent-$REGION/ubuntu/amd64/latest/amazon-cloudwatch-agent.deb"
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$deb"
+  rm -f "$deb"
+fi
+conf=$(<"$etc/cloudwatch-agent.json.in")
+for v in LOG_GROUP_BOOT LOG_GROUP_ROUTER LOG_GROUP_METRICS; do conf=${conf//@$v@/"${!v}"}; done
+printf '%s\n' "$conf" >"$etc/cloudwatch-agent.json"
+"$ctl" -a fetch-config -m ec2 -s -c "file:$etc/cloudwatch-agent.json"
+systemctl daemon-reload
+if [ -n "${1:-}" ]; then
+  systemctl enable neuron-serving-metrics
+else
+  systemctl enable --now neuron-serving-metrics
+fi
+EOF
+put /etc/systemd/system/neuron-serving-metrics.service 644 <<'EOF'
+[Unit]
+Description=Publish the Neuron serving metrics
+After=network-online.target docker.service
+Wants=network-online.target
+StartLimitIntervalSec=0
+
+[Service]
+EnvironmentFile=/etc/neuron-serving/stack.env
+EnvironmentFile=/etc/neuron-serving/host.env
+ExecStart=/usr/bin/env python3 /opt/neuron-serving/bin/publish-metrics /etc/neuron-serving/metrics.json
+Restart=always
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+EOF
+put /etc/logrotate.d/neuron-serving-metrics 644 <<'EOF'
+/var/log/neuron-serving/metrics.emf {
+    daily
+    rotate 1
+    compress
+    copytruncate
+    missingok
+    notifempty
+}
+EOF
+put /etc/neuron-serving/metrics.json 644 <<'EOF'
+{"disk_path":"/","interval_seconds":60,"metrics":{"BatchSize":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"CpuUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"DiskUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"EccCorrectedEvents":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"EccUncorrectedEvents":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"ExecutionErrors":{"dimensions":[["Service","ErrorType"],["Service","InstanceId","ErrorType"]],"unit":"Count"},"ExecutionLatency":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"ExecutionLatencyP99":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"GeneratedTokens":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"InFlightRequests":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"MemoryUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"NeuronCoreUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"NeuronDeviceMemoryUsed":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Bytes"},"QueueDuration":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"QueueSize":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"ReplicasUp":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"RequestDuration":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"RequestFailures":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"Requests":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"RouterQueue":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"TimePerOutputToken":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"}},"namespace":"NeuronServing","neuron_monitor":["/opt/aws/neuron/bin/neuron-monitor","-c","/etc/neuron-serving/neuron-monitor.json"],"output":"/var/log/neuron-serving/metrics.emf","replicas":[{"name":"replica-0","port":8081}],"router_backend":"replicas","router_metrics_url":"http://127.0.0.1:8404/metrics"}
+EOF
+put /etc/neuron-serving/neuron-monitor.json 644 <<'EOF'
+{"neuron_runtimes":[{"metrics":[{"type":"neuroncore_counters"},{"type":"memory_used"},{"type":"neuron_runtime_vcpu_usage"},{"type":"execution_stats"}],"tag_filter":"^replica-"}],"period":"60s","system_metrics":[{"type":"vcpu_usage"},{"type":"memory_info"},{"type":"neuron_hw_counters"}]}
+EOF
+put /etc/neuron-serving/cloudwatch-agent.json.in 644 <<'EOF'
+{"agent":{"run_as_user":"root"},"logs":{"logs_collected":{"files":{"collect_list":[{"file_path":"/var/log/neuron-serving/boot.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/boot"},{"file_path":"/var/log/neuron-serving/export.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/export"},{"file_path":"/var/log/neuron-serving/ready.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/ready"},{"file_path":"/var/log/haproxy.log","log_group_name":"@LOG_GROUP_ROUTER@","log_stream_name":"{instance_id}"},{"file_path":"/var/log/neuron-serving/metrics.emf","log_group_name":"@LOG_GROUP_METRICS@","log_stream_name":"{instance_id}"}]}}}}
+EOF
+put /opt/neuron-serving/bin/publish-metrics 755 <<'EOF'
+<shipped_publisher()>
+EOF
+EOF
+)
+eval "$files"
+
+run_step metadata
+imds=$(curl -sSf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' http://169.254.169.254/latest/api/token)
+md() { curl -sSf -m 5 -H "X-aws-ec2-metadata-token: $imds" "http://169.254.169.254/latest/meta-data/$1"; }
+REGION=$(md placement/region)
+INSTANCE_ID=$(md instance-id)
+printf 'REGION=%s\nINSTANCE_ID=%s\n' "$REGION" "$INSTANCE_ID" | put /etc/neuron-serving/host.env 644
+
+run_step check-devices
+neuron-ls || log "neuron-ls failed (exit $?)"
+mapfile -t devs < <(ls "$R/dev" | sed -n 's/^neuron\([0-9]\+\)$/\1/p' | sort -n)
+first=${devs[0]-} last=${devs[*]: -1}
+if [ "$last" != 0 ] || [ ${#devs[@]} != 1 ]; then
+  [ "$first" = "$last" ] || first+="..$last"
+  die "expected 1 Neuron devices for inf2.xlarge, found ${#devs[@]}${first:+ (/dev/neuron$first)}; check the instance type and the Neuron driver (neuron-ls above)"
+fi
+
+run_step install-tools
+apt_install() {
+  apt-get -o DPkg::Lock::Timeout=600 update -q
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
+}
+command -v docker >/dev/null || apt_install docker.io
+command -v aws >/dev/null || snap install aws-cli --classic || apt_install awscli
+command -v haproxy >/dev/null || apt_install haproxy
+systemctl enable --now docker
+
+run_step monitoring
+"$R/opt/neuron-serving/bin/start-monitoring" ||
+  log "WARNING: monitoring not started (exit $?): this host ships no logs or metrics"
+
+run_step pull-image
+image=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
+delay=10
+for attempt in $(seq 5); do
+  if docker pull "$image"; then break; fi
+  [ "$attempt" -lt 5 ] || die "could not pull $image after 5 attempts"
+  log "pull failed (attempt $attempt of 5); retrying in ${delay}s"
+  sleep "$delay"
+  delay=$((delay * 2))
+done
+
+run_step export-model
+"$R/opt/neuron-serving/bin/export-model"
+
+run_step start-replicas
+units=()
+while read -r -a row; do
+  i=${row[0]}
+  put "/etc/neuron-serving/replica-$i.conf" 644 <<CONF
+DEVICES="${row[2]//,/ }"
+PORT=${row[1]}
+ENV_FILE=/etc/neuron-serving/replica-$i.env
+CONF
+  { cat "$R/etc/neuron-serving/tgi.env"; printf '%s\n' "${row[@]:3}" NEURON_PROCESS_TAG=replica-"$i"; } |
+    put "/etc/neuron-serving/replica-$i.env" 644
+  units+=("neuron-tgi@$i")
+done <"$R/etc/neuron-serving/replicas.table"
+systemctl daemon-reload
+for unit in "${units[@]}"; do systemctl enable --now "$unit"; done
+
+run_step router
+haproxy -c -f "$R/etc/haproxy/haproxy.cfg.new"
+mv -f "$R/etc/haproxy/haproxy.cfg.new" "$R/etc/haproxy/haproxy.cfg"
+systemctl enable haproxy
+systemctl restart haproxy
+log "boot complete: 1 replica behind the router on port 8080"

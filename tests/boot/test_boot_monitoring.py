@@ -1,0 +1,248 @@
+"""Monitoring on a simulated host: the CloudWatch agent, the metrics publisher and the replicas'
+logs, and a monitoring failure that must not fail the boot."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import stat
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from bootsim import HOOK, LOG_GROUPS, MONITORING, MONITORING_TOKENS, SIGNAL, SMALL_MODEL, Host, make_plan
+
+from neuron_serving.plan import ServingPlan
+from neuron_serving.render.boot import BootOptions, render_boot_script
+from neuron_serving.render.monitoring import (
+    AGENT_CONFIG,
+    NEURON_MONITOR_CONFIG,
+    PUBLISHER,
+    PUBLISHER_CONFIG,
+    render_neuron_monitor_config,
+    render_publisher_config,
+    shipped_publisher,
+)
+
+MakeHost = Callable[..., Host]
+
+RUN_REPLICA = "/opt/neuron-serving/bin/run-replica"
+AGENT_CTL = "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
+METRICS_UNIT = "neuron-serving-metrics"
+BOOT_LOG = "/var/log/neuron-serving/boot.log"
+AGENT_PACKAGE = ("https://s3.us-east-2.amazonaws.com/amazoncloudwatch-agent-us-east-2/ubuntu/amd64/latest/"
+                 "amazon-cloudwatch-agent.deb")
+
+
+def small_plan() -> ServingPlan:
+    return make_plan("inf2.xlarge", model_id=SMALL_MODEL)
+
+
+def monitored_boot(make_host: MakeHost, plan: ServingPlan | None = None, **knobs: str) -> tuple[Host, ServingPlan]:
+    """A host after a successful boot with monitoring (the publisher in the user data)."""
+    plan = plan or small_plan()
+    host = make_host(plan.instance.devices)
+    result = host.boot(render_boot_script(plan, BootOptions(monitoring=MONITORING)), **knobs)
+    assert result.returncode == 0, result.stdout
+    return host, plan
+
+
+def install_agent(host: Host) -> None:
+    """The CloudWatch agent as an image that ships it has it."""
+    ctl = host.path(AGENT_CTL)
+    ctl.parent.mkdir(parents=True)
+    ctl.symlink_to(Path(__file__).parent / "stubs" / "amazon-cloudwatch-agent-ctl")
+
+
+def fetch_configs(host: Host) -> list[list[str]]:
+    return [argv for cmd, argv in host.entries() if cmd == "amazon-cloudwatch-agent-ctl"]
+
+
+def test_the_publisher_and_its_configs_are_written_as_rendered(make_host: MakeHost) -> None:
+    host, plan = monitored_boot(make_host)
+    publisher = host.path(PUBLISHER)
+    assert publisher.read_text() == shipped_publisher()
+    assert stat.S_IMODE(publisher.stat().st_mode) == 0o755
+    assert host.path(PUBLISHER_CONFIG).read_text() == render_publisher_config(plan, MONITORING)
+    assert host.path(NEURON_MONITOR_CONFIG).read_text() == render_neuron_monitor_config(plan)
+
+
+def test_the_agent_config_names_the_stack_log_groups_and_is_valid_json(make_host: MakeHost) -> None:
+    host, _ = monitored_boot(make_host)
+    text = host.path(AGENT_CONFIG).read_text()
+    assert "@" not in text
+    collect = json.loads(text)["logs"]["logs_collected"]["files"]["collect_list"]
+    assert {(c["file_path"], c["log_group_name"], c["log_stream_name"]) for c in collect} == {
+        ("/var/log/neuron-serving/boot.log", LOG_GROUPS["boot"], "{instance_id}/boot"),
+        ("/var/log/neuron-serving/export.log", LOG_GROUPS["boot"], "{instance_id}/export"),
+        ("/var/log/neuron-serving/ready.log", LOG_GROUPS["boot"], "{instance_id}/ready"),
+        ("/var/log/haproxy.log", LOG_GROUPS["router"], "{instance_id}"),
+        ("/var/log/neuron-serving/metrics.emf", LOG_GROUPS["metrics"], "{instance_id}"),
+    }
+
+
+def test_a_missing_agent_is_downloaded_from_the_instance_region_installed_and_given_our_config(
+    make_host: MakeHost,
+) -> None:
+    host, _ = monitored_boot(make_host)
+    [download] = [a for a in host.calls("curl") if a[-1] == AGENT_PACKAGE]
+    deb = download[download.index("-o") + 1]
+    assert "--retry" in download
+    installs = [a for a in host.calls("apt-get") if "install" in a]
+    assert installs == [["-o", "DPkg::Lock::Timeout=600", "install", "-y", "-q", deb]]
+    assert not Path(deb).exists()  # removed once installed
+    assert fetch_configs(host) == [
+        ["-a", "fetch-config", "-m", "ec2", "-s", "-c", f"file:{host.path(AGENT_CONFIG)}"]]
+
+
+def test_an_agent_the_image_ships_is_not_installed_again(make_host: MakeHost) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    install_agent(host)
+    assert host.boot(render_boot_script(plan, BootOptions(monitoring=MONITORING))).returncode == 0
+    assert [a for a in host.calls("curl") if a[-1] == AGENT_PACKAGE] == []
+    assert host.calls("apt-get") == []
+    assert len(fetch_configs(host)) == 1
+
+
+def test_the_agent_ships_the_boot_log_before_the_image_pull_and_the_publisher_then_starts(
+    make_host: MakeHost,
+) -> None:
+    host, _ = monitored_boot(make_host)
+    entries = host.entries()
+    [fetch_config] = [n for n, (cmd, _) in enumerate(entries) if cmd == "amazon-cloudwatch-agent-ctl"]
+    [pull] = [n for n, (cmd, argv) in enumerate(entries) if cmd == "docker" and argv[0] == "pull"]
+    [start] = [n for n, (_, argv) in enumerate(entries) if argv == ["enable", "--now", METRICS_UNIT]]
+    reload = next(n for n, (_, argv) in enumerate(entries) if argv == ["daemon-reload"])
+    assert fetch_config < reload < start < pull
+    unit = host.path(f"/etc/systemd/system/{METRICS_UNIT}.service").read_text().splitlines()
+    assert f"ExecStart=/usr/bin/env python3 {PUBLISHER} {PUBLISHER_CONFIG}" in unit
+    assert {"EnvironmentFile=/etc/neuron-serving/stack.env", "EnvironmentFile=/etc/neuron-serving/host.env",
+            "Restart=always", "RestartSec=10", "WantedBy=multi-user.target"} <= set(unit)
+    assert "After=network-online.target docker.service" in unit
+
+
+def test_each_replica_logs_to_its_own_stream_of_the_replicas_group(make_host: MakeHost) -> None:
+    host, plan = monitored_boot(make_host, make_plan("inf2.24xlarge", 4))
+    for replica in plan.replicas:
+        assert host.run(RUN_REPLICA, str(replica.index)).returncode == 0
+        argv = host.calls("docker")[-1]
+        options = [argv[n + 1] for n, arg in enumerate(argv) if arg == "--log-opt"]
+        assert argv[argv.index("--log-driver") + 1] == "awslogs"
+        assert options == ["awslogs-region=us-east-2", f"awslogs-group={LOG_GROUPS['replicas']}",
+                           f"awslogs-stream={host.instance_id}/replica-{replica.index}",
+                           "mode=non-blocking", "max-buffer-size=4m"]
+        assert argv.index("--log-driver") < argv.index(argv[-1])  # an option of docker run, not of TGI
+
+
+def test_a_failed_agent_download_leaves_a_warning_and_the_host_serves(make_host: MakeHost) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    result = host.boot(render_boot_script(plan, BootOptions(monitoring=MONITORING, signal=SIGNAL)),
+                       STUB_AGENT_DOWNLOAD_FAIL="1")
+    assert result.returncode == 0, result.stdout
+    log = host.path(BOOT_LOG).read_text()
+    assert "WARNING: monitoring not started (exit 28)" in log
+    assert fetch_configs(host) == []
+    assert host.started_units()[-1] == "neuron-tgi@0"
+    assert host.path("/var/log/neuron-serving/status").read_text() == "done\n"
+    assert [a[a.index("--status") + 1] for a in host.aws("cloudformation", "signal-resource")] == ["SUCCESS"]
+
+
+def test_an_agent_refusing_its_config_leaves_a_warning_and_the_host_serves(make_host: MakeHost) -> None:
+    host, _ = monitored_boot(make_host, STUB_AGENT_CONFIG_FAIL="1")
+    assert "WARNING: monitoring not started (exit 1)" in host.path(BOOT_LOG).read_text()
+    assert METRICS_UNIT not in host.started_units()
+    assert host.started_units()[-1] == "neuron-tgi@0"
+
+
+def test_in_the_warm_pool_the_publisher_is_only_enabled_and_the_agent_ships_the_preparation(
+    make_host: MakeHost,
+) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    options = BootOptions(monitoring=MONITORING, signal=SIGNAL, warm_pool_hook=HOOK)
+    result = host.boot(render_boot_script(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped")
+    assert result.returncode == 0, result.stdout
+    assert ["enable", METRICS_UNIT] in host.calls("systemctl")
+    assert METRICS_UNIT not in host.started_units()
+    # fetch-config -s enables the agent, which systemd starts again on the next boot.
+    assert [a[:5] for a in fetch_configs(host)] == [["-a", "fetch-config", "-m", "ec2", "-s"]]
+
+
+def test_a_publisher_the_stack_keeps_in_s3_is_downloaded_instead_of_carried(make_host: MakeHost) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    copy = host.s3 / "assets-bucket" / "0123abcd.py"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(shipped_publisher())
+    options = BootOptions(monitoring=MONITORING, metrics_publisher="s3://assets-bucket/0123abcd.py")
+    script = render_boot_script(plan, options)
+    assert len(script) < len(render_boot_script(plan, BootOptions(monitoring=MONITORING))) - 5000
+    assert host.boot(script).returncode == 0
+    assert host.path(PUBLISHER).read_text() == shipped_publisher()
+    assert stat.S_IMODE(host.path(PUBLISHER).stat().st_mode) == 0o755
+    [download] = host.aws("s3", "cp")
+    assert download[download.index("--region") + 1] == "us-east-2"
+    assert METRICS_UNIT in host.started_units()
+
+
+def test_without_monitoring_no_agent_publisher_or_awslogs(make_host: MakeHost) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    assert host.boot(render_boot_script(plan, BootOptions(signal=SIGNAL))).returncode == 0
+    assert host.run(RUN_REPLICA, "0").returncode == 0
+    assert "--log-driver" not in host.calls("docker")[-1]
+    assert [a for a in host.calls("curl") if "amazoncloudwatch-agent" in a[-1]] == []
+    assert fetch_configs(host) == []
+    assert METRICS_UNIT not in host.started_units()
+    assert not host.path(PUBLISHER).exists()
+    assert not host.path("/etc/neuron-serving/metrics.json").exists()
+
+
+def deployed_stack_env(script: str, names: dict[str, str]) -> str:
+    """stack.env as the host writes it once CloudFormation has put ``names`` for the tokens."""
+    stack_env = script.split("put /etc/neuron-serving/stack.env 644 <<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
+    for token, name in names.items():
+        stack_env = stack_env.replace(token, name)
+    return stack_env + "\n"
+
+
+DEPLOYED = {MONITORING_TOKENS.service: "NeuronLlamaStack",
+            **{MONITORING_TOKENS.log_groups[kind]: name for kind, name in LOG_GROUPS.items()}}
+WANTED = {"SERVICE": "NeuronLlamaStack", **{f"LOG_GROUP_{kind.upper()}": name for kind, name in LOG_GROUPS.items()}}
+
+
+def test_stack_env_reads_the_same_in_bash_as_in_systemd(tmp_path: Path) -> None:
+    """The publisher's unit takes stack.env as an EnvironmentFile. systemd's environment.d
+    generator parses with the same code as EnvironmentFile= (quotes, escapes), so what it prints
+    is what the unit's process gets."""
+    generator = Path("/usr/lib/systemd/user-environment-generators/30-systemd-environment-d-generator")
+    if not generator.is_file():
+        pytest.skip("needs systemd's environment.d generator")
+    script = render_boot_script(small_plan(), BootOptions(monitoring=MONITORING_TOKENS))
+    stack_env = deployed_stack_env(script, DEPLOYED)
+    assert "='NeuronLlamaStack-BootLogs#1'" in stack_env  # quoted, as the shell needs it
+    (tmp_path / "environment.d").mkdir()
+    (tmp_path / "environment.d" / "stack.conf").write_text(stack_env)
+    printed = subprocess.run([str(generator)], env={"XDG_CONFIG_HOME": str(tmp_path)}, capture_output=True,
+                             text=True, check=True).stdout
+    systemd = {k: v for line in printed.splitlines() for k, _, v in [line.partition("=")]}
+    shell = subprocess.run(["bash", "-c", f"set -a; . {shlex.quote(str(tmp_path / 'environment.d/stack.conf'))}; "
+                            f"printf '%s\\n' {' '.join(f'{k}=${k}' for k in WANTED)}"],
+                           capture_output=True, text=True, check=True).stdout
+    assert dict(line.partition("=")[::2] for line in shell.splitlines()) == WANTED
+    assert {k: systemd[k] for k in WANTED} == WANTED
+
+
+def test_the_shipped_publisher_runs_on_the_hosts_python(tmp_path: Path) -> None:
+    """With its usage line: the script parses and starts on the host's Python 3."""
+    python = shutil.which("python3")
+    assert python is not None
+    script = tmp_path / "publish-metrics"
+    script.write_text(shipped_publisher())
+    result = subprocess.run([python, str(script)], capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert "CONFIG_JSON" in result.stderr

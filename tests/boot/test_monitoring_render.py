@@ -1,0 +1,230 @@
+"""The monitoring files as rendered: the publisher's config, neuron-monitor's, the CloudWatch
+agent's, and the publisher as the host gets it."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import json
+import re
+from importlib.resources import files
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from bootsim import MONITORING, make_plan
+
+from neuron_serving.plan import ServingPlan
+from neuron_serving.render.metrics import EMF_LOG, INTERVAL_SECONDS, METRICS, MonitoringOptions
+from neuron_serving.render.monitoring import (
+    AGENT_LOG_KINDS,
+    NEURON_MONITOR,
+    NEURON_MONITOR_CONFIG,
+    ROUTER_BACKEND,
+    _without_docstrings_and_comments,
+    placeholder,
+    render_agent_config,
+    render_neuron_monitor_config,
+    render_publisher_config,
+    shipped_publisher,
+)
+from neuron_serving.render.router import ROUTER_METRICS_PORT, render_router_config
+
+# neuron-monitor's metric groups (Neuron docs, neuron-monitor user guide).
+RUNTIME_GROUPS = {"neuroncore_counters", "memory_used", "neuron_runtime_vcpu_usage", "execution_stats"}
+SYSTEM_GROUPS = {"vcpu_usage", "memory_info", "neuron_hw_counters"}
+
+# The keys the agent's schema accepts in a collect_list entry (translator/config/schema.json,
+# logsFilesDefinition, additionalProperties false) and at the top of the config.
+COLLECT_LIST_KEYS = {"file_path", "log_group_name", "log_stream_name", "log_group_class", "retention_in_days",
+                     "timestamp_format", "timezone", "multi_line_start_pattern", "encoding", "auto_removal",
+                     "filters", "trim_timestamp", "blacklist", "publish_multi_logs", "backpressure_mode"}
+AGENT_SECTIONS = {"agent", "metrics", "logs", "traces"}
+
+
+def plans() -> list[ServingPlan]:
+    return [make_plan("inf2.48xlarge", 2), make_plan("trn1.32xlarge", 8)]
+
+
+def is_canonical_json(text: str) -> bool:
+    value = json.loads(text)
+    return text == json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+@pytest.mark.parametrize("plan", plans(), ids=lambda p: f"{p.instance.name}-tp{p.degree}")
+def test_the_publisher_config_names_each_replica_the_router_and_what_to_publish(plan: ServingPlan) -> None:
+    text = render_publisher_config(plan, MONITORING)
+    assert is_canonical_json(text)
+    assert json.loads(text) == {
+        "namespace": "NeuronServing",
+        "interval_seconds": INTERVAL_SECONDS,
+        "output": EMF_LOG,
+        "neuron_monitor": [NEURON_MONITOR, "-c", NEURON_MONITOR_CONFIG],
+        "replicas": [{"name": f"replica-{r.index}", "port": r.port} for r in plan.replicas],
+        "router_metrics_url": f"http://127.0.0.1:{ROUTER_METRICS_PORT}/metrics",
+        "router_backend": ROUTER_BACKEND,
+        "disk_path": "/",
+        "metrics": json.loads(text)["metrics"],
+    }
+
+
+def test_the_publisher_config_metrics_are_the_catalog_with_its_units_and_dimension_sets() -> None:
+    metrics = json.loads(render_publisher_config(make_plan("inf2.48xlarge", 8), MONITORING))["metrics"]
+    assert list(metrics) == sorted(m.name for m in METRICS)
+    for m in METRICS:
+        assert metrics[m.name] == {"unit": m.unit, "dimensions": [list(s) for s in m.dimension_sets]}
+
+
+def test_the_publisher_config_carries_the_namespace() -> None:
+    options = MonitoringOptions(service="s", log_groups=MONITORING.log_groups, namespace="Team/LLM")
+    assert json.loads(render_publisher_config(make_plan("inf2.48xlarge", 8), options))["namespace"] == "Team/LLM"
+
+
+def test_the_router_backend_is_the_one_in_the_router_config() -> None:
+    config = render_router_config(make_plan("inf2.48xlarge", 8))
+    assert re.findall(r"^backend (\S+)$", config, re.MULTILINE) == [ROUTER_BACKEND]
+
+
+@pytest.mark.parametrize("plan", plans(), ids=lambda p: f"{p.instance.name}-tp{p.degree}")
+def test_neuron_monitor_reports_every_replica_runtime_and_the_host_once_per_interval(plan: ServingPlan) -> None:
+    text = render_neuron_monitor_config(plan)
+    assert is_canonical_json(text)
+    config = json.loads(text)
+    assert set(config) == {"period", "neuron_runtimes", "system_metrics"}
+    assert config["period"] == f"{INTERVAL_SECONDS}s"
+    [runtimes] = config["neuron_runtimes"]
+    assert set(runtimes) == {"tag_filter", "metrics"}
+    assert all(re.search(runtimes["tag_filter"], r.process_tag) for r in plan.replicas)
+    assert not re.search(runtimes["tag_filter"], "12345")  # an untagged runtime: its pid
+    assert {m["type"] for m in runtimes["metrics"]} == RUNTIME_GROUPS
+    assert [set(m) for m in runtimes["metrics"] + config["system_metrics"]] == [{"type"}] * 7
+    assert {m["type"] for m in config["system_metrics"]} == SYSTEM_GROUPS
+
+
+def test_the_agent_ships_files_only_with_keys_its_schema_accepts() -> None:
+    text = render_agent_config()
+    assert is_canonical_json(text)
+    config = json.loads(text)
+    assert set(config) <= AGENT_SECTIONS
+    assert "metrics" not in config  # every metric is the publisher's
+    assert config["agent"] == {"run_as_user": "root"}
+    assert set(config["logs"]) == {"logs_collected"}
+    assert set(config["logs"]["logs_collected"]) == {"files"}
+    collect = config["logs"]["logs_collected"]["files"]["collect_list"]
+    assert all(set(entry) <= COLLECT_LIST_KEYS - {"retention_in_days"} for entry in collect)
+    assert [e["file_path"] for e in collect] == [
+        "/var/log/neuron-serving/boot.log", "/var/log/neuron-serving/export.log",
+        "/var/log/neuron-serving/ready.log", "/var/log/haproxy.log", EMF_LOG]
+
+
+def test_the_agent_config_has_a_placeholder_for_each_of_its_log_groups_and_nothing_else() -> None:
+    collect = json.loads(render_agent_config())["logs"]["logs_collected"]["files"]["collect_list"]
+    assert {e["log_group_name"] for e in collect} == {placeholder(kind) for kind in AGENT_LOG_KINDS}
+    assert set(AGENT_LOG_KINDS) | {"replicas"} == set(MONITORING.log_groups)
+    assert set(re.findall(r"@\w+@", render_agent_config())) == {placeholder(kind) for kind in AGENT_LOG_KINDS}
+
+
+def test_the_monitoring_files_render_the_same_every_time() -> None:
+    plan = make_plan("trn1.32xlarge", 2)
+    first = (render_publisher_config(plan, MONITORING), render_neuron_monitor_config(plan), render_agent_config(),
+             shipped_publisher())
+    assert first == (render_publisher_config(plan, MONITORING), render_neuron_monitor_config(plan),
+                     render_agent_config(), shipped_publisher())
+
+
+def load(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def interface(module: ModuleType) -> dict[str, str]:
+    """Each top-level name the module defines, with the signature of what is callable (a class's
+    and each of its methods')."""
+    names = {}
+    for name, value in vars(module).items():
+        if name.startswith("__") or getattr(value, "__module__", module.__name__) != module.__name__:
+            continue
+        names[name] = type(value).__name__
+        if inspect.isfunction(value):
+            names[name] += str(inspect.signature(value))
+        elif inspect.isclass(value):
+            names[name] += " " + " ".join(f"{m}{inspect.signature(f)}" for m, f in sorted(vars(value).items())
+                                          if inspect.isfunction(f))
+    return names
+
+
+def test_the_shipped_publisher_is_the_source_without_docstrings_and_defines_the_same_names(tmp_path: Path) -> None:
+    source = Path(str(files("neuron_serving.userdata").joinpath("publish_metrics.py")))
+    text = shipped_publisher()
+    assert text.startswith("#!/usr/bin/env python3\n")
+    compile(text, "publish-metrics", "exec")
+    assert len(text) < len(source.read_text())
+    strings = [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)]
+    assert strings == []
+    shipped = tmp_path / "publish_metrics_shipped.py"
+    shipped.write_text(text)
+    original = load(source, "publish_metrics_source")
+    copy = load(shipped, "publish_metrics_shipped")
+    assert interface(copy) == {k: v.replace("publish_metrics_source", "publish_metrics_shipped")
+                               for k, v in interface(original).items()}
+    assert original.__doc__ and copy.__doc__ is None
+
+
+SOURCE = '''#!/usr/bin/env python3
+"""The module."""
+
+import re  # a trailing comment
+
+# A comment line.
+PATTERN = re.compile(r"#not a comment")
+"""An attribute docstring."""
+
+
+class Empty:
+    """Only a docstring."""
+
+
+def f(x: int) -> str:
+    """Only a docstring,
+    on two lines."""
+
+
+def g() -> str:
+    text = """two lines
+
+    with a blank one and a # inside"""
+    return f"{text!r} # {PATTERN}"  # the end
+'''
+
+STRIPPED = '''import re
+PATTERN = re.compile(r"#not a comment")
+class Empty:
+    pass
+def f(x: int) -> str:
+    pass
+def g() -> str:
+    text = """two lines
+
+    with a blank one and a # inside"""
+    return f"{text!r} # {PATTERN}"
+'''
+
+
+def test_docstrings_comments_and_blank_lines_go_and_every_other_line_stays_as_written() -> None:
+    assert _without_docstrings_and_comments(SOURCE) == STRIPPED
+
+
+def test_a_docstring_sharing_its_line_with_code_is_refused() -> None:
+    with pytest.raises(ValueError, match="line 1: a docstring shares its line with code"):
+        _without_docstrings_and_comments('def f(): """Doc."""; return 1\n')
+
+
+def test_every_line_of_the_shipped_publisher_is_a_line_of_the_source_or_its_code_before_a_comment() -> None:
+    source = files("neuron_serving.userdata").joinpath("publish_metrics.py").read_text(encoding="utf-8")
+    code = {line.split("  #")[0].rstrip() for line in source.splitlines()} | set(source.splitlines())
+    shipped = shipped_publisher().splitlines()[1:]
+    assert [line for line in shipped if line not in code and line.strip() != "pass"] == []

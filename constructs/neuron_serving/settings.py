@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,12 +32,13 @@ CONTEXT_KEYS = (
     "max_input_tokens", "dtype", "hf_token_secret", "image", "ami_id", "dlami_parameter",
     "internet_facing", "allowed_cidrs", "certificate_arn", "fleet", "min_capacity", "max_capacity",
     "desired_capacity", "warm_pool", "scale_down_schedule", "scale_up_schedule", "target_requests_per_minute",
-    "prebuilt_export", "boot_timeout_minutes",
+    "prebuilt_export", "boot_timeout_minutes", "target_in_flight_requests", "log_retention_days", "alarm_email",
+    "alarm_5xx_percent", "alarm_p99_latency_seconds", "alarm_disk_percent",
 )
 
 FLEET_KINDS = ("instance", "asg")
 FLEET_ONLY_KEYS = ("min_capacity", "max_capacity", "desired_capacity", "warm_pool", "scale_down_schedule",
-                   "scale_up_schedule", "target_requests_per_minute")
+                   "scale_up_schedule", "target_requests_per_minute", "target_in_flight_requests")
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,15 @@ class StackSettings:
         export, so scale-out skips both. Default: false.
     :param scale_down_schedule: fleet only: cron expression (UTC) scaling the fleet to zero.
     :param scale_up_schedule: fleet only: cron expression (UTC) restoring ``min_capacity``.
-    :param target_requests_per_minute: fleet only: ALB requests per instance per minute that
-        target tracking holds. Default: derived from the plan.
+    :param target_in_flight_requests: fleet only: the average in-flight requests per replica
+        (queued or in the batch) that target tracking holds. Default: the batch size.
+    :param target_requests_per_minute: fleet only: scale on ALB requests per instance per minute
+        instead, holding this many. Default: scale on in-flight requests.
+    :param log_retention_days: how long the hosts' log groups keep logs. Default: 14.
+    :param alarm_email: an address subscribed to the alarm topic. Default: none.
+    :param alarm_5xx_percent: the 5xx alarm's threshold, percent of requests. Default: 5.
+    :param alarm_p99_latency_seconds: the p99 latency alarm's threshold. Default: 60.
+    :param alarm_disk_percent: the disk alarm's threshold. Default: 85.
     :param prebuilt_export: an existing export to serve instead of exporting: ``s3://bucket/prefix``
         or ``hf://org/repo``. Default: export once, through the stack's artifact cache.
     :param boot_timeout_minutes: how long CloudFormation waits for a host to serve.
@@ -91,6 +100,12 @@ class StackSettings:
     scale_down_schedule: str | None = None
     scale_up_schedule: str | None = None
     target_requests_per_minute: int | None = None
+    target_in_flight_requests: float | None = None
+    log_retention_days: int = 14
+    alarm_email: str | None = None
+    alarm_5xx_percent: float = 5.0
+    alarm_p99_latency_seconds: float = 60.0
+    alarm_disk_percent: float = 85.0
     prebuilt_export: str | None = None
     boot_timeout_minutes: int | None = None
 
@@ -127,6 +142,12 @@ class StackSettings:
             scale_down_schedule=reader.optional_text("scale_down_schedule"),
             scale_up_schedule=reader.optional_text("scale_up_schedule"),
             target_requests_per_minute=reader.optional_integer("target_requests_per_minute"),
+            target_in_flight_requests=reader.optional_number("target_in_flight_requests"),
+            log_retention_days=reader.integer("log_retention_days", cls.log_retention_days),
+            alarm_email=reader.optional_text("alarm_email"),
+            alarm_5xx_percent=reader.number("alarm_5xx_percent", cls.alarm_5xx_percent),
+            alarm_p99_latency_seconds=reader.number("alarm_p99_latency_seconds", cls.alarm_p99_latency_seconds),
+            alarm_disk_percent=reader.number("alarm_disk_percent", cls.alarm_disk_percent),
             prebuilt_export=reader.optional_text("prebuilt_export"),
             boot_timeout_minutes=reader.optional_integer("boot_timeout_minutes"),
         )
@@ -136,6 +157,11 @@ class StackSettings:
             for key in FLEET_ONLY_KEYS:
                 if get(key) not in (None, ""):
                     problems.add(key, get(key), "applies to fleet=asg only; add -c fleet=asg")
+        if settings.target_in_flight_requests is not None and settings.target_requests_per_minute is not None:
+            problems.add("target_in_flight_requests", settings.target_in_flight_requests,
+                         "cannot be combined with target_requests_per_minute: choose one scaling signal")
+        if settings.target_in_flight_requests is not None and settings.target_in_flight_requests <= 0:
+            problems.add("target_in_flight_requests", settings.target_in_flight_requests, "must be above 0")
         timeout = settings.boot_timeout_minutes
         if timeout is not None and not 1 <= timeout <= MAX_CLOUDFORMATION_MINUTES:
             problems.add("boot_timeout_minutes", timeout, f"must be 1 to {MAX_CLOUDFORMATION_MINUTES} "
@@ -175,6 +201,26 @@ class _Reader:
             return int(value)
         self._problems.add(key, value, "must be a whole number")
         return None
+
+    def optional_number(self, key: str) -> float | None:
+        value = self._raw(key)
+        if value is None:
+            return None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                number = float(value.strip())
+            except ValueError:
+                number = float("nan")
+            if math.isfinite(number):
+                return number
+        self._problems.add(key, value, "must be a number")
+        return None
+
+    def number(self, key: str, default: float) -> float:
+        value = self.optional_number(key)
+        return default if value is None else value
 
     def integer(self, key: str, default: int) -> int:
         value = self.optional_integer(key)

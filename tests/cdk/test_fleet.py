@@ -64,19 +64,42 @@ def test_fleet_spans_the_private_subnets_of_both_azs(synth):
         assert template.json["Resources"][subnet["Ref"]]["Properties"]["MapPublicIpOnLaunch"] is False
 
 
-def test_fleet_scales_on_alb_requests_per_host_with_a_warmup_of_a_cached_boot(synth):
+def test_fleet_scaling_uses_a_warmup_of_a_cached_boot(synth):
     template = synth(**FLEET)
-    (policy,) = template.resources("AWS::AutoScaling::ScalingPolicy").values()
-    tracking = policy["Properties"]["TargetTrackingConfiguration"]
-    assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == "ALBRequestCountPerTarget"
-    assert tracking["TargetValue"] == 6 * 4 * 3  # replicas x batch slots x requests of ~20 s a minute
     plan = plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge"))
     assert _group(template)[1]["Properties"]["DefaultInstanceWarmup"] == boot_minutes(plan, exports=False) * 60
 
 
-def test_target_requests_per_minute_overrides_the_scaling_target(synth):
+def test_scale_on_requests_tracks_alb_requests_per_host_sized_by_the_plan():
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_ec2 as ec2
+
+    from neuron_serving import (
+        NeuronBootScript,
+        NeuronServingEndpoint,
+        NeuronServingFleet,
+        NeuronServingLaunchTemplate,
+        ReadinessSignal,
+        neuron_dlami,
+    )
+
+    stack = Stack(App(), "Own")
+    vpc = ec2.Vpc(stack, "Vpc", restrict_default_security_group=False)
+    plan = plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge"))
+    boot = NeuronBootScript(stack, "Boot", plan=plan, signal=ReadinessSignal("Own", "Fleet"))
+    host = NeuronServingLaunchTemplate(stack, "Host", vpc=vpc, boot_script=boot, machine_image=neuron_dlami("/p"))
+    fleet = NeuronServingFleet(stack, "Fleet", vpc=vpc, launch_template=host)
+    NeuronServingEndpoint(stack, "Endpoint", vpc=vpc, target_port=plan.router_port).add_target(
+        fleet.auto_scaling_group, fleet)
+    fleet.scale_on_requests()
+    assert fleet.target_requests_per_minute == 6 * 4 * 3  # replicas x batch slots x requests of ~20 s a minute
+
+
+def test_target_requests_per_minute_switches_scaling_to_alb_requests(synth):
     (policy,) = synth(**FLEET, target_requests_per_minute="30").resources("AWS::AutoScaling::ScalingPolicy").values()
-    assert policy["Properties"]["TargetTrackingConfiguration"]["TargetValue"] == 30
+    tracking = policy["Properties"]["TargetTrackingConfiguration"]
+    assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == "ALBRequestCountPerTarget"
+    assert tracking["TargetValue"] == 30
 
 
 def test_fleet_registers_with_the_target_group_and_only_the_alb_reaches_it(synth):
@@ -100,9 +123,9 @@ def test_scaling_events_go_to_an_encrypted_ssl_only_topic(synth):
     notifications = _group(template)[1]["Properties"]["NotificationConfigurations"]
     assert {"autoscaling:EC2_INSTANCE_LAUNCH_ERROR", "autoscaling:EC2_INSTANCE_TERMINATE"} <= set(
         notifications[0]["NotificationTypes"])
-    topic = template.only("AWS::SNS::Topic")
-    assert "KmsMasterKeyId" in topic
-    assert template.only("AWS::KMS::Key")["EnableKeyRotation"] is True
+    (topic,) = [t["Properties"] for k, t in template.resources("AWS::SNS::Topic").items() if k.startswith("Fleet")]
+    key = topic["KmsMasterKeyId"]["Fn::GetAtt"][0]
+    assert template.json["Resources"][key]["Properties"]["EnableKeyRotation"] is True
 
 
 def test_warm_pool_keeps_stopped_hosts_and_a_launch_hook_the_boot_script_completes(synth):
@@ -152,7 +175,11 @@ def test_host_may_use_only_the_cache_prefix_and_signal_its_own_stack(synth):
     listing = by_action[json.dumps("s3:ListBucket")]
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["exports/*"]}}
     assert by_action[json.dumps("cloudformation:SignalResource")]["Resource"] == {"Ref": "AWS::StackId"}
-    assert len(statements) == 3
+    # Beyond the cache and the signal: shipping logs, and fetching the metrics publisher.
+    assert set(by_action) - {json.dumps(sorted(CACHE_OBJECT_ACTIONS)), json.dumps("s3:ListBucket"),
+                             json.dumps("cloudformation:SignalResource")} == {
+        json.dumps(["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]),
+        json.dumps("s3:GetObject")}
 
 
 def test_boot_script_gets_the_cache_uri(synth):
@@ -166,9 +193,11 @@ def test_a_prebuilt_s3_export_is_read_only_and_replaces_the_cache(synth):
     template = synth(prebuilt_export="s3://team-exports/llama3-8b/tp2")
     assert template.stack.artifact_cache is None
     statements = [s for policy in _host_policies(template) for s in policy]
+    # One statement reads the export's objects and the metrics publisher (CDK merges them).
     (read,) = [s for s in statements if s["Action"] == "s3:GetObject"]
-    assert read["Resource"] == {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"},
-                                                  ":s3:::team-exports/llama3-8b/tp2/*"]]}
+    assert {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":s3:::team-exports/llama3-8b/tp2/*"]]} in read[
+        "Resource"]
+    assert len(read["Resource"]) == 2
     assert not any("PutObject" in json.dumps(s["Action"]) for s in statements)
 
 

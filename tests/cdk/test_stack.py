@@ -129,7 +129,8 @@ def test_instance_role_has_session_manager_the_cache_and_its_signal_only(synth):
     actions = sorted(json.dumps(s["Action"]) for s in _host_statements(template))
     assert actions == sorted(json.dumps(a) for a in (
         ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:PutObject"], "s3:ListBucket",
-        "cloudformation:SignalResource"))
+        "cloudformation:SignalResource", ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
+        "s3:GetObject"))
     assert "secretsmanager" not in json.dumps(_host_statements(template))
 
 
@@ -260,7 +261,8 @@ def test_new_vpc_spans_two_azs_with_public_and_private_subnets_and_one_nat(synth
 def test_vpc_flow_logs_go_to_a_log_group_with_retention(synth):
     template = synth()
     assert template.only("AWS::EC2::FlowLog")["LogDestinationType"] == "cloud-watch-logs"
-    assert template.only("AWS::Logs::LogGroup")["RetentionInDays"] == 30
+    destination = template.only("AWS::EC2::FlowLog")["LogGroupName"]["Ref"]
+    assert template.json["Resources"][destination]["Properties"]["RetentionInDays"] == 30
 
 
 def test_endpoint_idle_timeout_cannot_outlast_the_router():

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from importlib.resources import files
+
 from aws_cdk import Acknowledgment, ArnFormat, Aws, Duration, Stack, Token, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs import Construct
@@ -14,7 +17,9 @@ from ..plan.layout import ServingPlan
 from ..plan.tgi import DEFAULT_IMAGE
 from ..plan.timing import MAX_CLOUDFORMATION_MINUTES, boot_minutes
 from ..render.boot import BootOptions, ReadinessSignal, WarmPoolHook, check_user_data_size, render_boot_script
+from ..render.monitoring import PUBLISHER_SOURCE
 from .artifact_cache import EXPORTS_PREFIX, NeuronArtifactCache
+from .monitoring import NeuronServingMonitoring
 
 
 class NeuronBootScript(Construct):
@@ -39,6 +44,8 @@ class NeuronBootScript(Construct):
     :param signal: the resource the host signals CloudFormation for once every replica serves,
         or with the reason when the boot fails. The instance or fleet construct takes this
         logical id. Default: no signal.
+    :param monitoring: publish metrics (Neuron Monitor, TGI, router, host) and ship logs to this
+        monitoring's log groups; :meth:`grant_boot` grants that too. Default: no monitoring.
     :param warm_pool_hook: the launch lifecycle hook the host completes when prepared for (or
         started from) a warm pool. Default: none.
     :param boot_timeout: how long a host may take to serve. Default: estimated from the model
@@ -59,6 +66,7 @@ class NeuronBootScript(Construct):
         signal: ReadinessSignal | None = None,
         warm_pool_hook: WarmPoolHook | None = None,
         boot_timeout: Duration | None = None,
+        monitoring: NeuronServingMonitoring | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.plan = plan
@@ -68,6 +76,14 @@ class NeuronBootScript(Construct):
         self.prebuilt_export = prebuilt_export
         self.signal = signal
         self.warm_pool_hook = warm_pool_hook
+        self.monitoring = monitoring
+        # The metrics publisher is too large for the 16 KB of user data: the host fetches it
+        # from the stack's assets (the file as it is in the package, so its hash is the file's).
+        self.metrics_publisher = (
+            s3_assets.Asset(self, "MetricsPublisher", path=str(files("neuron_serving.userdata") / PUBLISHER_SOURCE))
+            if monitoring is not None
+            else None
+        )
         self.boot_timeout: Duration = boot_timeout or Duration.minutes(
             boot_minutes(plan, exports=prebuilt_export is None)
         )
@@ -90,6 +106,12 @@ class NeuronBootScript(Construct):
             model_revision=model_revision,
             signal=signal,
             warm_pool_hook=warm_pool_hook,
+            monitoring=monitoring.boot_options if monitoring else None,
+            metrics_publisher=(
+                f"s3://{self.metrics_publisher.s3_bucket_name}/{self.metrics_publisher.s3_object_key}"
+                if self.metrics_publisher
+                else None
+            ),
         )
         self.script: str = render_boot_script(plan, self.options)
         """The rendered boot script (tokens, if any, unresolved)."""
@@ -101,6 +123,14 @@ class NeuronBootScript(Construct):
         """Give ``grantee`` (the host role) exactly what the boot script calls."""
         if self.hf_token_secret is not None:
             self.hf_token_secret.grant_read(grantee)
+        if self.monitoring is not None:
+            self.monitoring.grant_publish(grantee)
+        if self.metrics_publisher is not None:
+            asset = self.metrics_publisher
+            iam.Grant.add_to_principal(
+                grantee=grantee, actions=["s3:GetObject"],
+                resource_arns=[asset.bucket.arn_for_objects(asset.s3_object_key)],
+            )
         stack = Stack.of(self)
         if self.artifact_cache is not None:
             self.artifact_cache.grant_cache(grantee)

@@ -17,6 +17,7 @@ from constructs import Construct
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.timing import boot_minutes
 from .instance import NeuronServingLaunchTemplate
+from .monitoring import NeuronServingMonitoring
 
 _CRON = re.compile(r"^[0-9A-Za-z*/,?\-#L]+( [0-9A-Za-z*/,?\-#L]+){4}$")
 ASSUMED_REQUEST_SECONDS = 20
@@ -192,6 +193,26 @@ class NeuronServingFleet(Construct):
         assert isinstance(cfn_policy, CfnResource)
         cfn_policy.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
         self.target_requests_per_minute = target
+
+    def scale_on_in_flight_requests(
+        self, monitoring: NeuronServingMonitoring, target_per_replica: float | None = None
+    ) -> None:
+        """Track the average in-flight requests per replica (queued or in the batch), the signal
+        that shows LLM saturation: requests per minute mean little when one takes seconds and
+        another minutes. The hosts must publish to ``monitoring``.
+
+        :param target_per_replica: Default: the batch size, every batch slot busy and nothing
+            queued.
+        """
+        target = float(self.plan.batch_size) if target_per_replica is None else target_per_replica
+        if not target > 0:
+            raise ServingConfigError([problem("target_in_flight_requests", target, "must be above 0")])
+        self.auto_scaling_group.scale_to_track_metric(
+            "InFlightPerReplica",
+            metric=monitoring.metric("InFlightRequests", statistic="Average"),
+            target_value=target,
+        )
+        self.target_in_flight_requests = target
 
     def scale_on_schedule(self, *, scale_down: str, scale_up: str) -> None:
         """Scale to zero on ``scale_down`` and back to ``min_capacity`` on ``scale_up``: cron

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import Acknowledgment, CfnOutput, CfnResource, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_elasticloadbalancingv2_targets as targets
@@ -16,7 +17,7 @@ from constructs import Construct
 
 from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan, plan_serving
-from ..plan.timing import longest_generation_seconds
+from ..plan.timing import boot_minutes, longest_generation_seconds
 from ..render.boot import ReadinessSignal, WarmPoolHook
 from ..render.router import STREAM_TIMEOUT_SECONDS
 from ..settings import StackSettings
@@ -26,6 +27,7 @@ from .endpoint import NeuronServingEndpoint
 from .fleet import NeuronServingFleet
 from .instance import SESSION_MANAGER_POLICY, NeuronServingInstance, NeuronServingLaunchTemplate
 from .machine_image import PinnedLinuxImage, neuron_dlami
+from .monitoring import AlarmThresholds, NeuronServingMonitoring
 
 VPC_CIDR = "10.0.0.0/16"
 INSTANCE_ID = "NeuronServingInstance"
@@ -76,6 +78,17 @@ class NeuronLlamaStack(Stack):
             removal_policy=RemovalPolicy.RETAIN,
             lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(90))],
         )
+        self.monitoring = NeuronServingMonitoring(
+            self,
+            "Monitoring",
+            log_retention_days=settings.log_retention_days,
+            alarm_email=settings.alarm_email,
+            thresholds=AlarmThresholds(
+                error_rate_percent=settings.alarm_5xx_percent,
+                p99_latency_seconds=settings.alarm_p99_latency_seconds,
+                disk_percent=settings.alarm_disk_percent,
+            ),
+        )
         self.artifact_cache = (
             NeuronArtifactCache(self, "ArtifactCache", server_access_logs_bucket=self.logs_bucket)
             if settings.prebuilt_export is None
@@ -90,6 +103,7 @@ class NeuronLlamaStack(Stack):
             artifact_cache=self.artifact_cache,
             prebuilt_export=settings.prebuilt_export,
             model_revision=settings.model_revision,
+            monitoring=self.monitoring,
             signal=ReadinessSignal(stack_name=self.stack_name, logical_id=FLEET_ID if fleet else INSTANCE_ID),
             warm_pool_hook=(
                 WarmPoolHook(hook_name=WARM_POOL_HOOK, group_name=f"{self.stack_name}-{FLEET_ID}")
@@ -140,7 +154,10 @@ class NeuronLlamaStack(Stack):
                 desired_capacity=settings.desired_capacity,
             )
             self.endpoint.add_target(self.fleet.auto_scaling_group, self.fleet)
-            self.fleet.scale_on_requests(settings.target_requests_per_minute)
+            if settings.target_requests_per_minute is not None:
+                self.fleet.scale_on_requests(settings.target_requests_per_minute)
+            else:
+                self.fleet.scale_on_in_flight_requests(self.monitoring, settings.target_in_flight_requests)
             if settings.scale_down_schedule or settings.scale_up_schedule:
                 if not (settings.scale_down_schedule and settings.scale_up_schedule):
                     missing = "scale_up_schedule" if settings.scale_down_schedule else "scale_down_schedule"
@@ -158,6 +175,23 @@ class NeuronLlamaStack(Stack):
             self.endpoint.add_target(
                 targets.InstanceIdTarget(self.instance.instance_id, self.plan.router_port), self.instance
             )
+        self.monitoring.watch(
+            plan=self.plan,
+            endpoint_load_balancer=self.endpoint.load_balancer,
+            target_group=self.endpoint.target_group,
+            desired_capacity=(
+                cloudwatch.Metric(
+                    namespace="AWS/AutoScaling",
+                    metric_name="GroupDesiredCapacity",
+                    dimensions_map={"AutoScalingGroupName": self.fleet.auto_scaling_group.auto_scaling_group_name},
+                    statistic="Maximum",
+                    period=Duration.minutes(1),
+                )
+                if self.fleet is not None
+                else None
+            ),
+            boot_minutes=boot_minutes(self.plan, exports=False),
+        )
         self._outputs()
         self._acknowledge()
 

@@ -1,0 +1,423 @@
+"""Logs, one dashboard and alarms for Neuron serving hosts, from the metrics they publish."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Aws, CfnOutput, Duration, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+
+from constructs import Construct
+
+from ..plan.errors import Problems
+from ..plan.layout import ServingPlan
+from ..render.metrics import (
+    DEFAULT_NAMESPACE,
+    ERROR_TYPE,
+    EXECUTION_ERROR_TYPES,
+    INSTANCE,
+    LOG_KINDS,
+    SERVICE,
+    MonitoringOptions,
+    metric,
+)
+
+RETENTION_DAYS = {
+    1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK, 14: logs.RetentionDays.TWO_WEEKS, 30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS, 90: logs.RetentionDays.THREE_MONTHS, 120: logs.RetentionDays.FOUR_MONTHS,
+    150: logs.RetentionDays.FIVE_MONTHS, 180: logs.RetentionDays.SIX_MONTHS, 365: logs.RetentionDays.ONE_YEAR,
+    400: logs.RetentionDays.THIRTEEN_MONTHS, 545: logs.RetentionDays.EIGHTEEN_MONTHS,
+    731: logs.RetentionDays.TWO_YEARS, 1096: logs.RetentionDays.THREE_YEARS, 1827: logs.RetentionDays.FIVE_YEARS,
+    2192: logs.RetentionDays.SIX_YEARS, 2557: logs.RetentionDays.SEVEN_YEARS, 2922: logs.RetentionDays.EIGHT_YEARS,
+    3288: logs.RetentionDays.NINE_YEARS, 3653: logs.RetentionDays.TEN_YEARS,
+}
+"""The retention periods CloudWatch Logs accepts, in days."""
+
+ONE_MINUTE = Duration.minutes(1)
+FIVE_MINUTES = Duration.minutes(5)
+
+
+@dataclass(frozen=True)
+class AlarmThresholds:
+    """When the alarms fire. Every alarm treats missing data as not breaching: no traffic, or a
+    fleet scaled to zero, is not an incident.
+
+    :param error_rate_percent: 5xx answers (the targets' and the load balancer's) as a percentage
+        of requests, over 5 minutes, in 2 of 3 periods. Default: 5.
+    :param p99_latency_seconds: the load balancer's p99 target response time over 5 minutes, in 3
+        of 3 periods. A streamed request answers at its first token; a non-streamed one at its
+        last, so set this above the longest generation you expect to be normal. Default: 60.
+    :param disk_percent: the fullest host's root file system, over 5 minutes, twice. Default: 85.
+    :param execution_errors: failed executions on the NeuronCores (every error type) within 5
+        minutes. Default: 1.
+    :param uncorrected_ecc_events: uncorrected memory or SRAM ECC events within 5 minutes.
+        Default: 1.
+    """
+
+    error_rate_percent: float = 5.0
+    p99_latency_seconds: float = 60.0
+    disk_percent: float = 85.0
+    execution_errors: int = 1
+    uncorrected_ecc_events: int = 1
+
+    def __post_init__(self) -> None:
+        problems = Problems()
+        for setting, value, low, high in (
+            ("alarm_5xx_percent", self.error_rate_percent, 0, 100),
+            ("alarm_p99_latency_seconds", self.p99_latency_seconds, 0, 3600),
+            ("alarm_disk_percent", self.disk_percent, 0, 100),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not low < value <= high:
+                problems.add(setting, value, f"must be a number above {low} and at most {high}")
+        for setting, count in (("execution_errors", self.execution_errors),
+                               ("uncorrected_ecc_events", self.uncorrected_ecc_events)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                problems.add(setting, count, "must be a whole number of at least 1")
+        problems.raise_if_any()
+
+
+class NeuronServingMonitoring(Construct):
+    """What a Neuron serving deployment shows: its logs, one dashboard, alarms on an SNS topic.
+
+    Hosts publish the metrics of :mod:`neuron_serving.render.metrics` (TGI, router, Neuron
+    Monitor, host) and ship their logs when their boot script gets :attr:`boot_options`, and
+    their role :meth:`grant_publish`. :meth:`watch` then adds the dashboard rows and alarms for an
+    endpoint, with or without a fleet. Works the same for one instance, a fleet, or a user's own
+    Auto Scaling group.
+
+    :param service: the ``Service`` dimension: one deployment's metrics. Default: the stack name.
+    :param namespace: the CloudWatch namespace. Default: ``NeuronServing``.
+    :param log_retention_days: how long the log groups keep logs (a value CloudWatch Logs
+        accepts: 1, 3, 5, 7, 14, 30, 60, 90...). Default: 14.
+    :param alarm_topic: where alarms (and their recovery) go. Default: a new topic, encrypted with
+        a new customer-managed key that CloudWatch may use, SSL only.
+    :param alarm_email: an address subscribed to the alarm topic (it must confirm). Default: none.
+    :param thresholds: Default: :class:`AlarmThresholds` defaults.
+    :param dashboard_name: Default: the stack name.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        service: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        log_retention_days: int = 14,
+        alarm_topic: sns.ITopic | None = None,
+        alarm_email: str | None = None,
+        thresholds: AlarmThresholds | None = None,
+        dashboard_name: str | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        problems = Problems()
+        if log_retention_days not in RETENTION_DAYS:
+            problems.add("log_retention_days", log_retention_days,
+                         f"must be one of {', '.join(map(str, RETENTION_DAYS))}")
+        if alarm_email is not None and (alarm_email.count("@") != 1 or any(c.isspace() for c in alarm_email)
+                                        or not all(alarm_email.split("@"))):
+            problems.add("alarm_email", alarm_email, "must be one e-mail address")
+        problems.raise_if_any()
+        self.service: str = service or stack.stack_name
+        self.namespace = namespace
+        self.thresholds = thresholds or AlarmThresholds()
+        self.log_groups: dict[str, logs.LogGroup] = {
+            kind: logs.LogGroup(self, f"{kind.capitalize()}Logs", retention=RETENTION_DAYS[log_retention_days])
+            for kind in LOG_KINDS
+        }
+        self.boot_options = MonitoringOptions(
+            service=self.service,
+            log_groups={kind: group.log_group_name for kind, group in self.log_groups.items()},
+            namespace=namespace,
+        )
+        """For :class:`~neuron_serving.NeuronBootScript` ``monitoring``."""
+        self.alarm_topic: sns.ITopic = alarm_topic or self._new_topic()
+        if alarm_email is not None:
+            self.alarm_topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
+        self.dashboard = cloudwatch.Dashboard(
+            self, "Dashboard", dashboard_name=dashboard_name or stack.stack_name,
+            default_interval=Duration.hours(3),
+        )
+        self.dashboard_url: str = (
+            f"https://{Aws.REGION}.console.aws.amazon.com/cloudwatch/home?region={Aws.REGION}"
+            f"#dashboards/dashboard/{self.dashboard.dashboard_name}"
+        )
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
+
+    def _new_topic(self) -> sns.Topic:
+        key = kms.Key(self, "AlarmsKey", enable_key_rotation=True,
+                      description="Encrypts the Neuron serving alarms topic")
+        # CloudWatch publishes alarm notifications as its service principal.
+        key.grant(iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*")
+        return sns.Topic(self, "Alarms", master_key=key, enforce_ssl=True)
+
+    def grant_publish(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Let hosts ship logs and EMF metrics to these log groups, and nothing else: metrics
+        in EMF need no ``cloudwatch:PutMetricData``."""
+        return iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+            resource_arns=[group.log_group_arn for group in self.log_groups.values()],
+        )
+
+    def metric(
+        self,
+        name: str,
+        *,
+        statistic: str = "Average",
+        period: Duration = ONE_MINUTE,
+        dimensions: dict[str, str] | None = None,
+        label: str | None = None,
+    ) -> cloudwatch.Metric:
+        """A catalog metric for the whole deployment (``Service``), or for ``dimensions`` on top.
+        A name outside the catalog is a ``KeyError``, so no widget can show a metric no host
+        publishes."""
+        spec = metric(name)
+        dims = {SERVICE: self.service, **(dimensions or {})}
+        if tuple(sorted(dims)) not in {tuple(sorted(s)) for s in spec.dimension_sets}:
+            raise KeyError(f"{name} is not published with dimensions {sorted(dims)}")
+        return cloudwatch.Metric(
+            namespace=self.namespace, metric_name=name, dimensions_map=dims, statistic=statistic,
+            period=period, label=label, unit=None,
+        )
+
+    def per_instance(self, name: str, statistic: str = "Average", label: str | None = None) -> cloudwatch.IMetric:
+        """One line per instance of the deployment, whatever instances exist now (a SEARCH)."""
+        spec = metric(name)
+        if (SERVICE, INSTANCE) not in spec.dimension_sets:
+            raise KeyError(f"{name} is not published per instance")
+        return cloudwatch.MathExpression(
+            expression=(f"SEARCH('{{{self.namespace},{SERVICE},{INSTANCE}}} MetricName=\"{name}\" "
+                        f"{SERVICE}=\"{self.service}\"', '{statistic}', 60)"),
+            using_metrics={},
+            label=label or "",
+            period=ONE_MINUTE,
+        )
+
+    def watch(
+        self,
+        *,
+        plan: ServingPlan,
+        endpoint_load_balancer: elbv2.IApplicationLoadBalancer,
+        target_group: elbv2.IApplicationTargetGroup,
+        desired_capacity: cloudwatch.IMetric | None = None,
+        boot_minutes: int = 45,
+    ) -> None:
+        """Add the dashboard and alarms for hosts of ``plan`` behind this load balancer.
+
+        :param desired_capacity: an Auto Scaling group's ``GroupDesiredCapacity``; with it, "no
+            healthy hosts" counts only while hosts are wanted (a fleet scaled to zero is quiet).
+        :param boot_minutes: how long a host takes to serve once launched: "no healthy hosts"
+            waits this long so that a scale-out from zero does not page.
+        """
+        self._traffic_row(endpoint_load_balancer, target_group)
+        self._serving_row(plan)
+        self._neuron_row()
+        self._host_row()
+        self._alarms(endpoint_load_balancer, target_group, desired_capacity, boot_minutes)
+        CfnOutput(self, "DashboardUrl", value=self.dashboard_url, description="The serving dashboard")
+        CfnOutput(self, "AlarmTopicArn", value=self.alarm_topic.topic_arn, description="Alarms are published here")
+        for kind, group in self.log_groups.items():
+            CfnOutput(self, f"{kind.capitalize()}LogGroup", value=group.log_group_name,
+                      description=f"CloudWatch Logs group: {_LOG_DESCRIPTIONS[kind]}")
+
+    # --- dashboard ---------------------------------------------------------------------------
+
+    def _row(self, markdown: str, *graphs: cloudwatch.IWidget) -> None:
+        self.dashboard.add_widgets(cloudwatch.TextWidget(markdown=markdown, width=24, height=2))
+        self.dashboard.add_widgets(*graphs)
+
+    def _traffic_row(self, alb: elbv2.IApplicationLoadBalancer, tg: elbv2.IApplicationTargetGroup) -> None:
+        m = alb.metrics
+        self._row(
+            "## Traffic\nRequests through the load balancer, their latency to the targets (for a streamed "
+            "request, time to the first token; otherwise the whole generation), errors, and how many "
+            "hosts pass the health check. 5xx from the load balancer itself mean no healthy host.",
+            _graph("Requests", [m.request_count(period=ONE_MINUTE, label="requests")]),
+            _graph("Target response time", [
+                m.target_response_time(statistic=p, period=ONE_MINUTE, label=p) for p in ("p50", "p90", "p99")
+            ]),
+            _graph("Errors", [
+                m.http_code_target(elbv2.HttpCodeTarget.TARGET_4XX_COUNT, period=ONE_MINUTE, label="target 4xx"),
+                m.http_code_target(elbv2.HttpCodeTarget.TARGET_5XX_COUNT, period=ONE_MINUTE, label="target 5xx"),
+                m.http_code_elb(elbv2.HttpCodeElb.ELB_5XX_COUNT, period=ONE_MINUTE, label="load balancer 5xx"),
+            ]),
+            _graph("Hosts", [
+                tg.metrics.healthy_host_count(statistic="Minimum", period=ONE_MINUTE, label="healthy"),
+                tg.metrics.unhealthy_host_count(statistic="Maximum", period=ONE_MINUTE, label="unhealthy"),
+            ]),
+        )
+
+    def _serving_row(self, plan: ServingPlan) -> None:
+        tokens = self.metric("GeneratedTokens", statistic="Sum")
+        self._row(
+            "## Serving\nTGI's own view, from every replica. In-flight requests per replica near the batch size "
+            f"({plan.batch_size}) means the batch is full: queue time then grows, and the fleet scales out. "
+            "Time per output token is the decode speed each request saw.",
+            _graph("In-flight requests per replica", [
+                self.metric("InFlightRequests", label="average"),
+                self.metric("InFlightRequests", statistic="Maximum", label="busiest replica"),
+                self.metric("BatchSize", label="batch (average)"),
+            ], annotation=(float(plan.batch_size), "batch size")),
+            _graph("Queue", [
+                self.metric("QueueSize", statistic="Sum", label="TGI queues (all replicas)"),
+                self.metric("RouterQueue", statistic="Sum", label="router queue (all hosts)"),
+                self.metric("QueueDuration", statistic="p90", label="queue time p90 (s)"),
+            ]),
+            _graph("Request duration (s)", [
+                self.metric("RequestDuration", statistic=p, label=p) for p in ("p50", "p90", "p99")
+            ]),
+            _graph("Time per output token (s)", [
+                self.metric("TimePerOutputToken", statistic=p, label=p) for p in ("p50", "p90", "p99")
+            ]),
+            _graph("Generated tokens per second", [
+                cloudwatch.MathExpression(expression="tokens / PERIOD(tokens)", using_metrics={"tokens": tokens},
+                                          label="tokens/s", period=ONE_MINUTE),
+            ]),
+            _graph("Replicas and failures", [
+                self.metric("ReplicasUp", statistic="Sum", label="replicas up"),
+                self.metric("Requests", statistic="Sum", label="requests"),
+                self.metric("RequestFailures", statistic="Sum", label="failed requests"),
+            ]),
+        )
+
+    def _neuron_row(self) -> None:
+        self._row(
+            "## Neuron\nFrom Neuron Monitor on every host. NeuronCore utilization is per core: the average "
+            "shows how busy the fleet is, the maximum its busiest core. Execution errors and uncorrected "
+            "ECC events should stay at zero; an uncorrected ECC event means the device needs replacing.",
+            _graph("NeuronCore utilization (%)", [
+                self.metric("NeuronCoreUtilization", label="fleet average"),
+                self.metric("NeuronCoreUtilization", statistic="Maximum", label="busiest core"),
+                self.per_instance("NeuronCoreUtilization"),
+            ]),
+            _graph("Neuron device memory used (bytes)", [
+                self.per_instance("NeuronDeviceMemoryUsed", statistic="Maximum"),
+            ]),
+            _graph("Execution errors by type", [
+                self.metric("ExecutionErrors", statistic="Sum", dimensions={ERROR_TYPE: t}, label=t)
+                for t in EXECUTION_ERROR_TYPES
+            ]),
+            _graph("Execution latency (s)", [
+                self.metric("ExecutionLatency", label="p50 (average of replicas)"),
+                self.metric("ExecutionLatencyP99", statistic="Maximum", label="p99 (worst replica)"),
+            ]),
+            _graph("ECC events", [
+                self.metric("EccCorrectedEvents", statistic="Sum", label="corrected"),
+                self.metric("EccUncorrectedEvents", statistic="Sum", label="uncorrected"),
+            ]),
+        )
+
+    def _host_row(self) -> None:
+        self._row(
+            "## Hosts\nCPU, memory and the root disk, which holds the serving image and the exports. "
+            "A full disk stops exports and image pulls.",
+            *(
+                _graph(f"{title} (%)", [
+                    self.metric(name, statistic="Maximum", label="highest host"),
+                    self.per_instance(name),
+                ])
+                for title, name in (("CPU", "CpuUtilization"), ("Memory", "MemoryUtilization"),
+                                    ("Disk", "DiskUtilization"))
+            ),
+        )
+
+    # --- alarms ------------------------------------------------------------------------------
+
+    def _alarm(self, name: str, description: str, metric: cloudwatch.IMetric, threshold: float,
+               evaluation_periods: int, datapoints: int,
+               comparison: cloudwatch.ComparisonOperator) -> None:
+        alarm = cloudwatch.Alarm(
+            self, name, metric=metric, threshold=threshold, evaluation_periods=evaluation_periods,
+            datapoints_to_alarm=datapoints, comparison_operator=comparison,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=description,
+        )
+        action = actions.SnsAction(self.alarm_topic)
+        alarm.add_alarm_action(action)
+        alarm.add_ok_action(action)
+        self.alarms[name] = alarm
+
+    def _alarms(self, alb: elbv2.IApplicationLoadBalancer, tg: elbv2.IApplicationTargetGroup,
+                desired: cloudwatch.IMetric | None, boot_minutes: int) -> None:
+        t = self.thresholds
+        above = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
+        at_least = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+        m = alb.metrics
+        self._alarm(
+            "ErrorRate", f"5xx answers above {t.error_rate_percent}% of requests",
+            cloudwatch.MathExpression(
+                expression="IF(requests > 0, 100 * (FILL(target, 0) + FILL(elb, 0)) / requests, 0)",
+                using_metrics={
+                    "requests": m.request_count(period=FIVE_MINUTES),
+                    "target": m.http_code_target(elbv2.HttpCodeTarget.TARGET_5XX_COUNT, period=FIVE_MINUTES),
+                    "elb": m.http_code_elb(elbv2.HttpCodeElb.ELB_5XX_COUNT, period=FIVE_MINUTES),
+                },
+                period=FIVE_MINUTES, label="5xx %",
+            ),
+            t.error_rate_percent, 3, 2, above,
+        )
+        healthy = tg.metrics.healthy_host_count(statistic="Minimum", period=ONE_MINUTE)
+        no_healthy: cloudwatch.IMetric = (
+            cloudwatch.MathExpression(
+                expression="IF(desired > 0 AND healthy < 1, 1, 0)",
+                using_metrics={"desired": desired, "healthy": healthy}, period=ONE_MINUTE, label="no healthy host",
+            )
+            if desired is not None
+            else cloudwatch.MathExpression(expression="IF(healthy < 1, 1, 0)", using_metrics={"healthy": healthy},
+                                           period=ONE_MINUTE, label="no healthy host")
+        )
+        # A host takes boot_minutes to serve: waiting that long keeps a scale-out from zero quiet;
+        # under traffic, the 5xx alarm reports an outage sooner.
+        minutes = max(5, min(boot_minutes, 1440))
+        self._alarm("NoHealthyHosts", f"no host has passed the health check for {minutes} minutes while hosts "
+                    "are wanted", no_healthy, 1, minutes, minutes, at_least)
+        self._alarm(
+            "P99Latency", f"p99 target response time above {t.p99_latency_seconds} s",
+            m.target_response_time(statistic="p99", period=FIVE_MINUTES), t.p99_latency_seconds, 3, 3, above,
+        )
+        self._alarm(
+            "NeuronExecutionErrors", f"at least {t.execution_errors} failed executions on the NeuronCores in 5 minutes",
+            cloudwatch.MathExpression(
+                expression=" + ".join(f"FILL({e}, 0)" for e in EXECUTION_ERROR_TYPES),
+                using_metrics={e: self.metric("ExecutionErrors", statistic="Sum", period=FIVE_MINUTES,
+                                              dimensions={ERROR_TYPE: e}) for e in EXECUTION_ERROR_TYPES},
+                period=FIVE_MINUTES, label="execution errors",
+            ),
+            t.execution_errors, 1, 1, at_least,
+        )
+        self._alarm(
+            "UncorrectedEcc", "an uncorrected ECC event on a Neuron device: replace the host",
+            self.metric("EccUncorrectedEvents", statistic="Sum", period=FIVE_MINUTES),
+            t.uncorrected_ecc_events, 1, 1, at_least,
+        )
+        self._alarm(
+            "DiskNearlyFull", f"a host's root file system is above {t.disk_percent}% full",
+            self.metric("DiskUtilization", statistic="Maximum", period=FIVE_MINUTES), t.disk_percent, 2, 2, above,
+        )
+
+
+_LOG_DESCRIPTIONS = {
+    "boot": "each host's boot, export and readiness logs",
+    "replicas": "each TGI replica's output, a stream per host and replica",
+    "router": "the on-host router (HAProxy)",
+    "metrics": "the hosts' embedded-metric-format records",
+}
+
+
+def _graph(title: str, metrics: list[cloudwatch.IMetric], *,
+           annotation: tuple[float, str] | None = None) -> cloudwatch.GraphWidget:
+    return cloudwatch.GraphWidget(
+        title=title, left=metrics, width=8, height=6,
+        left_annotations=[cloudwatch.HorizontalAnnotation(value=annotation[0], label=annotation[1])]
+        if annotation else None,
+    )

@@ -1,0 +1,156 @@
+"""Monitoring in the template: log groups, the dashboard, alarms on an encrypted topic, the
+hosts' permissions, and scaling on the serving signal."""
+
+import json
+
+import pytest
+
+from neuron_serving import ServingConfigError
+from neuron_serving.render.metrics import DEFAULT_NAMESPACE, LOG_KINDS
+
+from .conftest import synthesize
+
+FLEET = {"fleet": "asg", "min_capacity": "2", "max_capacity": "4"}
+ALARMS = {"ErrorRate", "NoHealthyHosts", "P99Latency", "NeuronExecutionErrors", "UncorrectedEcc", "DiskNearlyFull"}
+
+
+def _alarms(template):
+    return {k: v["Properties"] for k, v in template.resources("AWS::CloudWatch::Alarm").items()}
+
+
+def _alarm(template, name):
+    (alarm,) = [p for k, p in _alarms(template).items() if k.startswith(f"Monitoring{name}")]
+    return alarm
+
+
+def _dashboard_body(template) -> dict:
+    body = template.only("AWS::CloudWatch::Dashboard")["DashboardBody"]
+    parts = body["Fn::Join"][1] if isinstance(body, dict) else [body]
+    return json.loads("".join(p if isinstance(p, str) else "TOKEN" for p in parts))
+
+
+def test_four_log_groups_with_retention_and_their_names_in_the_outputs(synth):
+    template = synth()
+    groups = template.resources("AWS::Logs::LogGroup")
+    monitoring = {k: v for k, v in groups.items() if k.startswith("Monitoring")}
+    assert len(monitoring) == len(LOG_KINDS)
+    assert {g["Properties"]["RetentionInDays"] for g in monitoring.values()} == {14}
+    outputs = template.json["Outputs"]
+    for kind in LOG_KINDS:
+        (output,) = [o for k, o in outputs.items() if k.startswith(f"Monitoring{kind.capitalize()}LogGroup")]
+        assert output["Value"]["Ref"] in monitoring
+
+
+def test_log_retention_is_a_setting_and_only_values_cloudwatch_accepts_pass(synth):
+    groups = synth(log_retention_days="90").resources("AWS::Logs::LogGroup")
+    assert {g["Properties"]["RetentionInDays"] for k, g in groups.items() if k.startswith("Monitoring")} == {90}
+    with pytest.raises(ServingConfigError, match=r"^log_retention_days \(13\) must be one of 1, 3, 5, 7, 14"):
+        synthesize({"log_retention_days": "13"})
+
+
+def test_hosts_may_write_to_the_four_log_groups_and_nothing_else_of_logs_or_metrics(synth):
+    template = synth()
+    statements = [s for p in template.resources("AWS::IAM::Policy").values()
+                  if any("Host" in r["Ref"] for r in p["Properties"]["Roles"])
+                  for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    (logs_statement,) = [s for s in statements if "logs:PutLogEvents" in json.dumps(s["Action"])]
+    assert sorted(logs_statement["Action"]) == ["logs:CreateLogStream", "logs:DescribeLogStreams",
+                                                "logs:PutLogEvents"]
+    resources = {r["Fn::GetAtt"][0] for r in logs_statement["Resource"]}
+    assert resources == {k for k in template.resources("AWS::Logs::LogGroup") if k.startswith("Monitoring")}
+    assert "cloudwatch:PutMetricData" not in json.dumps(statements)
+
+
+def test_one_dashboard_with_a_row_per_concern_each_opened_by_a_text_and_its_url_in_the_outputs(synth):
+    template = synth()
+    widgets = _dashboard_body(template)["widgets"]
+    texts = [w["properties"]["markdown"] for w in widgets if w["type"] == "text"]
+    assert [t.split("\n")[0] for t in texts] == ["## Traffic", "## Serving", "## Neuron", "## Hosts"]
+    assert all(len(t.split("\n", 1)[1]) > 80 for t in texts)  # each says how to read its row
+    titles = {w["properties"].get("title") for w in widgets if w["type"] == "metric"}
+    assert {"Target response time", "Errors", "Hosts", "Queue", "Request duration (s)",
+            "Time per output token (s)", "Generated tokens per second", "NeuronCore utilization (%)",
+            "Neuron device memory used (bytes)", "Execution errors by type", "Execution latency (s)",
+            "ECC events", "CPU (%)", "Memory (%)", "Disk (%)"} <= titles
+    url = json.dumps([o for k, o in template.json["Outputs"].items() if k.startswith("MonitoringDashboardUrl")])
+    assert "cloudwatch/home?region=" in url and "#dashboards/dashboard/" in url
+
+
+def test_latency_widgets_show_p50_p90_p99_and_utilization_average_and_maximum_per_instance(synth):
+    widgets = {w["properties"].get("title"): w["properties"]["metrics"]
+               for w in _dashboard_body(synth())["widgets"] if w["type"] == "metric"}
+    stats = [m[-1].get("stat") for m in widgets["Time per output token (s)"]]
+    assert stats == ["p50", "p90", "p99"]
+    utilization = widgets["NeuronCore utilization (%)"]
+    assert [m[-1].get("stat", "Average") for m in utilization[:2]] == ["Average", "Maximum"]  # Average: no "stat"
+    (search,) = [m[0]["expression"] for m in utilization if isinstance(m[0], dict)]
+    assert search.startswith("SEARCH('{NeuronServing,Service,InstanceId} MetricName=\"NeuronCoreUtilization\"")
+
+
+def test_six_alarms_notify_the_topic_on_alarm_and_on_recovery_and_ignore_missing_data(synth):
+    template = synth()
+    alarms = _alarms(template)
+    assert {next(n for n in ALARMS if k.startswith(f"Monitoring{n}")) for k in alarms} == ALARMS
+    (topic,) = template.resources("AWS::SNS::Topic").keys() - {k for k in template.resources("AWS::SNS::Topic")
+                                                                if k.startswith("Fleet")}
+    for alarm in alarms.values():
+        assert alarm["AlarmActions"] == [{"Ref": topic}] == alarm["OKActions"]
+        assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_alarm_thresholds_have_documented_defaults_and_context_overrides(synth):
+    default, tuned = synth(), synth(alarm_5xx_percent="2.5", alarm_p99_latency_seconds="120", alarm_disk_percent="90")
+    assert [_alarm(default, n)["Threshold"] for n in ("ErrorRate", "P99Latency", "DiskNearlyFull")] == [5, 60, 85]
+    assert [_alarm(tuned, n)["Threshold"] for n in ("ErrorRate", "P99Latency", "DiskNearlyFull")] == [2.5, 120, 90]
+    assert _alarm(default, "P99Latency")["ExtendedStatistic"] == "p99"
+    assert _alarm(default, "UncorrectedEcc")["MetricName"] == "EccUncorrectedEvents"
+
+
+@pytest.mark.parametrize(("context", "message"), [
+    ({"alarm_5xx_percent": "0"}, r"^alarm_5xx_percent \(0.0\) must be a number above 0 and at most 100"),
+    ({"alarm_disk_percent": "full"}, r"^alarm_disk_percent \('full'\) must be a number"),
+    ({"alarm_email": "ops at example.com"}, r"^alarm_email \('ops at example.com'\) must be one e-mail address"),
+])
+def test_bad_alarm_settings_fail_synthesis_naming_the_setting(context, message):
+    with pytest.raises(ServingConfigError, match=message):
+        synthesize(context)
+
+
+def test_the_alarm_topic_is_encrypted_with_a_key_cloudwatch_may_use_and_takes_an_email(synth):
+    template = synth(alarm_email="oncall@example.com")
+    (topic_id, topic), = [(k, v) for k, v in template.resources("AWS::SNS::Topic").items()
+                          if k.startswith("Monitoring")]
+    key_id = topic["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0]
+    key_policy = json.dumps(template.json["Resources"][key_id]["Properties"]["KeyPolicy"])
+    assert '"Service": "cloudwatch.amazonaws.com"' in key_policy
+    (subscription,) = template.resources("AWS::SNS::Subscription").values()
+    assert subscription["Properties"] == {"Protocol": "email", "Endpoint": "oncall@example.com",
+                                          "TopicArn": {"Ref": topic_id}}
+
+
+def test_no_healthy_hosts_counts_only_while_the_fleet_wants_hosts_and_waits_a_cached_boot(synth):
+    alarm = _alarm(synth(**FLEET), "NoHealthyHosts")
+    (expression,) = [m["Expression"] for m in alarm["Metrics"] if "Expression" in m]
+    assert expression == "IF(desired > 0 AND healthy < 1, 1, 0)"
+    desired = next(m for m in alarm["Metrics"] if m["Id"] == "desired")["MetricStat"]["Metric"]
+    assert desired["MetricName"] == "GroupDesiredCapacity"
+    assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == 35  # boot minutes with a cached export
+
+
+def test_the_fleet_scales_on_in_flight_requests_per_replica_with_the_batch_size_as_target(synth):
+    (policy,) = synth(**FLEET).resources("AWS::AutoScaling::ScalingPolicy").values()
+    config = policy["Properties"]["TargetTrackingConfiguration"]
+    assert config["TargetValue"] == 4
+    assert config["CustomizedMetricSpecification"] == {
+        "Namespace": DEFAULT_NAMESPACE, "MetricName": "InFlightRequests",
+        "Dimensions": [{"Name": "Service", "Value": "NeuronLlamaStack"}], "Statistic": "Average"}
+
+
+def test_the_fleet_scales_on_requests_per_host_when_asked_and_not_on_both(synth):
+    (policy,) = synth(**FLEET, target_requests_per_minute="30").resources("AWS::AutoScaling::ScalingPolicy").values()
+    config = policy["Properties"]["TargetTrackingConfiguration"]
+    assert config["PredefinedMetricSpecification"]["PredefinedMetricType"] == "ALBRequestCountPerTarget"
+    target = synth(**FLEET, target_in_flight_requests="2.5").resources("AWS::AutoScaling::ScalingPolicy")
+    assert next(iter(target.values()))["Properties"]["TargetTrackingConfiguration"]["TargetValue"] == 2.5
+    with pytest.raises(ServingConfigError, match=r"^target_in_flight_requests \(3.0\) cannot be combined"):
+        synthesize({**FLEET, "target_in_flight_requests": "3", "target_requests_per_minute": "30"})

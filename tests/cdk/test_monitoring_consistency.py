@@ -1,0 +1,159 @@
+"""No widget, alarm or scaling policy without a producer.
+
+For every snapshot configuration, every metric the synthesized dashboard, alarms and scaling
+policies reference in our namespace (namespace, name, dimension set, and the dimension values we
+know at synth) must be produced by the host's real publisher, run with the configuration the
+boot script renders for that stack, on the recorded neuron-monitor reports and TGI and HAProxy
+pages. Metrics in AWS namespaces must be ones the load balancer and Auto Scaling publish, with
+their dimensions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from neuron_serving.render.metrics import DEFAULT_NAMESPACE, METRICS
+from neuron_serving.render.monitoring import render_publisher_config
+
+from .conftest import SNAPSHOT_CONFIGS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monitor"))
+from emf_spec import metrics_produced
+from monitorsim import DISK, FIRST_MS, SECOND_MS, fixture, load_publisher, report
+
+INSTANCE_ID = "i-0abc"
+
+AWS_METRICS = {
+    ("AWS/ApplicationELB", "RequestCount", ("LoadBalancer",)),
+    ("AWS/ApplicationELB", "TargetResponseTime", ("LoadBalancer",)),
+    ("AWS/ApplicationELB", "HTTPCode_Target_4XX_Count", ("LoadBalancer",)),
+    ("AWS/ApplicationELB", "HTTPCode_Target_5XX_Count", ("LoadBalancer",)),
+    ("AWS/ApplicationELB", "HTTPCode_ELB_5XX_Count", ("LoadBalancer",)),
+    ("AWS/ApplicationELB", "HealthyHostCount", ("LoadBalancer", "TargetGroup")),
+    ("AWS/ApplicationELB", "UnHealthyHostCount", ("LoadBalancer", "TargetGroup")),
+    ("AWS/AutoScaling", "GroupDesiredCapacity", ("AutoScalingGroupName",)),
+}
+"""What AWS publishes that we use, with its dimensions (ALB and Auto Scaling documentation)."""
+
+Reference = tuple[str, str, tuple[str, ...], tuple[tuple[str, str], ...]]
+"""(namespace, metric, sorted dimension keys, the dimension values known at synth)."""
+
+_SEARCH = re.compile(r"SEARCH\('\{([^}]*)\} MetricName=\"(\w+)\"((?: \w+=\"[^\"]*\")*)'")
+
+
+def _literal(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _reference(namespace: str, name: str, dimensions: dict[str, Any]) -> Reference:
+    known = tuple(sorted((k, v) for k, v in dimensions.items() if _literal(v) is not None))
+    return namespace, name, tuple(sorted(dimensions)), known
+
+
+def _dashboard_references(body: Any) -> set[Reference]:
+    parts = body["Fn::Join"][1] if isinstance(body, dict) else [body]
+    widgets = json.loads("".join(p if isinstance(p, str) else "<token>" for p in parts))["widgets"]
+    refs: set[Reference] = set()
+    for widget in widgets:
+        for entry in widget["properties"].get("metrics", []):
+            if isinstance(entry[0], dict):  # an expression
+                for match in _SEARCH.finditer(entry[0]["expression"]):
+                    namespace, *keys = match.group(1).split(",")
+                    values = dict(re.findall(r'(\w+)="([^"]*)"', match.group(3)))
+                    refs.add((namespace, match.group(2), tuple(sorted(keys)), tuple(sorted(values.items()))))
+                continue
+            fields = [f for f in entry if not isinstance(f, dict)]
+            assert "." not in fields[:2], "shorthand metric arrays are not expected from CDK"
+            namespace, name, *pairs = fields
+            refs.add(_reference(namespace, name, dict(zip(pairs[::2], pairs[1::2], strict=True))))
+    return refs
+
+
+def _alarm_references(properties: dict[str, Any]) -> set[Reference]:
+    stats = [q["MetricStat"]["Metric"] for q in properties.get("Metrics", []) if "MetricStat" in q]
+    if "MetricName" in properties:
+        stats.append(properties)
+    return {_reference(m["Namespace"], m["MetricName"], {d["Name"]: d["Value"] for d in m.get("Dimensions", [])})
+            for m in stats}
+
+
+def _references(template: dict[str, Any]) -> set[Reference]:
+    refs: set[Reference] = set()
+    for resource in template["Resources"].values():
+        properties = resource.get("Properties", {})
+        if resource["Type"] == "AWS::CloudWatch::Dashboard":
+            refs |= _dashboard_references(properties["DashboardBody"])
+        elif resource["Type"] == "AWS::CloudWatch::Alarm":
+            refs |= _alarm_references(properties)
+        elif resource["Type"] == "AWS::AutoScaling::ScalingPolicy":
+            custom = properties.get("TargetTrackingConfiguration", {}).get("CustomizedMetricSpecification")
+            if custom:
+                refs |= _alarm_references(custom)
+    return refs
+
+
+def _produced(stack) -> set[Reference]:
+    """What the host publisher writes for this stack, run on the recorded inputs (two rounds, so
+    counters have deltas), as references with the dimension values it wrote."""
+    options = stack.boot_script.options.monitoring
+    config = json.loads(render_publisher_config(stack.plan, options))
+    publisher = load_publisher().Publisher(config, options.service, INSTANCE_ID)
+    names = [r["name"] for r in config["replicas"]]
+    events = []
+    for which, page, now in (("first", "tgi-first.txt", FIRST_MS), ("second", "tgi-second.txt", SECOND_MS)):
+        events += publisher.collect(report(which), dict.fromkeys(names, fixture(page)), fixture("haproxy-metrics.txt"),
+                                    DISK, now)
+    produced: set[Reference] = set()
+    for namespace, name, keys in metrics_produced(events):
+        for event in events:
+            if name in event and all(k in event for k in keys):
+                produced.add((namespace, name, keys, tuple(sorted((k, event[k]) for k in keys))))
+    return produced
+
+
+def _matches(ref: Reference, produced: set[Reference]) -> bool:
+    namespace, name, keys, known = ref
+    return any(p[:3] == (namespace, name, keys) and set(known) <= set(p[3]) for p in produced)
+
+
+@pytest.mark.parametrize("config", list(SNAPSHOT_CONFIGS))
+def test_every_dashboard_alarm_and_scaling_metric_has_a_producer(config, synth):
+    template = synth(**SNAPSHOT_CONFIGS[config])
+    refs = _references(template.json)
+    ours = {r for r in refs if r[0] == DEFAULT_NAMESPACE}
+    aws = {r[:3] for r in refs if r[0] != DEFAULT_NAMESPACE}
+    produced = _produced(template.stack)
+    unproduced = sorted(r for r in ours if not _matches(r, produced))
+    assert unproduced == []
+    assert aws <= AWS_METRICS, sorted(aws - AWS_METRICS)
+    # The test looks at something: every row of the dashboard, and both AWS services for a fleet.
+    assert {r[1] for r in ours} >= {"InFlightRequests", "TimePerOutputToken", "NeuronCoreUtilization",
+                                    "ExecutionErrors", "EccUncorrectedEvents", "DiskUtilization"}
+    if template.stack.fleet is not None:
+        assert ("AWS/AutoScaling", "GroupDesiredCapacity", ("AutoScalingGroupName",)) in aws
+
+
+def test_the_dashboard_shows_every_metric_of_the_catalog(synth):
+    shown = {r[1] for r in _references(synth().json) if r[0] == DEFAULT_NAMESPACE}
+    assert shown == {m.name for m in METRICS}
+
+
+def test_a_widget_without_a_producer_is_caught():
+    template = {"Resources": {"D": {"Type": "AWS::CloudWatch::Dashboard", "Properties": {"DashboardBody": json.dumps(
+        {"widgets": [{"type": "metric", "properties": {"metrics": [
+            [DEFAULT_NAMESPACE, "QueueSize", "Service", "NeuronLlamaStack", {"stat": "Sum"}],
+            [DEFAULT_NAMESPACE, "QueueSize", "Service", "OtherStack"],
+            [DEFAULT_NAMESPACE, "TokensPerDollar", "Service", "NeuronLlamaStack"],
+            [{"expression": f"SEARCH('{{{DEFAULT_NAMESPACE},Service,Replica}} MetricName=\"BatchSize\"', "
+                            "'Average', 60)"}],
+        ]}}]})}}}}
+    refs = _references(template)
+    produced = {(DEFAULT_NAMESPACE, "QueueSize", ("Service",), (("Service", "NeuronLlamaStack"),))}
+    assert sorted(r[1:3] for r in refs if not _matches(r, produced)) == [
+        ("BatchSize", ("Replica", "Service")), ("QueueSize", ("Service",)), ("TokensPerDollar", ("Service",))]

@@ -30,12 +30,15 @@ if TYPE_CHECKING:
     from .cdk.fleet import NeuronServingFleet
     from .cdk.instance import NeuronServingInstance, NeuronServingLaunchTemplate
     from .cdk.machine_image import PinnedLinuxImage, neuron_dlami
+    from .cdk.monitoring import AlarmThresholds, NeuronServingMonitoring
     from .cdk.stack import NeuronLlamaStack
 
 _CDK_EXPORTS = {
     "NeuronArtifactCache": ".cdk.artifact_cache",
     "NeuronBootScript": ".cdk.boot_script",
     "NeuronServingFleet": ".cdk.fleet",
+    "NeuronServingMonitoring": ".cdk.monitoring",
+    "AlarmThresholds": ".cdk.monitoring",
     "NeuronServingEndpoint": ".cdk.endpoint",
     "NeuronServingInstance": ".cdk.instance",
     "NeuronServingLaunchTemplate": ".cdk.instance",
@@ -55,6 +58,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "INSTANCES",
     "MODELS",
+    "AlarmThresholds",
     "NeuronArtifactCache",
     "NeuronBootScript",
     "NeuronLlamaStack",
@@ -62,6 +66,7 @@ __all__ = [
     "NeuronServingFleet",
     "NeuronServingInstance",
     "NeuronServingLaunchTemplate",
+    "NeuronServingMonitoring",
     "PinnedLinuxImage",
     "ReadinessSignal",
     "ServingConfigError",

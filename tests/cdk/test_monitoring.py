@@ -154,3 +154,55 @@ def test_the_fleet_scales_on_requests_per_host_when_asked_and_not_on_both(synth)
     assert next(iter(target.values()))["Properties"]["TargetTrackingConfiguration"]["TargetValue"] == 2.5
     with pytest.raises(ServingConfigError, match=r"^target_in_flight_requests \(3.0\) cannot be combined"):
         synthesize({**FLEET, "target_in_flight_requests": "3", "target_requests_per_minute": "30"})
+
+
+def test_monitoring_attaches_to_a_users_own_auto_scaling_group():
+    """Hosts of the user's own group publish when their boot script has monitoring; the
+    construct watches whatever load balancer and target group front them."""
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_autoscaling as autoscaling
+    from aws_cdk import aws_ec2 as ec2
+    from aws_cdk import aws_elasticloadbalancingv2 as elbv2
+    from aws_cdk.assertions import Template
+
+    from neuron_serving import (
+        AlarmThresholds,
+        NeuronBootScript,
+        NeuronServingLaunchTemplate,
+        NeuronServingMonitoring,
+        ServingRequest,
+        neuron_dlami,
+        plan_serving,
+    )
+
+    stack = Stack(App(), "Platform")
+    vpc = ec2.Vpc(stack, "Vpc", restrict_default_security_group=False)
+    plan = plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge"))
+    monitoring = NeuronServingMonitoring(stack, "Monitoring", service="team-a-llama", log_retention_days=30,
+                                         thresholds=AlarmThresholds(p99_latency_seconds=20))
+    boot = NeuronBootScript(stack, "Boot", plan=plan, monitoring=monitoring)
+    host = NeuronServingLaunchTemplate(stack, "Host", vpc=vpc, boot_script=boot, machine_image=neuron_dlami("/p"))
+    group = autoscaling.AutoScalingGroup(stack, "Own", vpc=vpc, launch_template=host.launch_template, max_capacity=3)
+    alb = elbv2.ApplicationLoadBalancer(stack, "Alb", vpc=vpc)
+    target_group = alb.add_listener("Http", port=80, open=False).add_targets(
+        "Hosts", port=plan.router_port, targets=[group], protocol=elbv2.ApplicationProtocol.HTTP)
+    monitoring.watch(plan=plan, endpoint_load_balancer=alb, target_group=target_group)
+    group.scale_to_track_metric("InFlight", metric=monitoring.metric("InFlightRequests"), target_value=3)
+
+    resources = Template.from_stack(stack).to_json()["Resources"]
+    body = json.dumps(next(r for r in resources.values() if r["Type"] == "AWS::CloudWatch::Dashboard"))
+    assert "team-a-llama" in body
+    alarms = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+    assert len(alarms) == len(ALARMS)
+    assert {a.get("Threshold") for a in alarms} >= {20}
+    assert boot.options.monitoring.service == "team-a-llama"
+    policy = json.dumps([r for r in resources.values() if r["Type"] == "AWS::IAM::Policy"])
+    assert "logs:PutLogEvents" in policy and "s3:GetObject" in policy
+
+
+def test_a_widget_for_a_metric_outside_the_catalog_cannot_be_built(synth):
+    monitoring = synth().stack.monitoring
+    with pytest.raises(KeyError, match="no metric 'TokensPerDollar' in the catalog"):
+        monitoring.metric("TokensPerDollar")
+    with pytest.raises(KeyError, match="QueueSize is not published with dimensions"):
+        monitoring.metric("QueueSize", dimensions={"ErrorType": "model"})

@@ -64,6 +64,10 @@ MONITORING_TOKENS = MonitoringOptions(
 PUBLISHER_TOKEN = "s3://${Token[TOKEN.210]}/${Token[TOKEN.211]}.py"
 """The metrics publisher's location as a CDK asset gives it at synth."""
 
+PUBLISHER_URI = "s3://assets/publish_metrics.py"
+PUBLISHER_SOURCE = Path(__file__).resolve().parents[2] / "userdata" / "publish_metrics.py"
+"""The metrics publisher's copy in every test's fake S3, and the file it is a copy of."""
+
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SMALL_MODEL = "meta-llama/Llama-3.2-1B-Instruct"
 """For inf2.xlarge and trn1.2xlarge, whose host memory is too small to export an 8B model."""

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from bootsim import MODEL, STUBS, Host, make_plan
+from bootsim import MODEL, PUBLISHER_SOURCE, PUBLISHER_URI, STUBS, Host, make_plan
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.render.boot import BootOptions, render_boot_script
@@ -24,6 +24,10 @@ def make_host(tmp_path: Path) -> Callable[..., Host]:
     Hosts of one test share one fake S3; host N has the instance id ``i-<N in 17 digits>``.
     """
     count = 0
+    # The stack's copy of the metrics publisher (a CDK asset), which monitored hosts download.
+    publisher = tmp_path / "s3" / PUBLISHER_URI.removeprefix("s3://")
+    publisher.parent.mkdir(parents=True)
+    shutil.copyfile(PUBLISHER_SOURCE, publisher)
 
     def make(devices: int, missing: tuple[str, ...] = ()) -> Host:
         nonlocal count

@@ -10,9 +10,22 @@ import stat
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from bootsim import HOOK, LOG_GROUPS, MONITORING, MONITORING_TOKENS, SIGNAL, SMALL_MODEL, Host, make_plan
+from bootsim import (
+    HOOK,
+    LOG_GROUPS,
+    MONITORING,
+    MONITORING_TOKENS,
+    PUBLISHER_SOURCE,
+    PUBLISHER_TOKEN,
+    PUBLISHER_URI,
+    SIGNAL,
+    SMALL_MODEL,
+    Host,
+    make_plan,
+)
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.render.boot import BootOptions, render_boot_script
@@ -23,10 +36,13 @@ from neuron_serving.render.monitoring import (
     PUBLISHER_CONFIG,
     render_neuron_monitor_config,
     render_publisher_config,
-    shipped_publisher,
 )
 
 MakeHost = Callable[..., Host]
+
+MONITORED: dict[str, Any] = {"monitoring": MONITORING, "metrics_publisher": PUBLISHER_URI}
+MONITORED_AT_SYNTH: dict[str, Any] = {"monitoring": MONITORING_TOKENS, "metrics_publisher": PUBLISHER_TOKEN}
+"""Monitoring options with deploy-time values resolved, and as the stack passes them at synth."""
 
 RUN_REPLICA = "/opt/neuron-serving/bin/run-replica"
 AGENT_CTL = "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
@@ -41,10 +57,10 @@ def small_plan() -> ServingPlan:
 
 
 def monitored_boot(make_host: MakeHost, plan: ServingPlan | None = None, **knobs: str) -> tuple[Host, ServingPlan]:
-    """A host after a successful boot with monitoring (the publisher in the user data)."""
+    """A host after a successful boot with monitoring."""
     plan = plan or small_plan()
     host = make_host(plan.instance.devices)
-    result = host.boot(render_boot_script(plan, BootOptions(monitoring=MONITORING)), **knobs)
+    result = host.boot(render_boot_script(plan, BootOptions(**MONITORED)), **knobs)
     assert result.returncode == 0, result.stdout
     return host, plan
 
@@ -63,8 +79,10 @@ def fetch_configs(host: Host) -> list[list[str]]:
 def test_the_publisher_and_its_configs_are_written_as_rendered(make_host: MakeHost) -> None:
     host, plan = monitored_boot(make_host)
     publisher = host.path(PUBLISHER)
-    assert publisher.read_text() == shipped_publisher()
+    assert publisher.read_text() == PUBLISHER_SOURCE.read_text()
     assert stat.S_IMODE(publisher.stat().st_mode) == 0o755
+    [download] = host.aws("s3", "cp")
+    assert download[download.index("--region") + 1] == "us-east-2" and PUBLISHER_URI in download
     assert host.path(PUBLISHER_CONFIG).read_text() == render_publisher_config(plan, MONITORING)
     assert host.path(NEURON_MONITOR_CONFIG).read_text() == render_neuron_monitor_config(plan)
 
@@ -101,7 +119,7 @@ def test_an_agent_the_image_ships_is_not_installed_again(make_host: MakeHost) ->
     plan = small_plan()
     host = make_host(1)
     install_agent(host)
-    assert host.boot(render_boot_script(plan, BootOptions(monitoring=MONITORING))).returncode == 0
+    assert host.boot(render_boot_script(plan, BootOptions(**MONITORED))).returncode == 0
     assert [a for a in host.calls("curl") if a[-1] == AGENT_PACKAGE] == []
     assert host.calls("apt-get") == []
     assert len(fetch_configs(host)) == 1
@@ -140,7 +158,7 @@ def test_each_replica_logs_to_its_own_stream_of_the_replicas_group(make_host: Ma
 def test_a_failed_agent_download_leaves_a_warning_and_the_host_serves(make_host: MakeHost) -> None:
     plan = small_plan()
     host = make_host(1)
-    result = host.boot(render_boot_script(plan, BootOptions(monitoring=MONITORING, signal=SIGNAL)),
+    result = host.boot(render_boot_script(plan, BootOptions(**MONITORED, signal=SIGNAL)),
                        STUB_AGENT_DOWNLOAD_FAIL="1")
     assert result.returncode == 0, result.stdout
     log = host.path(BOOT_LOG).read_text()
@@ -163,30 +181,13 @@ def test_in_the_warm_pool_the_publisher_is_only_enabled_and_the_agent_ships_the_
 ) -> None:
     plan = small_plan()
     host = make_host(1)
-    options = BootOptions(monitoring=MONITORING, signal=SIGNAL, warm_pool_hook=HOOK)
+    options = BootOptions(**MONITORED, signal=SIGNAL, warm_pool_hook=HOOK)
     result = host.boot(render_boot_script(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped")
     assert result.returncode == 0, result.stdout
     assert ["enable", METRICS_UNIT] in host.calls("systemctl")
     assert METRICS_UNIT not in host.started_units()
     # fetch-config -s enables the agent, which systemd starts again on the next boot.
     assert [a[:5] for a in fetch_configs(host)] == [["-a", "fetch-config", "-m", "ec2", "-s"]]
-
-
-def test_a_publisher_the_stack_keeps_in_s3_is_downloaded_instead_of_carried(make_host: MakeHost) -> None:
-    plan = small_plan()
-    host = make_host(1)
-    copy = host.s3 / "assets-bucket" / "0123abcd.py"
-    copy.parent.mkdir(parents=True)
-    copy.write_text(shipped_publisher())
-    options = BootOptions(monitoring=MONITORING, metrics_publisher="s3://assets-bucket/0123abcd.py")
-    script = render_boot_script(plan, options)
-    assert len(script) < len(render_boot_script(plan, BootOptions(monitoring=MONITORING))) - 5000
-    assert host.boot(script).returncode == 0
-    assert host.path(PUBLISHER).read_text() == shipped_publisher()
-    assert stat.S_IMODE(host.path(PUBLISHER).stat().st_mode) == 0o755
-    [download] = host.aws("s3", "cp")
-    assert download[download.index("--region") + 1] == "us-east-2"
-    assert METRICS_UNIT in host.started_units()
 
 
 def test_without_monitoring_no_agent_publisher_or_awslogs(make_host: MakeHost) -> None:
@@ -222,7 +223,7 @@ def test_stack_env_reads_the_same_in_bash_as_in_systemd(tmp_path: Path) -> None:
     generator = Path("/usr/lib/systemd/user-environment-generators/30-systemd-environment-d-generator")
     if not generator.is_file():
         pytest.skip("needs systemd's environment.d generator")
-    script = render_boot_script(small_plan(), BootOptions(monitoring=MONITORING_TOKENS))
+    script = render_boot_script(small_plan(), BootOptions(**MONITORED_AT_SYNTH))
     stack_env = deployed_stack_env(script, DEPLOYED)
     assert "='NeuronLlamaStack-BootLogs#1'" in stack_env  # quoted, as the shell needs it
     (tmp_path / "environment.d").mkdir()
@@ -237,12 +238,11 @@ def test_stack_env_reads_the_same_in_bash_as_in_systemd(tmp_path: Path) -> None:
     assert {k: systemd[k] for k in WANTED} == WANTED
 
 
-def test_the_shipped_publisher_runs_on_the_hosts_python(tmp_path: Path) -> None:
+def test_the_downloaded_publisher_runs_on_the_hosts_python(make_host: MakeHost) -> None:
     """With its usage line: the script parses and starts on the host's Python 3."""
     python = shutil.which("python3")
     assert python is not None
-    script = tmp_path / "publish-metrics"
-    script.write_text(shipped_publisher())
-    result = subprocess.run([python, str(script)], capture_output=True, text=True, check=False)
+    host, _ = monitored_boot(make_host)
+    result = subprocess.run([python, str(host.path(PUBLISHER))], capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert "CONFIG_JSON" in result.stderr

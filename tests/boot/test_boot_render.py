@@ -17,6 +17,7 @@ from bootsim import (
     MONITORING,
     MONITORING_TOKENS,
     PUBLISHER_TOKEN,
+    PUBLISHER_URI,
     SECRET_ARN,
     SIGNAL,
     SMALL_MODEL,
@@ -63,18 +64,15 @@ OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
     ),
     "inf2.xlarge-prebuilt-s3-cache-only": ("inf2.xlarge-1-replica", {"prebuilt_export": "s3://models/llama"}),
     "inf2.24xlarge-tp4-cache-only": ("inf2.24xlarge-tp4", {"artifact_cache": "s3://cache-bucket"}),
-    "inf2.xlarge-monitoring": ("inf2.xlarge-1-replica", {"monitoring": MONITORING}),
-    "inf2.24xlarge-tp4-monitoring-s3-signal": (
-        "inf2.24xlarge-tp4",
-        {"monitoring": MONITORING, "metrics_publisher": "s3://assets/publish_metrics.py", "signal": SIGNAL},
+    "inf2.xlarge-monitoring": ("inf2.xlarge-1-replica", {"monitoring": MONITORING, "metrics_publisher": PUBLISHER_URI}),
+    "inf2.24xlarge-tp4-monitoring-signal": (
+        "inf2.24xlarge-tp4", {"monitoring": MONITORING, "metrics_publisher": PUBLISHER_URI, "signal": SIGNAL},
     ),
 }
 
 EMBEDDED_FILE = re.compile(r"^put (\S+) \d+ <<'EOF'\n(.*?)^EOF$", re.MULTILINE | re.DOTALL)
 BUNDLE = re.compile(r"^files=\$\(base64 -d <<'EOF' \| gunzip\n(.*?)^EOF\n\)$", re.MULTILINE | re.DOTALL)
 ROUTER_CONFIG = re.compile(r"^(put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'\n).*?^EOF$", re.MULTILINE | re.DOTALL)
-PUBLISHER = re.compile(r"^(put /opt/neuron-serving/bin/publish-metrics 755 <<'EOF'\n).*?^EOF$",
-                       re.MULTILINE | re.DOTALL)
 
 
 def rendered(config: str) -> tuple[ServingPlan, str]:
@@ -149,12 +147,6 @@ def test_every_configuration_fits_in_the_user_data(config: str) -> None:
     check_user_data_size(script, plan)
 
 
-def test_the_publisher_fits_in_the_user_data_of_the_smallest_configuration() -> None:
-    plan, script = rendered("inf2.xlarge-monitoring")
-    assert "put /opt/neuron-serving/bin/publish-metrics 755" in unbundled(script)
-    check_user_data_size(script, plan)
-
-
 def test_size_check_names_the_size_the_limit_and_the_configuration() -> None:
     plan = make_plan("inf2.48xlarge", 2)
     with pytest.raises(ValueError) as raised:
@@ -175,10 +167,8 @@ def test_size_check_accepts_a_script_of_exactly_the_limit() -> None:
 )
 def test_boot_script_snapshot(config: str, snapshot: SnapshotAssertion) -> None:
     _, script = rendered(config)
-    # The router config and the publisher have their own tests; here they would only make each of
-    # their changes a boot change.
+    # The router config has its own tests; here it would only make each of its changes a boot change.
     scrubbed = ROUTER_CONFIG.sub(r"\1<render_router_config(plan) without its comment lines>\nEOF", unbundled(script))
-    scrubbed = PUBLISHER.sub(r"\1<shipped_publisher()>\nEOF", scrubbed)
     assert scrubbed == snapshot(extension_class=ShellSnapshot)
 
 
@@ -233,12 +223,14 @@ def test_bundled_files_may_hold_no_deploy_time_value_and_are_executable_only_wit
         ({"model_revision": "v1", "prebuilt_export": "s3://models/llama"}, "model_revision"),
         ({"signal": "NeuronLlamaStack"}, "signal"),
         ({"warm_pool_hook": "neuron-serving-launch"}, "warm_pool_hook"),
-        ({"monitoring": {"service": "NeuronLlamaStack"}}, "monitoring"),
+        ({"monitoring": {"service": "NeuronLlamaStack"}, "metrics_publisher": PUBLISHER_URI}, "monitoring"),
         ({"monitoring": MonitoringOptions(service="s", log_groups=MONITORING.log_groups,
-                                          namespace="${Token[TOKEN.9]}")}, "monitoring.namespace"),
-        ({"monitoring": MonitoringOptions(service="s", log_groups={**MONITORING.log_groups, "boot": "boot:logs"})},
-         r"monitoring.log_groups\['boot'\]"),
+                                          namespace="${Token[TOKEN.9]}"), "metrics_publisher": PUBLISHER_URI},
+         "monitoring.namespace"),
+        ({"monitoring": MonitoringOptions(service="s", log_groups={**MONITORING.log_groups, "boot": "boot:logs"}),
+          "metrics_publisher": PUBLISHER_URI}, r"monitoring.log_groups\['boot'\]"),
         ({"metrics_publisher": "s3://assets/publisher.py"}, "metrics_publisher"),
+        ({"monitoring": MONITORING}, "metrics_publisher"),
         ({"monitoring": MONITORING, "metrics_publisher": "s3://assets"}, "metrics_publisher"),
         ({"monitoring": MONITORING, "metrics_publisher": "https://example.com/publisher.py"}, "metrics_publisher"),
     ],

@@ -1,16 +1,10 @@
-"""The monitoring files as rendered: the publisher's config, neuron-monitor's, the CloudWatch
-agent's, and the publisher as the host gets it."""
+"""The monitoring files as rendered: the publisher's config, neuron-monitor's and the CloudWatch
+agent's."""
 
 from __future__ import annotations
 
-import ast
-import importlib.util
-import inspect
 import json
 import re
-from importlib.resources import files
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 from bootsim import MONITORING, make_plan
@@ -22,12 +16,10 @@ from neuron_serving.render.monitoring import (
     NEURON_MONITOR,
     NEURON_MONITOR_CONFIG,
     ROUTER_BACKEND,
-    _without_docstrings_and_comments,
     placeholder,
     render_agent_config,
     render_neuron_monitor_config,
     render_publisher_config,
-    shipped_publisher,
 )
 from neuron_serving.render.router import ROUTER_METRICS_PORT, render_router_config
 
@@ -127,104 +119,6 @@ def test_the_agent_config_has_a_placeholder_for_each_of_its_log_groups_and_nothi
 
 def test_the_monitoring_files_render_the_same_every_time() -> None:
     plan = make_plan("trn1.32xlarge", 2)
-    first = (render_publisher_config(plan, MONITORING), render_neuron_monitor_config(plan), render_agent_config(),
-             shipped_publisher())
+    first = (render_publisher_config(plan, MONITORING), render_neuron_monitor_config(plan), render_agent_config())
     assert first == (render_publisher_config(plan, MONITORING), render_neuron_monitor_config(plan),
-                     render_agent_config(), shipped_publisher())
-
-
-def load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def interface(module: ModuleType) -> dict[str, str]:
-    """Each top-level name the module defines, with the signature of what is callable (a class's
-    and each of its methods')."""
-    names = {}
-    for name, value in vars(module).items():
-        if name.startswith("__") or getattr(value, "__module__", module.__name__) != module.__name__:
-            continue
-        names[name] = type(value).__name__
-        if inspect.isfunction(value):
-            names[name] += str(inspect.signature(value))
-        elif inspect.isclass(value):
-            names[name] += " " + " ".join(f"{m}{inspect.signature(f)}" for m, f in sorted(vars(value).items())
-                                          if inspect.isfunction(f))
-    return names
-
-
-def test_the_shipped_publisher_is_the_source_without_docstrings_and_defines_the_same_names(tmp_path: Path) -> None:
-    source = Path(str(files("neuron_serving.userdata").joinpath("publish_metrics.py")))
-    text = shipped_publisher()
-    assert text.startswith("#!/usr/bin/env python3\n")
-    compile(text, "publish-metrics", "exec")
-    assert len(text) < len(source.read_text())
-    strings = [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)]
-    assert strings == []
-    shipped = tmp_path / "publish_metrics_shipped.py"
-    shipped.write_text(text)
-    original = load(source, "publish_metrics_source")
-    copy = load(shipped, "publish_metrics_shipped")
-    assert interface(copy) == {k: v.replace("publish_metrics_source", "publish_metrics_shipped")
-                               for k, v in interface(original).items()}
-    assert original.__doc__ and copy.__doc__ is None
-
-
-SOURCE = '''#!/usr/bin/env python3
-"""The module."""
-
-import re  # a trailing comment
-
-# A comment line.
-PATTERN = re.compile(r"#not a comment")
-"""An attribute docstring."""
-
-
-class Empty:
-    """Only a docstring."""
-
-
-def f(x: int) -> str:
-    """Only a docstring,
-    on two lines."""
-
-
-def g() -> str:
-    text = """two lines
-
-    with a blank one and a # inside"""
-    return f"{text!r} # {PATTERN}"  # the end
-'''
-
-STRIPPED = '''import re
-PATTERN = re.compile(r"#not a comment")
-class Empty:
-    pass
-def f(x: int) -> str:
-    pass
-def g() -> str:
-    text = """two lines
-
-    with a blank one and a # inside"""
-    return f"{text!r} # {PATTERN}"
-'''
-
-
-def test_docstrings_comments_and_blank_lines_go_and_every_other_line_stays_as_written() -> None:
-    assert _without_docstrings_and_comments(SOURCE) == STRIPPED
-
-
-def test_a_docstring_sharing_its_line_with_code_is_refused() -> None:
-    with pytest.raises(ValueError, match="line 1: a docstring shares its line with code"):
-        _without_docstrings_and_comments('def f(): """Doc."""; return 1\n')
-
-
-def test_every_line_of_the_shipped_publisher_is_a_line_of_the_source_or_its_code_before_a_comment() -> None:
-    source = files("neuron_serving.userdata").joinpath("publish_metrics.py").read_text(encoding="utf-8")
-    code = {line.split("  #")[0].rstrip() for line in source.splitlines()} | set(source.splitlines())
-    shipped = shipped_publisher().splitlines()[1:]
-    assert [line for line in shipped if line not in code and line.strip() != "pass"] == []
+                     render_agent_config())

@@ -84,7 +84,6 @@ from .monitoring import (
     render_agent_config,
     render_neuron_monitor_config,
     render_publisher_config,
-    shipped_publisher,
 )
 from .router import render_router_config
 from .templates import Unquoted, render
@@ -205,13 +204,10 @@ class BootOptions:
         role needs logs:CreateLogStream, logs:PutLogEvents and logs:DescribeLogStreams on the
         groups (the agent and docker create the streams); the host downloads the CloudWatch
         agent from its region's S3 when the image lacks it. Default: no monitoring.
-    :param metrics_publisher: with monitoring, an S3 URI of the metrics publisher (the text of
-        :func:`~neuron_serving.render.monitoring.shipped_publisher`, or
-        ``userdata/publish_metrics.py`` itself), which the host downloads instead of finding it
-        in the user data, where it takes about 7 KB of the 16 KB. The bucket and key may be CDK
-        tokens (a CDK asset's); the instance role needs s3:GetObject on it. Default: the
-        publisher travels in the user data, which only configurations without the fleet
-        options leave room for.
+    :param metrics_publisher: required with monitoring: the S3 URI of the metrics publisher
+        (``userdata/publish_metrics.py``), which the host downloads: at about 7 KB compressed it
+        would not fit in the user data beside the rest. The bucket and key may be CDK tokens (a
+        CDK asset's); the instance role needs s3:GetObject on it. Default: none.
     """
 
     image: str = DEFAULT_IMAGE
@@ -267,6 +263,9 @@ class BootOptions:
         publisher = self.metrics_publisher
         if publisher is not None and monitoring is None:
             problems.add("metrics_publisher", publisher, "applies only with monitoring")
+        elif publisher is None and monitoring is not None:
+            problems.add("metrics_publisher", publisher, "is required with monitoring: the host downloads the "
+                         "publisher, which does not fit in the user data")
         elif publisher is not None:
             _, key = _s3_parts(publisher) or (None, None)
             if not key:
@@ -387,7 +386,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         files[COMPLETE_LIFECYCLE] = _rendered("complete-lifecycle.sh.j2")
         files["/etc/systemd/system/neuron-serving-ready.service"] = _rendered("neuron-serving-ready.service.j2")
     if monitoring is not None:
-        files.update(_monitoring_files(plan, monitoring, download=options.metrics_publisher is not None))
+        files.update(_monitoring_files(plan, monitoring))
     script = render(
         "bootstrap.sh.j2",
         description=Unquoted(_describe(plan)),
@@ -413,12 +412,11 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     return _without_comments(script, keep_header=True)
 
 
-def _monitoring_files(plan: ServingPlan, monitoring: MonitoringOptions, *, download: bool) -> dict[str, str]:
-    files = {
+def _monitoring_files(plan: ServingPlan, monitoring: MonitoringOptions) -> dict[str, str]:
+    return {
         START_MONITORING: _rendered(
             "start-monitoring.sh.j2",
             log_group_variables=[log_group_variable(kind) for kind in AGENT_LOG_KINDS],
-            download=download,
             publisher=PUBLISHER,
             unit=METRICS_UNIT,
         ),
@@ -434,9 +432,6 @@ def _monitoring_files(plan: ServingPlan, monitoring: MonitoringOptions, *, downl
         NEURON_MONITOR_CONFIG: render_neuron_monitor_config(plan),
         AGENT_CONFIG_TEMPLATE: render_agent_config(),
     }
-    if not download:
-        files[PUBLISHER] = shipped_publisher()
-    return files
 
 
 def check_user_data_size(script: str, plan: ServingPlan) -> None:
@@ -451,8 +446,7 @@ def check_user_data_size(script: str, plan: ServingPlan) -> None:
             [
                 f"the boot script for {_configuration(plan)} is {size} bytes, over the EC2 user data "
                 f"limit of {USER_DATA_LIMIT_BYTES} bytes; a larger tensor_parallel (fewer replicas), "
-                "a shorter model_id or a shorter image name makes it smaller; with monitoring, a "
-                "metrics_publisher in S3 saves about 7 KB"
+                "a shorter model_id or a shorter image name makes it smaller"
             ]
         )
 

@@ -1,7 +1,7 @@
 """What a monitored host runs besides its replicas: the metrics publisher with its config,
 neuron-monitor's config, and the CloudWatch agent's, which only ships files.
 
-The publisher (``userdata/publish_metrics.py``, shipped by :func:`shipped_publisher`) starts
+The publisher (``userdata/publish_metrics.py``, which the host fetches from S3) starts
 neuron-monitor with :func:`render_neuron_monitor_config`, scrapes every replica and the router,
 and appends EMF lines to :data:`~neuron_serving.render.metrics.EMF_LOG` as
 :func:`render_publisher_config` tells it. The CloudWatch agent (:func:`render_agent_config`)
@@ -15,20 +15,16 @@ cannot hold deploy-time values: the log group names in the agent's config are pl
 
 from __future__ import annotations
 
-import ast
-import io
 import json
-import tokenize
-from importlib.resources import files
 
 from ..plan.layout import ServingPlan
 from .metrics import EMF_LOG, INTERVAL_SECONDS, METRICS, MonitoringOptions
 from .router import ROUTER_METRICS_PORT
 
 PUBLISHER = "/opt/neuron-serving/bin/publish-metrics"
+"""The publisher on the host, run by ``neuron-serving-metrics.service``."""
 PUBLISHER_SOURCE = "publish_metrics.py"
 """The publisher's file in the ``neuron_serving.userdata`` package."""
-"""The publisher on the host, run by ``neuron-serving-metrics.service``."""
 
 PUBLISHER_CONFIG = "/etc/neuron-serving/metrics.json"
 NEURON_MONITOR = "/opt/aws/neuron/bin/neuron-monitor"
@@ -127,72 +123,3 @@ def render_agent_config() -> str:
     ]
     # Root reads HAProxy's log (syslog:adm, 0640) and the root-owned logs of the boot.
     return _json({"agent": {"run_as_user": "root"}, "logs": {"logs_collected": {"files": {"collect_list": collect}}}})
-
-
-class _WithoutDocstrings(ast.NodeTransformer):
-    """Drops every statement that is a string literal alone (docstrings, attribute docstrings):
-    they do nothing when run. A block left with no statement gets ``pass``."""
-
-    def visit_Expr(self, node: ast.Expr) -> ast.Expr | None:
-        return None if _is_docstring(node) else node
-
-    def generic_visit(self, node: ast.AST) -> ast.AST:
-        super().generic_visit(node)
-        if not isinstance(node, ast.Module) and getattr(node, "body", None) == []:
-            node.body = [ast.Pass()]  # type: ignore[attr-defined]
-        return node
-
-
-def _is_docstring(node: ast.AST) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-
-
-def _without_docstrings_and_comments(source: str) -> str:
-    """``source`` with its docstring statements, comments and blank lines removed, every other
-    line as it is (so the result does not depend on the Python that runs this, as ``ast.unparse``
-    does: Python 3.12 writes f-strings that earlier versions cannot read).
-
-    Raises ``ValueError`` when a docstring shares a line with code, which this does not handle;
-    the result is checked to parse to the tree of ``source`` without its docstrings.
-    """
-    lines = source.splitlines()
-    tree = ast.parse(source)
-    replaced: dict[int, str] = {}  # 1-based line number: the new text of that line ("" drops it)
-    kept: set[int] = set()  # lines inside multi-line string literals, kept even when blank
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant | ast.JoinedStr) and node.end_lineno and node.end_lineno > node.lineno:
-            kept.update(range(node.lineno + 1, node.end_lineno + 1))
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(node, field, None)
-            if not isinstance(block, list):
-                continue
-            docstrings = [s for s in block if _is_docstring(s)]
-            for statement in docstrings:
-                assert statement.end_lineno is not None and statement.end_col_offset is not None
-                first, last = lines[statement.lineno - 1], lines[statement.end_lineno - 1]
-                if first[:statement.col_offset].strip() or last[statement.end_col_offset:].strip():
-                    raise ValueError(f"line {statement.lineno}: a docstring shares its line with code")
-                for n in range(statement.lineno, statement.end_lineno + 1):
-                    replaced[n] = ""
-            if docstrings and len(docstrings) == len(block) and not isinstance(node, ast.Module):
-                replaced[docstrings[0].lineno] = " " * docstrings[0].col_offset + "pass"
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT and token.start[0] not in replaced:
-            row, col = token.start
-            replaced[row] = lines[row - 1][:col].rstrip()
-    out = []
-    for n, line in enumerate(lines, start=1):
-        text = replaced.get(n, line)
-        if text.strip() or (n in kept and n not in replaced):
-            out.append(text)
-    result = "\n".join(out) + "\n"
-    if ast.dump(ast.parse(result)) != ast.dump(_WithoutDocstrings().visit(tree)):
-        raise ValueError("removing the docstrings and comments changed the code")
-    return result
-
-
-def shipped_publisher() -> str:
-    """``userdata/publish_metrics.py`` as the host gets it: its code, without docstrings, comments
-    and blank lines (they would take user data), after a ``#!/usr/bin/env python3`` line."""
-    source = files("neuron_serving.userdata").joinpath(PUBLISHER_SOURCE).read_text(encoding="utf-8")
-    return f"#!/usr/bin/env python3\n{_without_docstrings_and_comments(source)}"

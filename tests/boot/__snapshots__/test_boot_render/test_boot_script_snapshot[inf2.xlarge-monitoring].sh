@@ -34,6 +34,7 @@ LOG_GROUP_BOOT='NeuronLlamaStack-BootLogs#1'
 LOG_GROUP_REPLICAS=/neuron-serving/NeuronLlamaStack/replicas
 LOG_GROUP_ROUTER=/neuron-serving/NeuronLlamaStack/router
 LOG_GROUP_METRICS=/neuron-serving/NeuronLlamaStack/metrics
+PUBLISHER=s3://assets/publish_metrics.py
 EOF
 files=$(base64 -d <<'EOF' | gunzip
 put /opt/neuron-serving/bin/export-model 755 <<'EOF'
@@ -153,6 +154,9 @@ conf=$(<"$etc/cloudwatch-agent.json.in")
 for v in LOG_GROUP_BOOT LOG_GROUP_ROUTER LOG_GROUP_METRICS; do conf=${conf//@$v@/"${!v}"}; done
 printf '%s\n' "$conf" >"$etc/cloudwatch-agent.json"
 "$ctl" -a fetch-config -m ec2 -s -c "file:$etc/cloudwatch-agent.json"
+aws s3 cp --region "$REGION" --only-show-errors "$PUBLISHER" "$R/opt/neuron-serving/bin/publish-metrics.new"
+chmod 755 "$R/opt/neuron-serving/bin/publish-metrics.new"
+mv -f "$R/opt/neuron-serving/bin/publish-metrics.new" "$R/opt/neuron-serving/bin/publish-metrics"
 systemctl daemon-reload
 if [ -n "${1:-}" ]; then
   systemctl enable neuron-serving-metrics
@@ -195,9 +199,6 @@ put /etc/neuron-serving/neuron-monitor.json 644 <<'EOF'
 EOF
 put /etc/neuron-serving/cloudwatch-agent.json.in 644 <<'EOF'
 {"agent":{"run_as_user":"root"},"logs":{"logs_collected":{"files":{"collect_list":[{"file_path":"/var/log/neuron-serving/boot.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/boot"},{"file_path":"/var/log/neuron-serving/export.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/export"},{"file_path":"/var/log/neuron-serving/ready.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/ready"},{"file_path":"/var/log/haproxy.log","log_group_name":"@LOG_GROUP_ROUTER@","log_stream_name":"{instance_id}"},{"file_path":"/var/log/neuron-serving/metrics.emf","log_group_name":"@LOG_GROUP_METRICS@","log_stream_name":"{instance_id}"}]}}}}
-EOF
-put /opt/neuron-serving/bin/publish-metrics 755 <<'EOF'
-<shipped_publisher()>
 EOF
 EOF
 )

@@ -9,7 +9,7 @@ import re
 import pytest
 from bootsim import MONITORING, make_plan
 
-from neuron_serving.plan import ServingPlan
+from neuron_serving.plan import ServingConfigError, ServingPlan
 from neuron_serving.render.metrics import EMF_LOG, INTERVAL_SECONDS, METRICS, MonitoringOptions
 from neuron_serving.render.monitoring import (
     AGENT_LOG_KINDS,
@@ -122,3 +122,15 @@ def test_the_monitoring_files_render_the_same_every_time() -> None:
     first = (render_publisher_config(plan, MONITORING), render_neuron_monitor_config(plan), render_agent_config())
     assert first == (render_publisher_config(plan, MONITORING), render_neuron_monitor_config(plan),
                      render_agent_config())
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"service": "my service"}, r"^monitoring.service \('my service'\) must be a non-empty name without spaces"),
+    ({"log_groups": {"boot": "b"}}, r"^monitoring.log_groups \(\{'boot': 'b'\}\) must name a group for each of boot, "),
+    ({"log_groups": {**MONITORING.log_groups, "router": "a b"}}, r"^monitoring.log_groups .* must be names without"),
+    ({"namespace": "AWS/EC2"}, r"^monitoring.namespace \('AWS/EC2'\) must be 1 to 255 characters"),
+])
+def test_monitoring_options_name_the_bad_setting(options: dict[str, object], message: str) -> None:
+    given = {"service": MONITORING.service, "log_groups": MONITORING.log_groups, **options}
+    with pytest.raises(ServingConfigError, match=message):
+        MonitoringOptions(**given)  # type: ignore[arg-type]

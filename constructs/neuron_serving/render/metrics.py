@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..plan.errors import ServingConfigError
+from ..plan.errors import Problems
 
 DEFAULT_NAMESPACE = "NeuronServing"
 """CloudWatch namespace of every metric below, unless the monitoring construct is given another."""
@@ -156,17 +156,16 @@ class MonitoringOptions:
     namespace: str = DEFAULT_NAMESPACE
 
     def __post_init__(self) -> None:
-        problems = []
+        problems = Problems()
         if not isinstance(self.service, str) or not self.service or any(c.isspace() for c in self.service):
-            problems.append(f"monitoring.service ({self.service!r}) must be a non-empty name without spaces")
+            problems.add("monitoring.service", self.service, "must be a non-empty name without spaces")
         if not isinstance(self.log_groups, dict) or set(self.log_groups) != set(LOG_KINDS):
-            problems.append(f"monitoring.log_groups ({self.log_groups!r}) must name a group for each of "
-                            f"{', '.join(LOG_KINDS)}")
+            problems.add("monitoring.log_groups", self.log_groups,
+                         f"must name a group for each of {', '.join(LOG_KINDS)}")
         elif any(not isinstance(v, str) or not v or any(c.isspace() for c in v) for v in self.log_groups.values()):
-            problems.append(f"monitoring.log_groups ({self.log_groups!r}) must be names without spaces")
+            problems.add("monitoring.log_groups", self.log_groups, "must be names without spaces")
         ns = self.namespace
         if not isinstance(ns, str) or not 1 <= len(ns) <= 255 or ns.startswith("AWS/") or ":" in ns:
-            problems.append(f"monitoring.namespace ({ns!r}) must be 1 to 255 characters, without ':' and "
-                            "not starting with AWS/")
-        if problems:
-            raise ServingConfigError(problems)
+            problems.add("monitoring.namespace", ns,
+                         "must be 1 to 255 characters, without ':' and not starting with AWS/")
+        problems.raise_if_any()

@@ -157,6 +157,10 @@ class StackSettings:
             for key in FLEET_ONLY_KEYS:
                 if get(key) not in (None, ""):
                     problems.add(key, get(key), "applies to fleet=asg only; add -c fleet=asg")
+        elif bool(settings.scale_down_schedule) != bool(settings.scale_up_schedule):
+            missing = "scale_up_schedule" if settings.scale_down_schedule else "scale_down_schedule"
+            problems.add(missing, None, "is required with the other schedule: a fleet scaled to zero must know "
+                         "when to come back, and one scaled back when to stop")
         if settings.target_in_flight_requests is not None and settings.target_requests_per_minute is not None:
             problems.add("target_in_flight_requests", settings.target_in_flight_requests,
                          "cannot be combined with target_requests_per_minute: choose one scaling signal")

@@ -8,6 +8,8 @@ from aws_cdk import aws_s3 as s3
 
 from constructs import Construct
 
+from .buckets import private_bucket
+
 EXPORTS_PREFIX = "exports"
 
 CACHE_OBJECT_ACTIONS = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
@@ -40,12 +42,9 @@ class NeuronArtifactCache(Construct):
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.bucket = s3.Bucket(
+        self.bucket = private_bucket(
             self,
             "Bucket",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            enforce_ssl=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             server_access_logs_bucket=server_access_logs_bucket,
             server_access_logs_prefix="s3/artifact-cache/" if server_access_logs_bucket else None,
             removal_policy=removal_policy,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Token, Validations
+from aws_cdk import Acknowledgment, Duration, Stack, Token, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_iam as iam
@@ -15,6 +15,7 @@ from constructs import Construct
 
 from ..plan.errors import Problems
 from ..render.router import STREAM_TIMEOUT_SECONDS
+from .buckets import log_bucket
 
 DEFAULT_IDLE_TIMEOUT = Duration.seconds(300)
 ACCESS_LOG_PREFIX = "alb"
@@ -91,15 +92,7 @@ class NeuronServingEndpoint(Construct):
             idle_timeout=idle_timeout,
             drop_invalid_header_fields=True,
         )
-        self.access_logs_bucket = access_logs_bucket or s3.Bucket(
-            self,
-            "AccessLogs",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            enforce_ssl=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            removal_policy=RemovalPolicy.RETAIN,
-            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(90))],
-        )
+        self.access_logs_bucket = access_logs_bucket or log_bucket(self, "AccessLogs")
         self._log_access_logs(ACCESS_LOG_PREFIX)
 
         port = 443 if certificate else 80

@@ -7,6 +7,7 @@ import re
 import jsii
 from aws_cdk import CfnResource, Duration, Stack
 from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -213,6 +214,17 @@ class NeuronServingFleet(Construct):
             target_value=target,
         )
         self.target_in_flight_requests = target
+
+    def metric_desired_capacity(self) -> cloudwatch.Metric:
+        """How many hosts the group wants (``GroupDesiredCapacity``, published because the group
+        collects its metrics), the largest value of each minute."""
+        return cloudwatch.Metric(
+            namespace="AWS/AutoScaling",
+            metric_name="GroupDesiredCapacity",
+            dimensions_map={"AutoScalingGroupName": self.auto_scaling_group.auto_scaling_group_name},
+            statistic="Maximum",
+            period=Duration.minutes(1),
+        )
 
     def scale_on_schedule(self, *, scale_down: str, scale_up: str) -> None:
         """Scale to zero on ``scale_down`` and back to ``min_capacity`` on ``scale_up``: cron

@@ -1,21 +1,19 @@
-"""NeuronLlamaStack: a Llama endpoint on one Inferentia2 or Trainium instance."""
+"""NeuronLlamaStack: an LLM endpoint on one Inferentia2 or Trainium instance or a fleet of them,
+with its dashboard and alarms."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Acknowledgment, CfnOutput, CfnResource, Duration, RemovalPolicy, Stack, Validations
-from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import Acknowledgment, CfnOutput, CfnResource, Duration, Stack, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_elasticloadbalancingv2_targets as targets
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs import Construct
 
-from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan, plan_serving
 from ..plan.timing import boot_minutes, longest_generation_seconds
 from ..render.boot import ReadinessSignal, WarmPoolHook
@@ -23,6 +21,7 @@ from ..render.router import STREAM_TIMEOUT_SECONDS
 from ..settings import StackSettings
 from .artifact_cache import NeuronArtifactCache
 from .boot_script import NeuronBootScript
+from .buckets import log_bucket
 from .endpoint import NeuronServingEndpoint
 from .fleet import NeuronServingFleet
 from .instance import SESSION_MANAGER_POLICY, NeuronServingInstance, NeuronServingLaunchTemplate
@@ -39,7 +38,7 @@ WARM_POOL_HOOK = "neuron-serving-launch"
 class NeuronLlamaStack(Stack):
     """A VPC (or yours); one Neuron instance or an Auto Scaling fleet of them, each host running
     data-parallel TGI replicas behind its on-host router; an S3 artifact cache so only the first
-    host compiles; and an ALB in front.
+    host compiles; an ALB in front; and the hosts' logs, metrics, dashboard and alarms.
 
     :param settings: model, layout and endpoint settings (see :class:`StackSettings`).
     :param vpc: an existing VPC with private subnets with egress (and public subnets when
@@ -69,15 +68,7 @@ class NeuronLlamaStack(Stack):
             )
         fleet = settings.fleet == "asg"
         # The ALB's access logs and the cache's S3 access logs share one bucket.
-        self.logs_bucket = s3.Bucket(
-            self,
-            "Logs",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            enforce_ssl=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            removal_policy=RemovalPolicy.RETAIN,
-            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(90))],
-        )
+        self.logs_bucket = log_bucket(self, "Logs")
         self.monitoring = NeuronServingMonitoring(
             self,
             "Monitoring",
@@ -158,13 +149,8 @@ class NeuronLlamaStack(Stack):
                 self.fleet.scale_on_requests(settings.target_requests_per_minute)
             else:
                 self.fleet.scale_on_in_flight_requests(self.monitoring, settings.target_in_flight_requests)
-            if settings.scale_down_schedule or settings.scale_up_schedule:
-                if not (settings.scale_down_schedule and settings.scale_up_schedule):
-                    missing = "scale_up_schedule" if settings.scale_down_schedule else "scale_down_schedule"
-                    raise ServingConfigError(
-                        [problem(missing, None, "is required with the other schedule: a fleet scaled to "
-                                 "zero must know when to come back, and one scaled back when to stop")]
-                    )
+            # Settings give both schedules or neither.
+            if settings.scale_down_schedule and settings.scale_up_schedule:
                 self.fleet.scale_on_schedule(
                     scale_down=settings.scale_down_schedule, scale_up=settings.scale_up_schedule
                 )
@@ -179,17 +165,7 @@ class NeuronLlamaStack(Stack):
             plan=self.plan,
             endpoint_load_balancer=self.endpoint.load_balancer,
             target_group=self.endpoint.target_group,
-            desired_capacity=(
-                cloudwatch.Metric(
-                    namespace="AWS/AutoScaling",
-                    metric_name="GroupDesiredCapacity",
-                    dimensions_map={"AutoScalingGroupName": self.fleet.auto_scaling_group.auto_scaling_group_name},
-                    statistic="Maximum",
-                    period=Duration.minutes(1),
-                )
-                if self.fleet is not None
-                else None
-            ),
+            desired_capacity=self.fleet.metric_desired_capacity() if self.fleet is not None else None,
             boot_minutes=boot_minutes(self.plan, exports=False),
         )
         self._outputs()

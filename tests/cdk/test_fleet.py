@@ -4,8 +4,20 @@ bad inputs a fleet can be given."""
 import json
 
 import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk.assertions import Template
 
-from neuron_serving import ServingConfigError
+from neuron_serving import (
+    NeuronArtifactCache,
+    NeuronBootScript,
+    NeuronServingEndpoint,
+    NeuronServingFleet,
+    NeuronServingLaunchTemplate,
+    ReadinessSignal,
+    ServingConfigError,
+    neuron_dlami,
+)
 from neuron_serving.cdk.artifact_cache import CACHE_OBJECT_ACTIONS
 from neuron_serving.plan import ServingRequest, plan_serving
 from neuron_serving.plan.timing import boot_minutes, longest_generation_seconds
@@ -19,6 +31,25 @@ FLEET = {"fleet": "asg", "min_capacity": "2", "max_capacity": "4"}
 def _group(synth):
     (group,) = synth.resources("AWS::AutoScaling::AutoScalingGroup").items()
     return group
+
+
+def _own_stack() -> tuple[Stack, ec2.Vpc]:
+    """A user's own stack and VPC, outside NeuronLlamaStack."""
+    stack = Stack(App(), "Own")
+    return stack, ec2.Vpc(stack, "Vpc", restrict_default_security_group=False)
+
+
+def _own_host(stack: Stack, vpc: ec2.Vpc, plan, **boot_props) -> NeuronServingLaunchTemplate:
+    boot = NeuronBootScript(stack, "Boot", plan=plan, **boot_props)
+    return NeuronServingLaunchTemplate(stack, "Host", vpc=vpc, boot_script=boot, machine_image=neuron_dlami("/p"))
+
+
+def _fronted_fleet(stack: Stack, vpc: ec2.Vpc, plan, host, **fleet_props) -> NeuronServingFleet:
+    """A fleet of ``host`` behind a new endpoint."""
+    fleet = NeuronServingFleet(stack, "Fleet", vpc=vpc, launch_template=host, **fleet_props)
+    NeuronServingEndpoint(stack, "Endpoint", vpc=vpc, target_port=plan.router_port).add_target(
+        fleet.auto_scaling_group, fleet)
+    return fleet
 
 
 def _host_policies(synth):
@@ -71,26 +102,9 @@ def test_fleet_scaling_uses_a_warmup_of_a_cached_boot(synth):
 
 
 def test_scale_on_requests_tracks_alb_requests_per_host_sized_by_the_plan():
-    from aws_cdk import App, Stack
-    from aws_cdk import aws_ec2 as ec2
-
-    from neuron_serving import (
-        NeuronBootScript,
-        NeuronServingEndpoint,
-        NeuronServingFleet,
-        NeuronServingLaunchTemplate,
-        ReadinessSignal,
-        neuron_dlami,
-    )
-
-    stack = Stack(App(), "Own")
-    vpc = ec2.Vpc(stack, "Vpc", restrict_default_security_group=False)
     plan = plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge"))
-    boot = NeuronBootScript(stack, "Boot", plan=plan, signal=ReadinessSignal("Own", "Fleet"))
-    host = NeuronServingLaunchTemplate(stack, "Host", vpc=vpc, boot_script=boot, machine_image=neuron_dlami("/p"))
-    fleet = NeuronServingFleet(stack, "Fleet", vpc=vpc, launch_template=host)
-    NeuronServingEndpoint(stack, "Endpoint", vpc=vpc, target_port=plan.router_port).add_target(
-        fleet.auto_scaling_group, fleet)
+    stack, vpc = _own_stack()
+    fleet = _fronted_fleet(stack, vpc, plan, _own_host(stack, vpc, plan, signal=ReadinessSignal("Own", "Fleet")))
     fleet.scale_on_requests()
     assert fleet.target_requests_per_minute == 6 * 4 * 3  # replicas x batch slots x requests of ~20 s a minute
 
@@ -262,30 +276,12 @@ def test_prebuilt_export_must_be_an_s3_or_hf_uri(uri):
 
 
 def test_the_fleet_composes_in_a_users_own_stack_as_the_readme_shows():
-    from aws_cdk import App, Stack
-    from aws_cdk import aws_ec2 as ec2
-    from aws_cdk.assertions import Template
-
-    from neuron_serving import (
-        NeuronArtifactCache,
-        NeuronBootScript,
-        NeuronServingEndpoint,
-        NeuronServingFleet,
-        NeuronServingLaunchTemplate,
-        ReadinessSignal,
-        neuron_dlami,
-    )
-
-    stack = Stack(App(), "Own")
-    vpc = ec2.Vpc(stack, "Vpc", restrict_default_security_group=False)
     plan = plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge"))
+    stack, vpc = _own_stack()
     cache = NeuronArtifactCache(stack, "Cache")
-    boot = NeuronBootScript(stack, "Boot", plan=plan, artifact_cache=cache, model_revision="v1",
-                            signal=ReadinessSignal(stack_name=stack.stack_name, logical_id="ServingFleet"))
-    host = NeuronServingLaunchTemplate(stack, "Host", vpc=vpc, boot_script=boot, machine_image=neuron_dlami("/p"))
-    fleet = NeuronServingFleet(stack, "Fleet", vpc=vpc, launch_template=host, min_capacity=2, max_capacity=4)
-    endpoint = NeuronServingEndpoint(stack, "Endpoint", vpc=vpc, target_port=plan.router_port)
-    endpoint.add_target(fleet.auto_scaling_group, fleet)
+    host = _own_host(stack, vpc, plan, artifact_cache=cache, model_revision="v1",
+                     signal=ReadinessSignal(stack_name=stack.stack_name, logical_id="ServingFleet"))
+    fleet = _fronted_fleet(stack, vpc, plan, host, min_capacity=2, max_capacity=4)
     fleet.scale_on_requests()
     resources = Template.from_stack(stack).to_json()["Resources"]
     group = resources["ServingFleet"]
@@ -299,14 +295,7 @@ def test_the_fleet_composes_in_a_users_own_stack_as_the_readme_shows():
 
 
 def test_a_fleet_refuses_a_boot_script_that_never_signals():
-    from aws_cdk import App, Stack
-    from aws_cdk import aws_ec2 as ec2
-
-    from neuron_serving import NeuronBootScript, NeuronServingFleet, NeuronServingLaunchTemplate, neuron_dlami
-
-    stack = Stack(App(), "Own")
-    vpc = ec2.Vpc(stack, "Vpc", restrict_default_security_group=False)
-    boot = NeuronBootScript(stack, "Boot", plan=plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge")))
-    host = NeuronServingLaunchTemplate(stack, "Host", vpc=vpc, boot_script=boot, machine_image=neuron_dlami("/p"))
+    stack, vpc = _own_stack()
+    host = _own_host(stack, vpc, plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge")))
     with pytest.raises(ServingConfigError, match=r"^launch_template \('Own/Host'\) must carry a boot script"):
         NeuronServingFleet(stack, "Fleet", vpc=vpc, launch_template=host)

@@ -25,9 +25,7 @@ from .conftest import SNAPSHOT_CONFIGS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monitor"))
 from emf_spec import metrics_produced
-from monitorsim import DISK, FIRST_MS, SECOND_MS, fixture, load_publisher, report
-
-INSTANCE_ID = "i-0abc"
+from monitorsim import fixture_events
 
 AWS_METRICS = {
     ("AWS/ApplicationELB", "RequestCount", ("LoadBalancer",)),
@@ -102,13 +100,7 @@ def _produced(stack) -> set[Reference]:
     """What the host publisher writes for this stack, run on the recorded inputs (two rounds, so
     counters have deltas), as references with the dimension values it wrote."""
     options = stack.boot_script.options.monitoring
-    config = json.loads(render_publisher_config(stack.plan, options))
-    publisher = load_publisher().Publisher(config, options.service, INSTANCE_ID)
-    names = [r["name"] for r in config["replicas"]]
-    events = []
-    for which, page, now in (("first", "tgi-first.txt", FIRST_MS), ("second", "tgi-second.txt", SECOND_MS)):
-        events += publisher.collect(report(which), dict.fromkeys(names, fixture(page)), fixture("haproxy-metrics.txt"),
-                                    DISK, now)
+    events = fixture_events(json.loads(render_publisher_config(stack.plan, options)), service=options.service)
     produced: set[Reference] = set()
     for namespace, name, keys in metrics_produced(events):
         for event in events:

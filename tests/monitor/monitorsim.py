@@ -83,10 +83,11 @@ FIRST_MS = 1_767_225_600_000
 SECOND_MS = FIRST_MS + 60_000
 
 
-def fixture_rounds(config: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def fixture_rounds(config: dict[str, Any], service: str = SERVICE,
+                   instance_id: str = INSTANCE_ID) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The events of two rounds one interval apart, every input recorded: the two neuron-monitor
     reports, every replica of ``config`` serving the two TGI pages, and the HAProxy page."""
-    publisher = load_publisher().Publisher(config, SERVICE, INSTANCE_ID)
+    publisher = load_publisher().Publisher(config, service, instance_id)
     names = [r["name"] for r in config["replicas"]]
     router = fixture("haproxy-metrics.txt")
     rounds = []
@@ -96,10 +97,11 @@ def fixture_rounds(config: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
     return rounds[0], rounds[1]
 
 
-def fixture_events(config: dict[str, Any]) -> list[dict[str, Any]]:
+def fixture_events(config: dict[str, Any], service: str = SERVICE,
+                   instance_id: str = INSTANCE_ID) -> list[dict[str, Any]]:
     """Every event the publisher writes over :func:`fixture_rounds` with ``config``: by then every
     catalog metric has a value. For consistency tests: ``metrics_produced(fixture_events(config))``."""
-    first, second = fixture_rounds(config)
+    first, second = fixture_rounds(config, service, instance_id)
     return first + second
 
 

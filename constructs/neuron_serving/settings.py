@@ -15,7 +15,7 @@ from typing import Any
 
 from .plan.errors import Problems
 from .plan.layout import ServingRequest
-from .plan.tgi import DEFAULT_IMAGE
+from .plan.tgi import DEFAULT_IMAGE, TGI_3_3_5
 from .plan.timing import MAX_CLOUDFORMATION_MINUTES
 
 DEFAULT_MODEL_ID = "NousResearch/Meta-Llama-3-8B-Instruct"
@@ -24,8 +24,9 @@ DEFAULT_MODEL_ID = "NousResearch/Meta-Llama-3-8B-Instruct"
 DEFAULT_INSTANCE_TYPE = "inf2.24xlarge"
 """6 Neuron devices: the default 8B model fits at degree 2, giving 6 data-parallel replicas."""
 
-DEFAULT_DLAMI_PARAMETER = "/aws/service/neuron/dlami/base/ubuntu-24.04/latest/image_id"
-"""The Neuron DLAMI with drivers and tools only, meant for containerised serving."""
+DEFAULT_DLAMI_PARAMETER = TGI_3_3_5.dlami_parameter
+"""The Neuron DLAMI with drivers and tools only, meant for containerised serving, whose driver
+runs the default image's Neuron runtime (see ``ServingImage.dlami_parameter``)."""
 
 CONTEXT_KEYS = (
     "model_id", "model_revision", "model_config", "instance_type", "tensor_parallel", "batch_size", "sequence_length",

@@ -15,6 +15,7 @@ import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from neuron_serving.plan import ServingPlan, ServingRequest, plan_serving
 from neuron_serving.render.boot import ReadinessSignal, WarmPoolHook
@@ -23,12 +24,27 @@ from neuron_serving.render.metrics import MonitoringOptions
 STUBS = Path(__file__).parent / "stubs"
 
 
-def _stub_constant(name: str) -> str:
-    spec = importlib.util.spec_from_file_location("boot_stub_common", STUBS / "_stub.py")
+def _stub_module(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"boot_stub_{name}", STUBS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return str(getattr(module, name))
+    return module
+
+
+def _stub_constant(name: str) -> str:
+    return str(getattr(_stub_module("_stub"), name))
+
+
+def write_export(directory: Path, plan: ServingPlan, *, degree: int | None = None, weights: bool = True) -> None:
+    """Write into ``directory`` what optimum-neuron 0.3.0 writes when it exports for ``plan``
+    (compiled for ``degree`` cores, the plan's by default), as the stand-in of the serving image
+    does (``stubs/_container.py``)."""
+    argv = ["--model", plan.model_id, "--batch_size", str(plan.batch_size), "--sequence_length",
+            str(plan.sequence_length), "--auto_cast_type", plan.dtype]
+    for name, body in _stub_module("_container").export_files(argv, degree or plan.degree, weights).items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(body)
 
 
 FAKE_HF_TOKEN = _stub_constant("FAKE_HF_TOKEN")

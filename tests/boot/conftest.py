@@ -57,6 +57,7 @@ def make_host(tmp_path: Path) -> Callable[..., Host]:
             "STUB_STATE": str(state),
             "STUB_S3": str(tmp_path / "s3"),
             "STUB_INSTANCE_ID": f"i-{count:017d}",
+            "STUB_AWS_CLI": str(STUBS / "aws"),
         }
         return Host(root, calls_log, env)
 

@@ -7,15 +7,16 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from bootsim import CACHE, FAKE_HF_TOKEN, HOOK, SIGNAL, SMALL_MODEL, Host, make_plan
+from bootsim import CACHE, FAKE_HF_TOKEN, HOOK, SIGNAL, SMALL_MODEL, Host, make_plan, write_export
 
 from neuron_serving.plan import ServingPlan
-from neuron_serving.plan.tgi import DEFAULT_IMAGE, export_key
+from neuron_serving.plan.tgi import DEFAULT_IMAGE, TGI_3_3_5, export_key
 from neuron_serving.render.boot import SIGNAL_ID_LIMIT, BootOptions, render_boot_script
 
 MakeHost = Callable[..., Host]
 
 EXPORT_MODEL = "/opt/neuron-serving/bin/export-model"
+CHECK_EXPORT = "/opt/neuron-serving/bin/check-export"
 RUN_REPLICA = "/opt/neuron-serving/bin/run-replica"
 COMPLETE_LIFECYCLE = "/opt/neuron-serving/bin/complete-lifecycle"
 MARKER = ".neuron-serving-complete"
@@ -27,12 +28,12 @@ def small_plan() -> ServingPlan:
 
 
 def local_export(host: Host, plan: ServingPlan) -> Path:
-    return host.path(f"/var/lib/neuron-serving/exports/{export_key(plan, DEFAULT_IMAGE)}")
+    return host.path(f"/var/lib/neuron-serving/exports/{export_key(plan, TGI_3_3_5)}")
 
 
 def cached(host: Host, plan: ServingPlan) -> Path:
     """``<cache>/<export key>/`` in the hosts' fake S3."""
-    return host.s3 / CACHE.removeprefix("s3://") / export_key(plan, DEFAULT_IMAGE)
+    return host.s3 / CACHE.removeprefix("s3://") / export_key(plan, TGI_3_3_5)
 
 
 def downloads(host: Host) -> list[list[str]]:
@@ -42,7 +43,12 @@ def downloads(host: Host) -> list[list[str]]:
 
 def has_working_export(host: Host, plan: ServingPlan) -> bool:
     final = local_export(host, plan)
-    return (final / MARKER).is_file() and (final / "config.json").is_file() and (final / "model.neuron").is_file()
+    return (final / MARKER).is_file() and host_runs_check(host, final)
+
+
+def host_runs_check(host: Host, export: Path) -> bool:
+    """Whether the host's check-export accepts ``export``."""
+    return host.run(CHECK_EXPORT, str(export)).returncode == 0
 
 
 def signals(host: Host) -> list[dict[str, str]]:
@@ -72,7 +78,7 @@ def test_three_hosts_booting_in_turn_export_once_and_download_twice(make_host: M
     assert [len(h.exports()) for h in hosts] == [1, 0, 0]
     assert [len(downloads(h)) for h in hosts] == [0, 1, 1]
     assert all(has_working_export(h, plan) for h in hosts)
-    published = f"exports/{export_key(plan, DEFAULT_IMAGE)}/{hosts[0].instance_id}"
+    published = f"exports/{export_key(plan, TGI_3_3_5)}/{hosts[0].instance_id}"
     assert (cached(hosts[0], plan) / "COMPLETE").read_text() == f"{published}\n"
     assert downloads(hosts[1])[0][-2] == f"s3://cache-bucket/{published}/"
 
@@ -92,7 +98,7 @@ def test_two_racing_exporters_leave_one_complete_marker_naming_one_complete_arti
     assert winner in {h.instance_id for h in hosts}
     # The winner's artifact is complete; the loser's upload is gone.
     assert sorted(p.name for p in cache.iterdir()) == ["COMPLETE", winner]
-    assert sorted(p.name for p in (cache / winner).iterdir()) == ["config.json", "model.neuron"]
+    assert host_runs_check(hosts[0], cache / winner)
     loser = next(h for h in hosts if h.instance_id != winner)
     assert "PreconditionFailed" in loser.path("/var/log/neuron-serving/export.log").read_text()
 
@@ -114,15 +120,13 @@ def test_a_prebuilt_s3_export_is_downloaded_and_optimum_cli_never_runs(make_host
     plan = small_plan()
     host = make_host(1)
     prebuilt = host.s3 / "models" / "llama-neuron"
-    prebuilt.mkdir(parents=True)
-    (prebuilt / "config.json").write_text('{"model_type": "llama"}\n')
-    (prebuilt / "model.neuron").write_text("compiled elsewhere\n")
+    write_export(prebuilt, plan)
     options = BootOptions(prebuilt_export="s3://models/llama-neuron", artifact_cache=CACHE)
     result = host.boot(render_boot_script(plan, options))
     assert result.returncode == 0, result.stdout
     assert [a for a in host.calls("docker") if "optimum-cli" in a] == []
     assert [a[-2:] for a in downloads(host)] == [["s3://models/llama-neuron/", f"{local_export(host, plan)}.tmp"]]
-    assert (local_export(host, plan) / "model.neuron").read_text() == "compiled elsewhere\n"
+    assert has_working_export(host, plan)
     assert (local_export(host, plan) / MARKER).read_text().startswith("downloaded from s3://models/llama-neuron/ at ")
     assert host.aws("s3api", "put-object") == []  # nothing published
 
@@ -138,7 +142,7 @@ def test_a_prebuilt_hf_export_is_downloaded_in_the_serving_image_and_optimum_cli
     [download] = [a for a in host.calls("docker") if a[0] == "run" and "--name" not in a]
     assert download[download.index("--entrypoint") + 1] == "huggingface-cli"
     assert download[download.index("--env-file") + 1] == str(host.path("/etc/neuron-serving/hf-token.env"))
-    key = export_key(plan, DEFAULT_IMAGE)
+    key = export_key(plan, TGI_3_3_5)
     assert download[download.index(DEFAULT_IMAGE) + 1:] == [
         "download", "aws-neuron/Llama-3.1-8B-neuron", "--local-dir", f"/models/{key}.tmp"]
     assert has_working_export(host, plan)
@@ -196,10 +200,12 @@ def test_a_failed_export_signals_failure_with_the_compiler_error_and_logs_the_wh
     unique_id = signal["--unique-id"]
     assert unique_id.startswith(f"{host.instance_id} export-model: neuronx-cc: error: compilation")
     assert len(unique_id) <= SIGNAL_ID_LIMIT and re.fullmatch(r"[\w .:/()=,+-]+", unique_id)
-    reason = ("neuron-serving: failed in step export-model: neuronx-cc: error: compilation failed\n"
-              f"compiling {SMALL_MODEL} into /models/")
+    key = export_key(plan, TGI_3_3_5)
+    reason = "neuron-serving: failed in step export-model: neuronx-cc: error: compilation failed\n"
+    tail = f"compiling /models/{key}.src into /models/{key}.tmp\nneuronx-cc: error: compilation failed\n"
     assert reason in host.path(BOOT_LOG).read_text()
     assert console.read_text().startswith(reason)
+    assert tail in console.read_text()
 
 
 def test_a_signal_that_no_deployment_awaits_does_not_fail_the_boot(make_host: MakeHost) -> None:
@@ -311,11 +317,11 @@ def test_a_pinned_revision_is_downloaded_then_exported_from_disk_under_its_own_k
     host = make_host(1)
     result = host.boot(render_boot_script(plan, BootOptions(model_revision=REVISION, artifact_cache=CACHE)))
     assert result.returncode == 0, result.stdout
-    key = export_key(plan, DEFAULT_IMAGE, REVISION)
-    assert key != export_key(plan, DEFAULT_IMAGE)
+    key = export_key(plan, TGI_3_3_5, REVISION)
+    assert key != export_key(plan, TGI_3_3_5)
     runs = [a for a in host.calls("docker") if a[0] == "run" and "--name" not in a and "--help" not in a]
     download, export = runs
-    assert download[download.index(DEFAULT_IMAGE) + 1:] == [
+    assert download[download.index(DEFAULT_IMAGE) + 1:download.index("--include")] == [
         "download", plan.model_id, "--revision", REVISION, "--local-dir", f"/models/{key}.src"]
     assert export[export.index("--model") + 1] == f"/models/{key}.src"
     final = host.path(f"/var/lib/neuron-serving/exports/{key}")

@@ -182,12 +182,12 @@ def test_secret_id_is_shell_quoted_so_an_unresolved_cdk_token_stays_one_word() -
     assert "\nsecret='${Token[TOKEN.123]}'\n" in script
 
 
-def test_boot_script_embeds_exactly_its_seven_files_each_ending_at_its_heredoc_end() -> None:
+def test_boot_script_embeds_exactly_its_eight_files_each_ending_at_its_heredoc_end() -> None:
     _, script = rendered("inf2.48xlarge-tp8-secret-name")
     files = embedded_files(script)
     assert sorted(files) == ["/etc/haproxy/haproxy.cfg.new", "/etc/neuron-serving/replicas.table",
                              "/etc/neuron-serving/stack.env", "/etc/neuron-serving/tgi.env",
-                             "/etc/systemd/system/neuron-tgi@.service",
+                             "/etc/systemd/system/neuron-tgi@.service", "/opt/neuron-serving/bin/check-export",
                              "/opt/neuron-serving/bin/export-model", "/opt/neuron-serving/bin/run-replica"]
     assert files["/etc/systemd/system/neuron-tgi@.service"].rstrip().endswith("WantedBy=multi-user.target")
     # Only stack.env is outside the compressed bundle: it may carry deploy-time values.

@@ -151,8 +151,21 @@ def test_warm_pool_keeps_stopped_hosts_and_a_launch_hook_the_boot_script_complet
     assert hook["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_LAUNCHING"
     assert _group(template)[1]["Properties"]["AutoScalingGroupName"] == options.warm_pool_hook.group_name
     statements = [s for policy in _host_policies(template) for s in policy]
-    (complete,) = [s for s in statements if s["Action"] == "autoscaling:CompleteLifecycleAction"]
+    lifecycle = ["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"]
+    (complete,) = [s for s in statements if s["Action"] == lifecycle]
     assert options.warm_pool_hook.group_name in json.dumps(complete["Resource"])
+
+
+def test_the_launch_hook_lasts_as_long_as_the_boot_scripts_heartbeats_renew_it(synth):
+    # Defect 7 of issue 8: the hook's timeout was min(7200, boot timeout) with no heartbeat, so a
+    # boot longer than two hours (a 70B export) lost its lifecycle action.
+    template = synth(fleet="asg", min_capacity="1", max_capacity="3", warm_pool="true",
+                     model_id="meta-llama/Llama-3.1-70B-Instruct", instance_type="inf2.48xlarge")
+    hook = template.only("AWS::AutoScaling::LifecycleHook")
+    options = template.stack.boot_script.options
+    assert template.stack.boot_script.boot_timeout.to_seconds() > 7200
+    assert hook["HeartbeatTimeout"] == options.warm_pool_hook.heartbeat_timeout_seconds == 7200
+    assert options.warm_pool_hook.heartbeat_interval_seconds == 1800
 
 
 def test_schedules_scale_to_zero_and_back(synth):

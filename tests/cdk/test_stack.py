@@ -335,4 +335,4 @@ def test_instance_is_grantable_and_connectable_like_an_l2(synth):
 
 def test_user_data_over_16_kb_fails_synthesis():
     with pytest.raises(ValueError, match=r"over the EC2 user data limit of 16384 bytes"):
-        synthesize({"image": "registry.example.com/" + "x" * 8000 + ":3.3.5-neuron"})
+        synthesize({"hf_token_secret": "neuron-serving/" + "x" * 16000})

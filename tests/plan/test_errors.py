@@ -128,6 +128,7 @@ def test_model_config_of_an_unsupported_architecture_is_refused(tmp_path):
     path.write_text(json.dumps({"model_type": "gpt2", "hidden_size": 768, "num_hidden_layers": 12,
                                 "num_attention_heads": 12, "intermediate_size": 3072,
                                 "vocab_size": 50257, "max_position_embeddings": 1024}))
-    assert "model_type ('gpt2') is not supported; supported: llama, mistral, qwen2" in _error(
+    supported = "granite, llama, mistral, mixtral, phi3, qwen2, qwen3"
+    assert f"model_type ('gpt2') is not supported; supported: {supported}" in _error(
         model_id="acme/x", model_config=str(path)
     )

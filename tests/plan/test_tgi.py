@@ -1,7 +1,9 @@
 """TGI settings: all six static-shape settings, explicitly, for every replica."""
 
+import dataclasses
+
 from neuron_serving.plan import ServingRequest, plan_serving
-from neuron_serving.plan.tgi import DEFAULT_IMAGE, export_key, replica_environment, tgi_settings
+from neuron_serving.plan.tgi import DEFAULT_IMAGE, TGI_3_3_5, export_key, replica_environment, tgi_settings
 
 
 def _plan(**fields):
@@ -31,22 +33,23 @@ def test_each_replica_environment_has_its_own_process_tag_and_the_export_as_mode
 
 
 def test_export_key_changes_with_everything_that_changes_the_artifact():
-    base = export_key(_plan(), DEFAULT_IMAGE)
+    base = export_key(_plan(), TGI_3_3_5)
     variants = [
-        export_key(_plan(model_id="llama-3.1-8b"), DEFAULT_IMAGE),
-        export_key(_plan(), DEFAULT_IMAGE.replace("3.3.5", "3.3.6")),
-        export_key(_plan(tensor_parallel=4), DEFAULT_IMAGE),
-        export_key(_plan(batch_size=4), DEFAULT_IMAGE),
-        export_key(_plan(sequence_length=8192, max_input_tokens=4096), DEFAULT_IMAGE),
-        export_key(_plan(dtype="fp16"), DEFAULT_IMAGE),
-        export_key(_plan(), DEFAULT_IMAGE, "5f0b02c75b57c5855da9ae460ce51323ea669d8a"),
-        export_key(_plan(), DEFAULT_IMAGE, "v2"),
+        export_key(_plan(model_id="llama-3.1-8b"), TGI_3_3_5),
+        export_key(_plan(), dataclasses.replace(TGI_3_3_5, reference=DEFAULT_IMAGE.replace("3.3.5", "3.3.6"))),
+        export_key(_plan(), dataclasses.replace(TGI_3_3_5, optimum_neuron="0.3.1")),
+        export_key(_plan(tensor_parallel=4), TGI_3_3_5),
+        export_key(_plan(batch_size=4), TGI_3_3_5),
+        export_key(_plan(sequence_length=8192, max_input_tokens=4096), TGI_3_3_5),
+        export_key(_plan(dtype="fp16"), TGI_3_3_5),
+        export_key(_plan(), TGI_3_3_5, "5f0b02c75b57c5855da9ae460ce51323ea669d8a"),
+        export_key(_plan(), TGI_3_3_5, "v2"),
     ]
-    assert len({base, *variants}) == 9
-    assert export_key(_plan(), DEFAULT_IMAGE) == base
+    assert len({base, *variants}) == 10
+    assert export_key(_plan(), TGI_3_3_5) == base
 
 
 def test_export_key_is_a_safe_directory_name():
-    key = export_key(_plan(model_id="NousResearch/Meta-Llama-3-8B-Instruct"), DEFAULT_IMAGE)
-    assert key.startswith("meta-llama-3-8b-instruct-tp8-b8-s4096-bf16-")
+    key = export_key(_plan(model_id="NousResearch/Meta-Llama-3-8B-Instruct"), TGI_3_3_5)
+    assert key.startswith("v2-meta-llama-3-8b-instruct-tp8-b8-s4096-bf16-")
     assert all(c.isalnum() or c == "-" for c in key)

@@ -14,7 +14,7 @@ from constructs import Construct
 
 from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan
-from ..plan.tgi import DEFAULT_IMAGE
+from ..plan.tgi import DEFAULT_IMAGE, ServingImage, serving_image
 from ..plan.timing import MAX_CLOUDFORMATION_MINUTES, boot_minutes
 from ..render.boot import BootOptions, ReadinessSignal, WarmPoolHook, check_user_data_size, render_boot_script
 from ..render.monitoring import PUBLISHER_SOURCE
@@ -71,6 +71,8 @@ class NeuronBootScript(Construct):
         super().__init__(scope, construct_id)
         self.plan = plan
         self.image = image
+        self.serving_image: ServingImage = serving_image(plan, image)
+        """What the image's tools can do, which the boot script is written for."""
         self.hf_token_secret = hf_token_secret
         self.artifact_cache = artifact_cache
         self.prebuilt_export = prebuilt_export
@@ -169,7 +171,7 @@ class NeuronBootScript(Construct):
         if self.warm_pool_hook is not None:
             iam.Grant.add_to_principal(
                 grantee=grantee,
-                actions=["autoscaling:CompleteLifecycleAction"],
+                actions=["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"],
                 resource_arns=[
                     Stack.of(self).format_arn(
                         service="autoscaling",

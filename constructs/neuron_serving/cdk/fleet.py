@@ -139,10 +139,10 @@ class NeuronServingFleet(Construct):
                 "Launch",
                 lifecycle_hook_name=hook.hook_name,
                 lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_LAUNCHING,
-                # The hook holds each host until the boot script completes it; the API allows
-                # at most two hours, after which the host continues anyway and its ELB health
-                # check decides whether it gets traffic.
-                heartbeat_timeout=Duration.seconds(min(7200, int(timeout.to_seconds()))),
+                # The hook holds each host until the boot script completes it, renewed by the
+                # script's heartbeats; should they stop, the host continues after this timeout
+                # and its ELB health check decides whether it gets traffic.
+                heartbeat_timeout=Duration.seconds(hook.heartbeat_timeout_seconds),
                 default_result=autoscaling.DefaultResult.CONTINUE,
             )
             self.auto_scaling_group.add_warm_pool(

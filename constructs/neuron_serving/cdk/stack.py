@@ -15,6 +15,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from ..plan.layout import ServingPlan, plan_serving
+from ..plan.tgi import check_dlami_parameter
 from ..plan.timing import boot_minutes, longest_generation_seconds
 from ..render.boot import ReadinessSignal, WarmPoolHook
 from ..render.router import STREAM_TIMEOUT_SECONDS
@@ -107,6 +108,8 @@ class NeuronLlamaStack(Stack):
                 else None
             ),
         )
+        if not settings.ami_id:
+            check_dlami_parameter(self.boot_script.serving_image, settings.dlami_parameter)
         machine_image = (
             PinnedLinuxImage(settings.ami_id) if settings.ami_id else neuron_dlami(settings.dlami_parameter)
         )

@@ -17,8 +17,10 @@ from typing import Any
 
 from .errors import Problems, ServingConfigError, problem
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
-"""Decoder architectures with a gated MLP that TGI's Neuron backend serves and we can size."""
+SUPPORTED_MODEL_TYPES = ("granite", "llama", "mistral", "mixtral", "phi3", "qwen2", "qwen3")
+"""Decoder architectures with gated MLPs (one, or ``num_local_experts`` of them) that the planner
+can size. Which of them a deployment accepts is the serving image's to say
+(:func:`neuron_serving.plan.tgi.serving_image`)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class ModelSpec:
     max_position_embeddings: int
     head_dim: int = 0
     tie_word_embeddings: bool = False
+    num_experts: int = 1
     hub_ids: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -45,7 +48,7 @@ class ModelSpec:
                 "model_type", self.model_type, f"is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
             )
         for name in ("hidden_size", "num_layers", "num_attention_heads", "num_kv_heads",
-                     "intermediate_size", "vocab_size", "max_position_embeddings"):
+                     "intermediate_size", "vocab_size", "max_position_embeddings", "num_experts"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 problems.add(f"{self.name}: {name}", value, "must be a positive integer")
@@ -63,9 +66,11 @@ class ModelSpec:
     def parameter_count(self) -> int:
         q_and_o = 2 * self.hidden_size * self.num_attention_heads * self.head_dim
         k_and_v = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
-        mlp = 3 * self.hidden_size * self.intermediate_size
+        # A mixture of experts keeps every expert's MLP, and a router, on the devices.
+        mlp = 3 * self.hidden_size * self.intermediate_size * self.num_experts
+        router = self.hidden_size * self.num_experts if self.num_experts > 1 else 0
         norms = 2 * self.hidden_size
-        per_layer = q_and_o + k_and_v + mlp + norms
+        per_layer = q_and_o + k_and_v + mlp + router + norms
         embeddings = self.vocab_size * self.hidden_size
         lm_head = 0 if self.tie_word_embeddings else embeddings
         return embeddings + self.num_layers * per_layer + self.hidden_size + lm_head
@@ -101,6 +106,7 @@ class ModelSpec:
             max_position_embeddings=config["max_position_embeddings"],
             head_dim=config.get("head_dim") or 0,
             tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+            num_experts=config.get("num_local_experts") or 1,
         )
 
 
@@ -148,6 +154,10 @@ MODELS: dict[str, ModelSpec] = {
                            "mistralai/Mistral-7B-Instruct-v0.2")),
         ModelSpec("mistral-7b-v0.3", "mistral", 4096, 32, 32, 8, 14336, 32768, 32768,
                   hub_ids=("mistralai/Mistral-7B-v0.3", "mistralai/Mistral-7B-Instruct-v0.3")),
+        ModelSpec("mixtral-8x7b", "mixtral", 4096, 32, 32, 8, 14336, 32000, 32768, num_experts=8,
+                  hub_ids=("mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1")),
+        ModelSpec("qwen2.5-7b", "qwen2", 3584, 28, 28, 4, 18944, 152064, 32768,
+                  hub_ids=("Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-7B-Instruct")),
     )
 }
 

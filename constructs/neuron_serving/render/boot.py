@@ -66,13 +66,24 @@ from __future__ import annotations
 
 import base64
 import gzip
+import json
 import re
 import shlex
 from dataclasses import dataclass
 
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.layout import Replica, ServingPlan
-from ..plan.tgi import CONTAINER_PORT, DEFAULT_IMAGE, MODEL_MOUNT, export_key, replica_environment
+from ..plan.tgi import (
+    CHECKPOINT_EXCLUDED,
+    CHECKPOINT_FILES,
+    CONTAINER_PORT,
+    DEFAULT_IMAGE,
+    MODEL_MOUNT,
+    export_expectations,
+    export_key,
+    replica_environment,
+    serving_image,
+)
 from .metrics import EMF_LOG, LOG_KINDS, MonitoringOptions
 from .monitoring import (
     AGENT_CONFIG_TEMPLATE,
@@ -110,11 +121,16 @@ HEREDOC_END = "EOF"
 
 BIN = "/opt/neuron-serving/bin"
 EXPORT_MODEL = f"{BIN}/export-model"
+CHECK_EXPORT = f"{BIN}/check-export"
 RUN_REPLICA = f"{BIN}/run-replica"
 WAIT_READY = f"{BIN}/wait-ready"
 COMPLETE_LIFECYCLE = f"{BIN}/complete-lifecycle"
 START_MONITORING = f"{BIN}/start-monitoring"
 METRICS_UNIT = "neuron-serving-metrics"
+
+MIN_HEARTBEAT_TIMEOUT_SECONDS = 30
+MAX_HEARTBEAT_TIMEOUT_SECONDS = 7200
+"""The bounds of a lifecycle hook's HeartbeatTimeout (Auto Scaling API reference, PutLifecycleHook)."""
 
 _TOKEN_MARK = "${Token["
 """How aws-cdk-lib encodes an unresolved value in a string."""
@@ -159,16 +175,33 @@ class WarmPoolHook:
     :param hook_name: the lifecycle hook's name.
     :param group_name: the Auto Scaling group's name, which the stack knows (a CDK token is
         fine); on the host it would take tags in the instance metadata or a DescribeTags grant.
+    :param heartbeat_timeout_seconds: the hook's heartbeat timeout, which the hook must be
+        created with: the boot script records a heartbeat every quarter of it, so a boot may take
+        as long as the hook's global timeout allows (100 heartbeat timeouts, at most 48 hours).
+        Default: 7200, the API's maximum.
     """
 
     hook_name: str
     group_name: str
+    heartbeat_timeout_seconds: int = MAX_HEARTBEAT_TIMEOUT_SECONDS
 
     def __post_init__(self) -> None:
         problems = Problems()
         _check_word(problems, "warm_pool_hook.hook_name", self.hook_name)
         _check_word(problems, "warm_pool_hook.group_name", self.group_name)
+        timeout = self.heartbeat_timeout_seconds
+        if not isinstance(timeout, int) or isinstance(timeout, bool) or not (
+            MIN_HEARTBEAT_TIMEOUT_SECONDS <= timeout <= MAX_HEARTBEAT_TIMEOUT_SECONDS
+        ):
+            problems.add("warm_pool_hook.heartbeat_timeout_seconds", timeout,
+                         f"must be an integer from {MIN_HEARTBEAT_TIMEOUT_SECONDS} to {MAX_HEARTBEAT_TIMEOUT_SECONDS} "
+                         "(the PutLifecycleHook API's HeartbeatTimeout)")
         problems.raise_if_any()
+
+    @property
+    def heartbeat_interval_seconds(self) -> int:
+        """How often the boot script records a heartbeat: four chances per timeout."""
+        return self.heartbeat_timeout_seconds // 4
 
 
 @dataclass(frozen=True)
@@ -320,7 +353,8 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     The result is not checked against the user data limit: see :func:`check_user_data_size`.
     """
     options = options or BootOptions()
-    key = export_key(plan, options.image, options.model_revision)
+    image = serving_image(plan, options.image)
+    key = export_key(plan, image, options.model_revision)
     token_file = TOKEN_FILE if options.hf_token_secret is not None else None
     common_env, replica_table, named_settings = _replica_settings(plan, f"{MODEL_MOUNT}/{key}")
     prebuilt_s3 = _s3_parts(options.prebuilt_export)
@@ -353,13 +387,16 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         EXPORT_MODEL: _rendered(
             "export-model.sh.j2",
             key=key,
-            devices=plan.instance.devices,
+            replica_devices=plan.devices_per_replica,
             token_file=token_file,
             mount=MODEL_MOUNT,
             model=plan.model_id,
             revision=options.model_revision,
+            checkpoint_files=CHECKPOINT_FILES,
+            checkpoint_excluded=CHECKPOINT_EXCLUDED,
             batch_size=plan.batch_size,
             sequence_length=plan.sequence_length,
+            cores_flag=image.cores_flag,
             cores=plan.degree,
             dtype=plan.dtype,
             aws=s3,
@@ -367,10 +404,10 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
             prebuilt_s3=prebuilt_s3,
             cache_bucket=cache[0] if cache else None,
         ),
+        CHECK_EXPORT: _rendered("check-export.py.j2", expect=json.dumps(export_expectations(plan), sort_keys=True)),
         RUN_REPLICA: _rendered(
             "run-replica.sh.j2",
             key=key,
-            token_file=token_file,
             mount=MODEL_MOUNT,
             container_port=CONTAINER_PORT,
             monitoring=monitoring is not None,
@@ -395,6 +432,8 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         hf_token_secret=options.hf_token_secret,
         token_file=TOKEN_FILE,
         image=options.image,
+        driver_below=image.driver_below,
+        runtime=image.neuron_runtime,
         pull_attempts=options.pull_attempts,
         stack_env=Unquoted("".join(f"{k}={shlex.quote(v)}\n" for k, v in stack_env.items() if v is not None)),
         bundle=Unquoted(_packed(bundle(files))),
@@ -405,6 +444,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         signal=signal,
         signal_id_limit=SIGNAL_ID_LIMIT,
         hook=hook,
+        heartbeat_seconds=hook.heartbeat_interval_seconds if hook else None,
         wait_ready=files.get(WAIT_READY),
         monitoring=monitoring is not None,
         start_monitoring=START_MONITORING,

@@ -43,46 +43,80 @@ set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
-key=llama-3-2-1b-instruct-tp2-b4-s4096-bf16-79ca7c38e2d63e06
+key=v2-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-97d4fc72e880fd89
 exports=$R/var/lib/neuron-serving/exports
 final=$exports/$key
 marker=$final/.neuron-serving-complete
+check=$R/opt/neuron-serving/bin/check-export
 log=$R/var/log/neuron-serving/export.log
 mkdir -p "$exports" "${log%/*}"
 exec 9>"$exports/.lock"
 flock 9
-if [ -f "$marker" ]; then echo "export-model: $final is complete"; exit 0; fi
-rm -rf "$final.tmp" "$final"
+if [ -f "$marker" ] && "$check" "$final" >>"$log" 2>&1; then echo "export-model: $final is complete"; exit 0; fi
+rm -rf "$final.tmp" "$final" "$final.src"
 mkdir "$final.tmp"
 fail() { echo "export-model: $*" | tee -a "$log" >&2; exit 1; }
 finish() {
-  [ -f "$final.tmp/config.json" ] || fail "no config.json in $final.tmp"
+  "$check" "$final.tmp" >>"$log" 2>&1 || fail "$(tail -n 1 "$log")"
   mv "$final.tmp" "$final"
   echo "$1 at $(date -u +%FT%TZ)" >"$marker"
   echo "export-model: $final is complete"
 }
-help=$(docker run --rm --entrypoint optimum-cli "$IMAGE" export neuron --help 2>&1 || true)
-cores_flag=--num_cores
-if [[ $help == *--tensor_parallel_size* ]]; then cores_flag=--tensor_parallel_size; fi
+hub() {
+  docker run --rm --entrypoint huggingface-cli -v "$exports:/models" "$IMAGE" \
+    download "$@" >>"$log" 2>&1
+}
+model=meta-llama/Llama-3.2-1B-Instruct
+echo "export-model: downloading $model into $final.src; output in $log"
+hub "$model" --local-dir "/models/$key.src" \
+  --include config.json generation_config.json 'model*.safetensors' model.safetensors.index.json tokenizer.json tokenizer_config.json special_tokens_map.json tokenizer.model --exclude 'original/*' ||
+  fail "could not download $model"
+compgen -G "$final.src/*.safetensors" >/dev/null || fail "$model has no safetensors weights"
 args=()
 for d in $(seq 0 0); do args+=(--device "/dev/neuron$d"); done
-model=meta-llama/Llama-3.2-1B-Instruct
-echo "export-model: exporting into $final with $cores_flag; output in $log"
-if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -v "$exports:/models" "$IMAGE" \
-  export neuron --model "$model" --batch_size 4 --sequence_length 4096 \
-  "$cores_flag" 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
+echo "export-model: exporting into $final; output in $log"
+if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -e HF_HUB_OFFLINE=1 -v "$exports:/models" "$IMAGE" \
+  export neuron --model "/models/$key.src" --task text-generation --batch_size 4 --sequence_length 4096 \
+  --num_cores 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
   tail -n 20 "$log" >&2
   echo "export-model: export failed; see $log" >&2
   exit 1
 fi
-finish "exported with $cores_flag"
+rm -rf "$final.src"
+finish "exported"
+EOF
+put /opt/neuron-serving/bin/check-export 755 <<'EOF'
+#!/usr/bin/env python3
+import json
+import sys
+from pathlib import Path
+
+EXPECT = json.loads('{"config": "neuron_config.json", "fields": {"batch_size": 4, "sequence_length": 4096, "torch_dtype": "bfloat16", "tp_degree": 2}, "files": ["config.json", "neuron_config.json", "model.pt", "tokenizer_config.json", "checkpoint/weights/tp0_sharded_checkpoint.safetensors", "checkpoint/weights/tp1_sharded_checkpoint.safetensors"]}')
+
+
+def problems(export: Path) -> list[str]:
+    missing = [name for name in EXPECT["files"] if not (export / name).is_file()]
+    if missing:
+        return [f"{export} lacks {', '.join(missing)}"]
+    try:
+        config = json.loads((export / EXPECT["config"]).read_text())
+    except (OSError, ValueError) as error:
+        return [f"{export}/{EXPECT['config']} cannot be read: {error}"]
+    return [f"{export}/{EXPECT['config']} has {key} {config.get(key)!r}, the plan {value!r}"
+            for key, value in EXPECT["fields"].items() if config.get(key) != value]
+
+
+found = problems(Path(sys.argv[1]))
+for line in found:
+    print(f"check-export: {line}")
+sys.exit(1 if found else 0)
 EOF
 put /opt/neuron-serving/bin/run-replica 755 <<'EOF'
 #!/bin/bash
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 i=${1:?usage: run-replica INDEX}
-key=llama-3-2-1b-instruct-tp2-b4-s4096-bf16-79ca7c38e2d63e06
+key=v2-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-97d4fc72e880fd89
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
 # shellcheck source=/dev/null
@@ -117,7 +151,7 @@ RestartSec=10
 WantedBy=multi-user.target
 EOF
 put /etc/neuron-serving/tgi.env 644 <<'EOF'
-MODEL_ID=/models/llama-3-2-1b-instruct-tp2-b4-s4096-bf16-79ca7c38e2d63e06
+MODEL_ID=/models/v2-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-97d4fc72e880fd89
 HF_NUM_CORES=2
 HF_AUTO_CAST_TYPE=bf16
 MAX_BATCH_SIZE=4
@@ -125,6 +159,8 @@ MAX_TOTAL_TOKENS=4096
 MAX_INPUT_TOKENS=3072
 MAX_BATCH_PREFILL_TOKENS=12288
 MAX_CONCURRENT_REQUESTS=128
+HF_HUB_OFFLINE=1
+USAGE_STATS=off
 EOF
 put /etc/neuron-serving/replicas.table 644 <<'EOF'
 0 8081 0
@@ -219,6 +255,10 @@ if [ "$last" != 0 ] || [ ${#devs[@]} != 1 ]; then
   [ "$first" = "$last" ] || first+="..$last"
   die "expected 1 Neuron devices for inf2.xlarge, found ${#devs[@]}${first:+ (/dev/neuron$first)}; check the instance type and the Neuron driver (neuron-ls above)"
 fi
+driver=$(dpkg-query -W -f '${Version}' aws-neuronx-dkms 2>/dev/null) || driver=
+if [ -n "$driver" ] && dpkg --compare-versions "$driver" ge 2.29; then
+  die "the Neuron driver (aws-neuronx-dkms $driver) rejects the Neuron runtime 2.26.42 of $(grep -m 1 ^IMAGE= "$R/etc/neuron-serving/stack.env"); launch an AMI with a driver below 2.29 (dlami_parameter, ami_id)"
+fi
 
 run_step install-tools
 apt_install() {
@@ -226,8 +266,19 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
 }
 command -v docker >/dev/null || apt_install docker.io
-command -v aws >/dev/null || snap install aws-cli --classic || apt_install awscli
-command -v haproxy >/dev/null || apt_install haproxy
+if ! command -v aws >/dev/null && ! snap install aws-cli --classic; then
+  command -v unzip >/dev/null || apt_install unzip
+  awscli=$(mktemp -d)
+  curl -fsSL -o "$awscli/awscliv2.zip" "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"
+  unzip -q -d "$awscli" "$awscli/awscliv2.zip"
+  "$awscli/aws/install" --update --bin-dir "$R/usr/local/bin" --install-dir "$R/usr/local/aws-cli"
+  rm -rf "$awscli"
+  PATH=$R/usr/local/bin:$PATH
+fi
+if ! command -v haproxy >/dev/null; then
+  apt_install haproxy
+  systemctl try-restart rsyslog
+fi
 systemctl enable --now docker
 
 run_step monitoring

@@ -1,0 +1,220 @@
+"""What the export step downloads, what reaches the compiler, what an export must hold before a
+host serves it, and what the replicas are given: the defects issue 8 found, each run on a
+simulated host. The real tools' side of each (optimum-neuron 0.3.0's parser, huggingface-cli
+against a Hub on loopback) is in tests/harness."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+from bootsim import CACHE, FAKE_HF_TOKEN, HOOK, SIGNAL, SMALL_MODEL, Host, make_plan, write_export
+
+from neuron_serving.plan import ServingConfigError, ServingPlan
+from neuron_serving.plan.tgi import (
+    CHECKPOINT_EXCLUDED,
+    CHECKPOINT_FILES,
+    DEFAULT_IMAGE,
+    TGI_3_3_5,
+    check_dlami_parameter,
+    export_key,
+)
+from neuron_serving.render.boot import BootOptions, render_boot_script
+
+MakeHost = Callable[..., Host]
+
+EXPORTS = "/var/lib/neuron-serving/exports"
+CHECK_EXPORT = "/opt/neuron-serving/bin/check-export"
+RUN_REPLICA = "/opt/neuron-serving/bin/run-replica"
+MARKER = ".neuron-serving-complete"
+
+
+def small_plan() -> ServingPlan:
+    return make_plan("inf2.xlarge", model_id=SMALL_MODEL)
+
+
+def export_dir(host: Host, plan: ServingPlan) -> str:
+    return str(host.path(f"{EXPORTS}/{export_key(plan, TGI_3_3_5)}"))
+
+
+def hub_downloads(host: Host) -> list[list[str]]:
+    return [a for a in host.calls("docker") if a[0] == "run" and "huggingface-cli" in a]
+
+
+def test_the_checkpoint_is_downloaded_without_metas_original_weights_before_the_export(make_host: MakeHost) -> None:
+    # Defects 2 and 5: the export compiled from a Hub id (no weights in it), and a pinned
+    # revision downloaded the whole repository, original/*.pth included.
+    plan = small_plan()
+    host = make_host(1)
+    result = host.boot(render_boot_script(plan), STUB_EXPORT_FAIL="1")  # keeps the download
+    assert result.returncode != 0
+    [download] = hub_downloads(host)
+    words = download[download.index(DEFAULT_IMAGE) + 1:]
+    key = export_key(plan, TGI_3_3_5)
+    assert words[:4] == ["download", plan.model_id, "--local-dir", f"/models/{key}.src"]
+    assert words[words.index("--include") + 1:words.index("--exclude")] == list(CHECKPOINT_FILES)
+    assert words[words.index("--exclude") + 1:] == list(CHECKPOINT_EXCLUDED)
+    source = host.path(f"{EXPORTS}/{key}.src")
+    assert sorted(p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file()) == [
+        "config.json", "generation_config.json", "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors", "model.safetensors.index.json", "special_tokens_map.json",
+        "tokenizer.json", "tokenizer_config.json"]
+    [export] = host.exports()
+    assert export[export.index("--model") + 1] == f"/models/{key}.src"
+
+
+def test_an_export_holds_the_weights_and_the_checkpoint_is_not_kept(make_host: MakeHost) -> None:
+    plan = make_plan("inf2.24xlarge", 4)
+    host = make_host(6)
+    assert host.boot(render_boot_script(plan)).returncode == 0
+    final = host.path(f"{EXPORTS}/{export_key(plan, TGI_3_3_5)}")
+    assert sorted(p.name for p in (final / "checkpoint" / "weights").iterdir()) == [
+        f"tp{rank}_sharded_checkpoint.safetensors" for rank in range(4)]
+    assert json.loads((final / "neuron_config.json").read_text())["checkpoint_id"] is None
+    assert not final.with_name(final.name + ".src").exists()
+
+
+def test_replicas_serve_the_local_export_offline_without_the_token(make_host: MakeHost) -> None:
+    # Defect 8: every replica was given the Hugging Face token.
+    plan = make_plan("inf2.24xlarge", 4)
+    host = make_host(6)
+    assert host.boot(render_boot_script(plan, BootOptions(hf_token_secret="hf"))).returncode == 0
+    for replica in plan.replicas:
+        assert host.run(RUN_REPLICA, str(replica.index)).returncode == 0
+        env = dict(line.split("=", 1) for line in
+                   host.path(f"/etc/neuron-serving/replica-{replica.index}.env").read_text().splitlines())
+        assert env["HF_HUB_OFFLINE"] == "1" and env["USAGE_STATS"] == "off"
+        assert "HF_TOKEN" not in env
+    replicas = [a for a in host.calls("docker") if a[0] == "run" and "--name" in a]
+    assert len(replicas) == len(plan.replicas)
+    token_file = str(host.path("/etc/neuron-serving/hf-token.env"))
+    assert all(token_file not in argv for argv in replicas)
+    assert FAKE_HF_TOKEN not in host.calls_log.read_text()
+
+
+@pytest.mark.parametrize(("degree", "weights", "problem"), [
+    (8, True, "neuron_config.json has tp_degree 8, the plan 2"),
+    (2, False, "lacks checkpoint/weights/tp0_sharded_checkpoint.safetensors"),
+])
+def test_a_prebuilt_export_that_does_not_match_the_plan_is_never_served(
+    make_host: MakeHost, degree: int, weights: bool, problem: str,
+) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    prebuilt = host.s3 / "models" / "export"
+    write_export(prebuilt, plan, degree=degree, weights=weights)
+    result = host.boot(render_boot_script(plan, BootOptions(prebuilt_export="s3://models/export", signal=SIGNAL)))
+    assert result.returncode != 0
+    assert problem in result.stdout
+    assert not host.path(f"{EXPORTS}/{export_key(plan, TGI_3_3_5)}/{MARKER}").exists()
+    assert host.started_units() == ["docker"]
+
+
+def test_a_cached_artifact_that_does_not_match_the_plan_is_not_served_and_the_host_exports(
+    make_host: MakeHost,
+) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    key = export_key(plan, TGI_3_3_5)
+    bad = host.s3 / "cache-bucket" / "exports" / key / "i-0badbadbadbadbad0"
+    write_export(bad, plan, degree=plan.degree, weights=False)
+    (bad.parent / "COMPLETE").write_text(f"exports/{key}/i-0badbadbadbadbad0\n")
+    result = host.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE)))
+    assert result.returncode == 0, result.stdout
+    assert len(host.exports()) == 1
+    assert host.run(CHECK_EXPORT, export_dir(host, plan)).returncode == 0
+    log = host.path("/var/log/neuron-serving/export.log").read_text()
+    assert "is not an export of this plan; exporting here" in log
+
+
+def test_a_complete_export_on_disk_that_no_longer_passes_the_check_is_redone(make_host: MakeHost) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    final = host.path(f"{EXPORTS}/{export_key(plan, TGI_3_3_5)}")
+    write_export(final, plan, weights=False)
+    (final / MARKER).write_text("exported by an earlier script\n")
+    assert host.boot(render_boot_script(plan)).returncode == 0
+    assert len(host.exports()) == 1
+    assert host.run(CHECK_EXPORT, str(final)).returncode == 0
+
+
+def test_artifacts_under_keys_of_the_first_format_are_never_used(make_host: MakeHost) -> None:
+    # Today's keys start with v2-: v1 artifacts (compiled for every core, without weights)
+    # published by earlier scripts stay where they are, unread.
+    plan = small_plan()
+    key = export_key(plan, TGI_3_3_5)
+    assert key.startswith("v2-")
+    host = make_host(1)
+    v1 = host.s3 / "cache-bucket" / "exports" / key.removeprefix("v2-")
+    write_export(v1 / "i-0", plan, weights=False)
+    (v1 / "COMPLETE").write_text(f"exports/{v1.name}/i-0\n")
+    assert host.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE))).returncode == 0
+    assert len(host.exports()) == 1
+    assert [a[2] for a in host.aws("s3", "cp")] == [f"s3://cache-bucket/exports/{key}/COMPLETE"]
+
+
+def test_the_check_names_every_field_of_the_plan_and_accepts_a_matching_export(make_host: MakeHost) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    assert host.boot(render_boot_script(plan)).returncode == 0
+    final = host.path(f"{EXPORTS}/{export_key(plan, TGI_3_3_5)}")
+    config = json.loads((final / "neuron_config.json").read_text())
+    config.update(batch_size=8, sequence_length=2048, torch_dtype="float16")
+    (final / "neuron_config.json").write_text(json.dumps(config))
+    result = host.run(CHECK_EXPORT, str(final))
+    assert result.returncode == 1
+    assert [line.split(" has ")[1] for line in result.stdout.splitlines()] == [
+        "batch_size 8, the plan 4", "sequence_length 2048, the plan 4096", "torch_dtype 'float16', the plan 'bfloat16'"]
+
+
+def test_heartbeats_keep_the_launch_lifecycle_action_alive_during_a_long_export(make_host: MakeHost) -> None:
+    # Defect 7: nothing renewed the lifecycle action during a boot of hours.
+    host = make_host(1)
+    options = BootOptions(signal=SIGNAL, warm_pool_hook=HOOK)
+    result = host.boot(render_boot_script(small_plan(), options), STUB_LIFECYCLE_STATE="InService",
+                       STUB_EXPORT_SECONDS="2.5", NEURON_SERVING_HEARTBEAT_SECONDS="1", STUB_SLEEP_MAX="1")
+    assert result.returncode == 0, result.stdout
+    actions = [a[1] for a in host.calls("aws") if a[0] == "autoscaling"]
+    assert actions.count("record-lifecycle-action-heartbeat") >= 2
+    assert actions[-1] == "complete-lifecycle-action"
+    [beat, *_] = host.aws("autoscaling", "record-lifecycle-action-heartbeat")
+    assert dict(zip(beat[2::2], beat[3::2], strict=True)) == {
+        "--region": "us-east-2", "--instance-id": host.instance_id,
+        "--auto-scaling-group-name": HOOK.group_name, "--lifecycle-hook-name": HOOK.hook_name}
+
+
+def test_a_model_the_images_optimum_neuron_cannot_export_is_refused_at_synth_naming_model_id() -> None:
+    # Defect 3: optimum-neuron 0.3.0 exports no mistral model.
+    plan = make_plan("inf2.48xlarge", 8, model_id="mistralai/Mistral-7B-Instruct-v0.3")
+    with pytest.raises(ServingConfigError, match=r"^model_id \('mistralai/Mistral-7B-Instruct-v0.3'\) is a mistral "
+                       r"model, which optimum-neuron 0.3.0 in .* cannot export; it exports granite, llama, mixtral, "
+                       r"phi3, qwen2, qwen3$"):
+        render_boot_script(plan)
+
+
+def test_an_image_whose_tools_are_unknown_is_refused_naming_image() -> None:
+    with pytest.raises(ServingConfigError, match=r"^image \('example.com/tgi:latest'\) is not a serving image"):
+        render_boot_script(small_plan(), BootOptions(image="example.com/tgi:latest"))
+
+
+def test_a_dlami_parameter_that_tracks_the_newest_driver_is_refused_for_the_tgi_image() -> None:
+    check_dlami_parameter(TGI_3_3_5, TGI_3_3_5.dlami_parameter)
+    check_dlami_parameter(TGI_3_3_5, "/my-org/golden-ami")
+    with pytest.raises(ServingConfigError, match=r"^dlami_parameter \('/aws/service/neuron/dlami/base/ubuntu-24.04/"
+                       r"latest/image_id'\) names the newest Neuron DLAMI at each launch, whose driver \(2.29 or "
+                       r"newer\) rejects the Neuron runtime 2.26.42"):
+        check_dlami_parameter(TGI_3_3_5, "/aws/service/neuron/dlami/base/ubuntu-24.04/latest/image_id")
+
+
+@pytest.mark.parametrize(("driver", "boots"), [("2.27.4.0", True), ("2.28.0.0", True), ("2.29.0.0", False),
+                                               ("2.31.7.0", False), ("none", True)])
+def test_a_neuron_driver_that_rejects_the_images_runtime_stops_the_boot_before_the_pull(
+    make_host: MakeHost, driver: str, boots: bool,
+) -> None:
+    host = make_host(1)
+    result = host.boot(render_boot_script(small_plan()), STUB_NEURON_DRIVER=driver)
+    assert (result.returncode == 0) is boots, result.stdout
+    if not boots:
+        assert f"the Neuron driver (aws-neuronx-dkms {driver}) rejects the Neuron runtime 2.26.42" in result.stdout
+        assert [a for a in host.calls("docker") if a[0] == "pull"] == []

@@ -15,16 +15,20 @@ import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neuron_serving.plan import ServingPlan, ServingRequest, plan_serving
 from neuron_serving.render.boot import ReadinessSignal, WarmPoolHook
 from neuron_serving.render.metrics import MonitoringOptions
+from tests.harness.dockerd import FakeDockerd
+
+if TYPE_CHECKING:
+    from inside import ServingImage
 
 STUBS = Path(__file__).parent / "stubs"
 
 
-def _stub_module(name: str) -> Any:
+def stub_module(name: str) -> Any:
     spec = importlib.util.spec_from_file_location(f"boot_stub_{name}", STUBS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -33,7 +37,7 @@ def _stub_module(name: str) -> Any:
 
 
 def _stub_constant(name: str) -> str:
-    return str(getattr(_stub_module("_stub"), name))
+    return str(getattr(stub_module("_stub"), name))
 
 
 def write_export(directory: Path, plan: ServingPlan, *, degree: int | None = None, weights: bool = True) -> None:
@@ -42,7 +46,7 @@ def write_export(directory: Path, plan: ServingPlan, *, degree: int | None = Non
     does (``stubs/_container.py``)."""
     argv = ["--model", plan.model_id, "--batch_size", str(plan.batch_size), "--sequence_length",
             str(plan.sequence_length), "--auto_cast_type", plan.dtype]
-    for name, body in _stub_module("_container").export_files(argv, degree or plan.degree, weights).items():
+    for name, body in stub_module("_container").export_files(argv, degree or plan.degree, weights).items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
         (directory / name).write_text(body)
 
@@ -100,6 +104,10 @@ class Host:
     root: Path
     calls_log: Path
     env: dict[str, str]
+    engine: FakeDockerd
+    """This host's Docker engine, which the real docker CLI talks to."""
+    inside: ServingImage
+    """What runs inside its containers."""
 
     def path(self, host_path: str) -> Path:
         """Where ``host_path`` (an absolute path on the instance) lives under the test root."""
@@ -120,8 +128,19 @@ class Host:
 
     def boot_async(self, script: str, **knobs: str) -> subprocess.Popen[str]:
         """Start booting with ``script``; the caller waits."""
+        self._steer(knobs)
         return subprocess.Popen(["bash", str(self._user_data(script))], env={**self.env, **knobs},
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def _steer(self, knobs: dict[str, str]) -> None:
+        """Hand the knobs to what the environment does not reach: the Docker engine and the
+        inside of its containers."""
+        self.inside.knobs = dict(knobs)
+        self.engine.pull_failures = int(knobs.get("STUB_DOCKER_PULL_FAILURES", "0"))
+
+    def containers(self) -> list[dict[str, Any]]:
+        """What the docker CLI asked the engine to create, in order (tests/harness/dockerd.py)."""
+        return [r["container"] for r in self.engine.records if r["kind"] == "request" and "container" in r]
 
     def _user_data(self, script: str) -> Path:
         user_data = self.path("/var/lib/cloud/instance/user-data.txt")
@@ -146,10 +165,12 @@ class Host:
         return self._run([str(self.path(host_path)), *args], knobs)
 
     def start(self, host_path: str, *args: str, **knobs: str) -> subprocess.Popen[str]:
+        self._steer(knobs)
         return subprocess.Popen([str(self.path(host_path)), *args], env={**self.env, **knobs},
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def _run(self, argv: list[str], knobs: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        self._steer(knobs)
         return subprocess.run(argv, env={**self.env, **knobs}, capture_output=True, text=True,
                               timeout=60, check=False)
 

@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pytest
 from bootsim import MODEL, PUBLISHER_SOURCE, PUBLISHER_URI, STUBS, Host, make_plan
+from inside import ServingImage
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.render.boot import BootOptions, render_boot_script
+from tests.harness.dockerd import FakeDockerd
 
 
 @pytest.fixture
-def make_host(tmp_path: Path) -> Callable[..., Host]:
+def make_host(tmp_path: Path) -> Iterator[Callable[..., Host]]:
     """``make_host(devices, missing=())``: a fresh simulated host with ``/dev/neuron0..N-1``.
 
     ``missing`` names stubbed tools the host lacks; such a host's ``PATH`` is the remaining stubs
@@ -24,6 +26,10 @@ def make_host(tmp_path: Path) -> Callable[..., Host]:
     Hosts of one test share one fake S3; host N has the instance id ``i-<N in 17 digits>``.
     """
     count = 0
+    engines: list[FakeDockerd] = []
+    real_docker = shutil.which("docker", path=os.environ["PATH"].replace(str(STUBS), ""))
+    if real_docker is None:
+        pytest.fail("the docker CLI is required: install Debian's docker.io (the CLI only is used)")
     # The stack's copy of the metrics publisher (a CDK asset), which monitored hosts download.
     publisher = tmp_path / "s3" / PUBLISHER_URI.removeprefix("s3://")
     publisher.parent.mkdir(parents=True)
@@ -48,6 +54,9 @@ def make_host(tmp_path: Path) -> Callable[..., Host]:
                     (stubs / stub.name).symlink_to(stub)
             path = [str(stubs), os.path.dirname(sys.executable), "/usr/bin:/bin"]
         calls_log = base / "calls.jsonl"
+        inside = ServingImage()
+        engine = FakeDockerd(record_path=base / "docker.jsonl", behaviour=inside, device_root=root).start()
+        engines.append(engine)
         env = {
             "PATH": os.pathsep.join(path),
             "HOME": str(base),
@@ -58,10 +67,14 @@ def make_host(tmp_path: Path) -> Callable[..., Host]:
             "STUB_S3": str(tmp_path / "s3"),
             "STUB_INSTANCE_ID": f"i-{count:017d}",
             "STUB_AWS_CLI": str(STUBS / "aws"),
+            "REAL_DOCKER": real_docker,
+            **engine.env,
         }
-        return Host(root, calls_log, env)
+        return Host(root, calls_log, env, engine, inside)
 
-    return make
+    yield make
+    for engine in engines:
+        engine.stop()
 
 
 @pytest.fixture

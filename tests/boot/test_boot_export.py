@@ -218,3 +218,31 @@ def test_a_neuron_driver_that_rejects_the_images_runtime_stops_the_boot_before_t
     if not boots:
         assert f"the Neuron driver (aws-neuronx-dkms {driver}) rejects the Neuron runtime 2.26.42" in result.stdout
         assert [a for a in host.calls("docker") if a[0] == "pull"] == []
+
+
+def test_the_engine_receives_each_replica_with_its_devices_loopback_port_read_only_export_and_no_token(
+    make_host: MakeHost,
+) -> None:
+    # What the real docker CLI sends the (recording) engine, not what the script's argv says.
+    plan = make_plan("inf2.24xlarge", 4)
+    host = make_host(6)
+    assert host.boot(render_boot_script(plan, BootOptions(hf_token_secret="hf"))).returncode == 0
+    for replica in plan.replicas:
+        assert host.run(RUN_REPLICA, str(replica.index)).returncode == 0
+    created = {c["name"]: c for c in host.containers()}
+    key = export_key(plan, TGI_3_3_5)
+    for replica in plan.replicas:
+        container = created[f"tgi-replica-{replica.index}"]
+        config = container["HostConfig"]
+        assert [d["PathOnHost"] for d in config["Devices"]] == list(replica.device_paths)
+        assert config["PortBindings"] == {"80/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(replica.port)}]}
+        assert config["Binds"] == [f"{host.path(EXPORTS)}/{key}:/models/{key}:ro"]
+        assert not config.get("Privileged") and not config.get("CapAdd")
+        env = dict(item.split("=", 1) for item in container["Env"])
+        assert env["MODEL_ID"] == f"/models/{key}" and env["HF_NUM_CORES"] == "4"
+        assert "HF_TOKEN" not in env
+    [download] = [c for c in host.containers() if c["Entrypoint"] == ["huggingface-cli"]]
+    assert dict(item.split("=", 1) for item in download["Env"])["HF_TOKEN"] == FAKE_HF_TOKEN
+    [export] = [c for c in host.containers() if c["Entrypoint"] == ["optimum-cli"]]
+    assert [d["PathOnHost"] for d in export["HostConfig"]["Devices"]] == ["/dev/neuron0", "/dev/neuron1"]
+    assert "HF_TOKEN=" not in " ".join(export["Env"])

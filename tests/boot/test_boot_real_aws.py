@@ -1,0 +1,143 @@
+"""Boots on simulated hosts whose ``aws`` is the real AWS CLI (v1, from PyPI) against moto's
+server on loopback (S3, Secrets Manager) and a recorder (CloudFormation, Auto Scaling) that
+checks every request against botocore's own service model (tests/harness/aws.py): every AWS call
+the boot scripts make, made for real. The docker CLI is the real one too (tests/boot/conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from bootsim import FAKE_HF_TOKEN, HOOK, SIGNAL, SMALL_MODEL, Host, make_plan
+
+from neuron_serving.plan.tgi import TGI_3_3_5, export_key
+from neuron_serving.render.boot import SIGNAL_ID_LIMIT, BootOptions, render_boot_script
+from tests.harness.aws import TOOLS, AwsEmulator, MotoServer
+
+MakeHost = Callable[..., Host]
+REGION = "us-east-2"
+"""The region the instance metadata stand-in (stubs/curl) reports."""
+CACHE = "s3://cache-bucket/exports"
+
+
+@pytest.fixture(scope="module")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    if not (TOOLS / "bin" / "aws").exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"the AWS CLI and moto are required in CI: {TOOLS} (scripts/test makes it)")
+        pytest.skip(f"no {TOOLS}: run scripts/test")
+    with MotoServer(tmp_path_factory.mktemp("moto") / "moto.log") as server:
+        yield server
+
+
+@pytest.fixture
+def aws(tmp_path: Path, moto_server: MotoServer) -> Iterator[AwsEmulator]:
+    with AwsEmulator(tmp_path / "aws", moto_server, region=REGION) as emulator:
+        emulator.create_bucket("cache-bucket")
+        yield emulator
+
+
+@pytest.fixture
+def aws_host(make_host: MakeHost, aws: AwsEmulator, tmp_path: Path) -> Callable[[int], Host]:
+    """A simulated host whose ``aws`` is the real CLI, talking to this test's emulator."""
+
+    def make(devices: int) -> Host:
+        host = make_host(devices, missing=("aws",))
+        bin_dir = host.root.parent / "aws-bin"
+        AwsEmulator.link_cli(bin_dir)
+        host.env.update(aws.env)
+        host.env["PATH"] = f"{bin_dir}{os.pathsep}{host.env['PATH']}"
+        assert shutil.which("aws", path=host.env["PATH"]) == str(bin_dir / "aws")
+        return host
+
+    return make
+
+
+def _ok(aws: AwsEmulator, operation: str) -> list[dict[str, object]]:
+    calls = aws.recorder.calls(operation)
+    assert all(c.valid and c.ok for c in calls), [(c.params, c.errors) for c in calls]
+    return [c.params for c in calls]
+
+
+def test_a_fleet_exports_once_publishes_to_s3_and_the_next_host_downloads_and_both_signal(
+    aws_host: Callable[[int], Host], aws: AwsEmulator,
+) -> None:
+    plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
+    script = render_boot_script(plan, BootOptions(artifact_cache=CACHE, signal=SIGNAL))
+    first, second = aws_host(1), aws_host(1)
+    assert first.boot(script).returncode == 0, first.path("/var/log/neuron-serving/boot.log").read_text()
+    assert second.boot(script).returncode == 0, second.path("/var/log/neuron-serving/boot.log").read_text()
+    assert [len(h.exports()) for h in (first, second)] == [1, 0]
+    key = export_key(plan, TGI_3_3_5)
+    complete = aws.get_object("cache-bucket", f"exports/{key}/COMPLETE")
+    assert complete == f"exports/{key}/{first.instance_id}\n".encode()
+    uploaded = aws.list_objects("cache-bucket", f"exports/{key}/{first.instance_id}/")
+    assert f"exports/{key}/{first.instance_id}/checkpoint/weights/tp0_sharded_checkpoint.safetensors" in uploaded
+    signals = _ok(aws, "SignalResource")
+    assert [(s["Status"], s["UniqueId"]) for s in signals] == [("SUCCESS", first.instance_id),
+                                                              ("SUCCESS", second.instance_id)]
+    assert {(s["StackName"], s["LogicalResourceId"]) for s in signals} == {(SIGNAL.stack_name, SIGNAL.logical_id)}
+
+
+def test_of_two_racing_exporters_the_conditional_write_lets_exactly_one_publish(
+    aws_host: Callable[[int], Host], aws: AwsEmulator,
+) -> None:
+    plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
+    script = render_boot_script(plan, BootOptions(artifact_cache=CACHE))
+    hosts = [aws_host(1), aws_host(1)]
+    boots = [h.boot_async(script, STUB_EXPORT_SECONDS="2") for h in hosts]
+    assert [b.wait(timeout=120) for b in boots] == [0, 0]
+    key = export_key(plan, TGI_3_3_5)
+    winner = aws.get_object("cache-bucket", f"exports/{key}/COMPLETE").decode().strip().rsplit("/", 1)[-1]
+    prefixes = {k.split("/")[2] for k in aws.list_objects("cache-bucket", f"exports/{key}/")}
+    assert prefixes == {"COMPLETE", winner}  # the loser's upload is removed
+    loser = next(h for h in hosts if h.instance_id != winner)
+    assert "PreconditionFailed" in loser.path("/var/log/neuron-serving/export.log").read_text()
+
+
+def test_the_token_comes_from_secrets_manager_and_reaches_only_the_hub_download(
+    aws_host: Callable[[int], Host], aws: AwsEmulator,
+) -> None:
+    arn = aws.create_secret("neuron-serving/hf-token", FAKE_HF_TOKEN)
+    plan = make_plan("trn1.32xlarge", 8)
+    host = aws_host(16)
+    result = host.boot(render_boot_script(plan, BootOptions(hf_token_secret=arn)))
+    assert result.returncode == 0, result.stdout
+    assert host.path("/etc/neuron-serving/hf-token.env").read_text() == f"HF_TOKEN={FAKE_HF_TOKEN}\n"
+    with_token = [c["Entrypoint"] for c in host.containers() if f"HF_TOKEN={FAKE_HF_TOKEN}" in c["Env"]]
+    assert with_token == [["huggingface-cli"]]
+    assert FAKE_HF_TOKEN not in result.stdout
+
+
+def test_a_warm_pool_boot_records_heartbeats_then_completes_its_lifecycle_action(
+    aws_host: Callable[[int], Host], aws: AwsEmulator,
+) -> None:
+    host = aws_host(1)
+    options = BootOptions(signal=SIGNAL, warm_pool_hook=HOOK)
+    result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL), options),
+                       STUB_LIFECYCLE_STATE="InService", STUB_EXPORT_SECONDS="3",
+                       NEURON_SERVING_HEARTBEAT_SECONDS="1", STUB_SLEEP_MAX="1")
+    assert result.returncode == 0, result.stdout
+    beats = _ok(aws, "RecordLifecycleActionHeartbeat")
+    assert len(beats) >= 1
+    assert beats[0] == {"LifecycleHookName": HOOK.hook_name, "AutoScalingGroupName": HOOK.group_name,
+                        "InstanceId": host.instance_id}
+    assert [c["LifecycleActionResult"] for c in _ok(aws, "CompleteLifecycleAction")] == ["CONTINUE"]
+
+
+def test_a_failure_signal_carries_its_reason_within_the_apis_limit(
+    aws_host: Callable[[int], Host], aws: AwsEmulator,
+) -> None:
+    host = aws_host(1)
+    result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)),
+                       STUB_EXPORT_FAIL="1")
+    assert result.returncode != 0
+    [signal] = _ok(aws, "SignalResource")
+    assert signal["Status"] == "FAILURE"
+    unique_id = str(signal["UniqueId"])
+    assert unique_id.startswith(f"{host.instance_id} export-model: neuronx-cc: error")
+    assert len(unique_id) <= SIGNAL_ID_LIMIT

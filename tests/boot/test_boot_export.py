@@ -6,7 +6,10 @@ against a Hub on loopback) is in tests/harness."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from bootsim import CACHE, FAKE_HF_TOKEN, HOOK, SIGNAL, SMALL_MODEL, Host, make_plan, write_export
@@ -21,8 +24,10 @@ from neuron_serving.plan.tgi import (
     export_key,
 )
 from neuron_serving.render.boot import BootOptions, render_boot_script
+from tests.harness.test_optimum_neuron import TINY_LLAMA
 
 MakeHost = Callable[..., Host]
+ROOT = Path(__file__).resolve().parents[2]
 
 EXPORTS = "/var/lib/neuron-serving/exports"
 CHECK_EXPORT = "/opt/neuron-serving/bin/check-export"
@@ -246,3 +251,39 @@ def test_the_engine_receives_each_replica_with_its_devices_loopback_port_read_on
     [export] = [c for c in host.containers() if c["Entrypoint"] == ["optimum-cli"]]
     assert [d["PathOnHost"] for d in export["HostConfig"]["Devices"]] == ["/dev/neuron0", "/dev/neuron1"]
     assert "HF_TOKEN=" not in " ".join(export["Env"])
+
+
+def test_the_export_command_the_script_issues_reaches_optimum_neuron_030s_exporter_as_the_plan(
+    make_host: MakeHost, tmp_path: Path,
+) -> None:
+    # The docker words the boot script really issued, run through optimum-neuron 0.3.0's own
+    # parsers and routing (tests/harness/optimum_neuron.py) on a tiny llama checkpoint.
+    runner_python = ROOT / ".tools" / "optimum-neuron-0.3.0" / "bin" / "python"
+    if not runner_python.is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"{runner_python} is required in CI (scripts/test makes it)")
+        pytest.skip(f"no {runner_python}: run scripts/test")
+    plan = make_plan("inf2.24xlarge", 4)
+    host = make_host(6)
+    assert host.boot(render_boot_script(plan)).returncode == 0
+    [argv] = host.exports()
+    key = export_key(plan, TGI_3_3_5)
+    exports = tmp_path / "exports"
+    (exports / f"{key}.src").mkdir(parents=True)
+    (exports / f"{key}.src" / "config.json").write_text(json.dumps(TINY_LLAMA))
+    mount = argv.index("-v") + 1
+    argv[mount] = f"{exports}:{argv[mount].split(':')[1]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "NEURON_RT_"))}
+    done = subprocess.run([str(runner_python), str(ROOT / "tests" / "harness" / "optimum_neuron.py"), "--docker-run",
+                           "--json", json.dumps(argv)], capture_output=True, text=True, check=False, timeout=600,
+                          env={**env, "HF_HOME": str(tmp_path / "hf-home")})
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["exit_code"] == 0, result.get("stderr")
+    exported = result["export"]
+    assert (exported["tp_degree"], exported["batch_size"], exported["sequence_length"], exported["torch_dtype"]) == (
+        4, 4, 4096, "bfloat16")
+    assert exported["model_id"] == str(exports / f"{key}.src")  # the mount, seen from the host
+    config = json.loads((exports / f"{key}.tmp" / "neuron_config.json").read_text())
+    assert {k: config[k] for k in ("tp_degree", "batch_size", "sequence_length", "torch_dtype")} == {
+        "tp_degree": 4, "batch_size": 4, "sequence_length": 4096, "torch_dtype": "bfloat16"}

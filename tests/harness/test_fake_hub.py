@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from neuron_serving.plan.tgi import CHECKPOINT_FILES
 from tests.harness.fake_hub import CLIENT_ENV_REMOVE, FakeHub, HubRepo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,19 +22,8 @@ CLI = ROOT / ".tools" / "hub" / "bin" / "huggingface-cli"
 TOKEN = "hf_fake_token"
 REPO_ID = "meta-llama/Tiny-Llama-Instruct"
 
-# The files to keep when exporting with optimum-neuron 0.3.0 and serving with TGI 3.3.5: config, safetensors
-# weights (single file or shards plus index), tokenizer, generation config. Meta's `original/` folder holds
-# the same weights again as consolidated.*.pth.
-INCLUDE = [
-    "config.json",
-    "generation_config.json",
-    "model*.safetensors",
-    "model.safetensors.index.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-]
+INCLUDE = list(CHECKPOINT_FILES)
+"""What the boot script's export step downloads (neuron_serving.plan.tgi.CHECKPOINT_FILES)."""
 
 
 @pytest.fixture

@@ -15,15 +15,14 @@ import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from inside import ServingImage, export_files
 
 from neuron_serving.plan import ServingPlan, ServingRequest, plan_serving
 from neuron_serving.render.boot import ReadinessSignal, WarmPoolHook
 from neuron_serving.render.metrics import MonitoringOptions
 from tests.harness.dockerd import FakeDockerd
-
-if TYPE_CHECKING:
-    from inside import ServingImage
 
 STUBS = Path(__file__).parent / "stubs"
 
@@ -43,10 +42,10 @@ def _stub_constant(name: str) -> str:
 def write_export(directory: Path, plan: ServingPlan, *, degree: int | None = None, weights: bool = True) -> None:
     """Write into ``directory`` what optimum-neuron 0.3.0 writes when it exports for ``plan``
     (compiled for ``degree`` cores, the plan's by default), as the stand-in of the serving image
-    does (``stubs/_container.py``)."""
+    does (``inside.py``)."""
     argv = ["--model", plan.model_id, "--batch_size", str(plan.batch_size), "--sequence_length",
             str(plan.sequence_length), "--auto_cast_type", plan.dtype]
-    for name, body in stub_module("_container").export_files(argv, degree or plan.degree, weights).items():
+    for name, body in export_files(argv, degree or plan.degree, weights).items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
         (directory / name).write_text(body)
 
@@ -57,6 +56,11 @@ FAKE_HF_TOKEN = _stub_constant("FAKE_HF_TOKEN")
 SECRET_ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:neuron-serving/hf-token-AbCdEf"
 """A realistic (long) secret id: the size checks use it because it is the worst case."""
 
+
+EXPORTS = "/var/lib/neuron-serving/exports"
+MARKER = ".neuron-serving-complete"
+BOOT_LOG = "/var/log/neuron-serving/boot.log"
+"""Where a host keeps its exports, the name of an export's completion marker, and the boot's log."""
 
 CACHE = "s3://cache-bucket/exports"
 """The artifact cache the fleet tests share (in the hosts' fake S3)."""

@@ -1,26 +1,77 @@
 """The inside of the serving image's containers on a simulated host: what huggingface-cli and
 optimum-cli do, played by the fake Docker engine (tests/harness/dockerd.py) that the real docker
 CLI talks to. Only this stays imitated, as no Neuron compiler or Hub can run here; what the
-files are follows ``stubs/_container.py``, and each behaviour names the upstream code it imitates.
-The argument parsing of the real tools is tested in tests/harness (optimum-neuron 0.3.0's own
-parser, huggingface-cli 0.34.4 against a Hub on loopback).
+files are follows the upstream code named below. The argument parsing of the real tools is
+tested in tests/harness (optimum-neuron 0.3.0's own parser, huggingface-cli 0.34.4 against a Hub on loopback).
 
 Knobs, per boot (``Host.boot(**knobs)``): ``STUB_EXPORT_SECONDS`` makes the export slow,
 ``STUB_EXPORT_FAIL`` makes it fail half-way, ``STUB_HF_DOWNLOAD_FAIL`` makes a download fail as
 the Hub does for an unknown revision.
+
+What the tools write:
+
+- A model's Hub repository (``CHECKPOINT``): what Meta's Llama 3 repositories hold, including
+  Meta's own ``original/`` copy of the weights, which the export does not need.
+- An export by optimum-neuron 0.3.0 (:func:`export_files`): ``NxDPreTrainedModel.save`` in
+  optimum/neuron/models/inference/backend/pretrained_model.py writes ``config.json``,
+  ``neuron_config.json`` (``NxDNeuronConfig``, optimum/neuron/models/inference/backend/config.py,
+  ``torch_dtype`` as the dtype's name), the compiled ``model.pt`` and, only when exporting from a
+  local checkpoint, ``checkpoint/weights/tp<rank>_sharded_checkpoint.safetensors`` per rank.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import time
 from typing import Any
 
-from bootsim import stub_module
-
 from tests.harness.dockerd import BehaviourResult, Bind, command, host_path
 
-_container = stub_module("_container")
+CHECKPOINT = {
+    "config.json": '{"model_type": "llama"}\n',
+    "generation_config.json": "{}\n",
+    "model-00001-of-00002.safetensors": "weights, first half\n",
+    "model-00002-of-00002.safetensors": "weights, second half\n",
+    "model.safetensors.index.json": "{}\n",
+    "tokenizer.json": "{}\n",
+    "tokenizer_config.json": "{}\n",
+    "special_tokens_map.json": "{}\n",
+    "original/consolidated.00.pth": "Meta's copy of the weights\n",
+    "original/params.json": "{}\n",
+    "LICENSE": "license\n",
+}
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+"""The torch dtype names optimum-neuron records, kept apart from the library's own table
+(neuron_serving.plan.tgi.NEURON_DTYPES) so that a mistake there cannot confirm itself here."""
+
+
+def export_files(argv: list[str], degree: int, weights: bool) -> dict[str, str]:
+    """The files of an export made by ``optimum-cli export neuron`` with ``argv``, compiled for
+    ``degree`` cores, holding the weights when ``weights``."""
+    neuron_config = {
+        "batch_size": int(_value(argv, "--batch_size") or 1),
+        "sequence_length": int(_value(argv, "--sequence_length") or 0),
+        "tp_degree": degree,
+        "torch_dtype": DTYPES.get(_value(argv, "--auto_cast_type") or "", "float32"),
+        "checkpoint_id": None if weights else _value(argv, "--model"),
+    }
+    files = {
+        "config.json": '{"model_type": "llama"}\n',
+        "neuron_config.json": json.dumps(neuron_config) + "\n",
+        "model.pt": "compiled graph\n",
+        "tokenizer.json": "{}\n",
+        "tokenizer_config.json": "{}\n",
+    }
+    if weights:
+        files.update({f"checkpoint/weights/tp{rank}_sharded_checkpoint.safetensors": f"rank {rank} weights\n"
+                      for rank in range(degree)})
+    return files
+
+
+def _value(argv: list[str], flag: str) -> str | None:
+    return next(iter(_values(argv, flag)), None)
 
 
 def _values(argv: list[str], flag: str) -> list[str]:
@@ -54,7 +105,7 @@ class ServingImage:
             return 1, "", f"huggingface_hub.errors.RevisionNotFoundError: 404 Client Error. Invalid rev id for {repo}\n"
         out = host_path(binds, _values(argv, "--local-dir")[0], write=True)
         include, exclude = _values(argv, "--include") or ["*"], _values(argv, "--exclude")
-        files = _container.CHECKPOINT if not repo.endswith("-neuron") else _container.export_files(
+        files = CHECKPOINT if not repo.endswith("-neuron") else export_files(
             ["--batch_size", "4", "--sequence_length", "4096", "--auto_cast_type", "bf16"], 8, weights=True)
         for name, text in files.items():
             if any(fnmatch.fnmatch(name, p) for p in include) and not any(fnmatch.fnmatch(name, p) for p in exclude):
@@ -77,7 +128,7 @@ class ServingImage:
         # container sees (optimum/neuron/utils/system.py get_available_cores: 2 per /dev/neuronN).
         cores = _values(argv, "--num_cores")
         degree = int(cores[0]) if cores else 2 * devices
-        for name, text in _container.export_files(argv, degree, weights=model.startswith("/")).items():
+        for name, text in export_files(argv, degree, weights=model.startswith("/")).items():
             (out / name).parent.mkdir(parents=True, exist_ok=True)
             (out / name).write_text(text)
         return 0, said

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from bootsim import CACHE, FAKE_HF_TOKEN, HOOK, SIGNAL, SMALL_MODEL, Host, make_plan, write_export
+from bootsim import CACHE, EXPORTS, FAKE_HF_TOKEN, HOOK, MARKER, SIGNAL, SMALL_MODEL, Host, make_plan, write_export
 
 from neuron_serving.plan import ServingConfigError, ServingPlan
 from neuron_serving.plan.tgi import (
@@ -23,16 +23,12 @@ from neuron_serving.plan.tgi import (
     check_dlami_parameter,
     export_key,
 )
-from neuron_serving.render.boot import BootOptions, render_boot_script
+from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, BootOptions, render_boot_script
 from tests.harness.test_optimum_neuron import TINY_LLAMA
 
 MakeHost = Callable[..., Host]
 ROOT = Path(__file__).resolve().parents[2]
 
-EXPORTS = "/var/lib/neuron-serving/exports"
-CHECK_EXPORT = "/opt/neuron-serving/bin/check-export"
-RUN_REPLICA = "/opt/neuron-serving/bin/run-replica"
-MARKER = ".neuron-serving-complete"
 
 
 def small_plan() -> ServingPlan:

@@ -7,20 +7,22 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from bootsim import CACHE, FAKE_HF_TOKEN, HOOK, SIGNAL, SMALL_MODEL, Host, make_plan, write_export
+from bootsim import BOOT_LOG, CACHE, FAKE_HF_TOKEN, HOOK, MARKER, SIGNAL, SMALL_MODEL, Host, make_plan, write_export
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.tgi import DEFAULT_IMAGE, TGI_3_3_5, export_key
-from neuron_serving.render.boot import SIGNAL_ID_LIMIT, BootOptions, render_boot_script
+from neuron_serving.render.boot import (
+    CHECK_EXPORT,
+    COMPLETE_LIFECYCLE,
+    EXPORT_MODEL,
+    RUN_REPLICA,
+    SIGNAL_ID_LIMIT,
+    BootOptions,
+    render_boot_script,
+)
 
 MakeHost = Callable[..., Host]
 
-EXPORT_MODEL = "/opt/neuron-serving/bin/export-model"
-CHECK_EXPORT = "/opt/neuron-serving/bin/check-export"
-RUN_REPLICA = "/opt/neuron-serving/bin/run-replica"
-COMPLETE_LIFECYCLE = "/opt/neuron-serving/bin/complete-lifecycle"
-MARKER = ".neuron-serving-complete"
-BOOT_LOG = "/var/log/neuron-serving/boot.log"
 
 
 def small_plan() -> ServingPlan:

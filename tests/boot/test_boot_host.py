@@ -5,21 +5,16 @@ from __future__ import annotations
 import stat
 from collections.abc import Callable
 
-from bootsim import FAKE_HF_TOKEN, SECRET_ARN, SMALL_MODEL, Host, make_plan, write_export
+from bootsim import EXPORTS, FAKE_HF_TOKEN, MARKER, SECRET_ARN, SMALL_MODEL, Host, make_plan, write_export
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.tgi import DEFAULT_IMAGE, TGI_3_3_5, export_key, replica_environment
-from neuron_serving.render.boot import BootOptions, render_boot_script
+from neuron_serving.render.boot import CHECK_EXPORT, EXPORT_MODEL, RUN_REPLICA, BootOptions, render_boot_script
 from neuron_serving.render.router import render_router_config
 
 Booted = Callable[..., tuple[Host, ServingPlan, str]]
 MakeHost = Callable[..., Host]
 
-EXPORT_MODEL = "/opt/neuron-serving/bin/export-model"
-CHECK_EXPORT = "/opt/neuron-serving/bin/check-export"
-RUN_REPLICA = "/opt/neuron-serving/bin/run-replica"
-EXPORTS = "/var/lib/neuron-serving/exports"
-MARKER = ".neuron-serving-complete"
 
 
 def export_dir(plan: ServingPlan) -> str:

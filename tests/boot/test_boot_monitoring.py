@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from bootsim import (
+    BOOT_LOG,
     HOOK,
     LOG_GROUPS,
     MONITORING,
@@ -28,7 +29,7 @@ from bootsim import (
 )
 
 from neuron_serving.plan import ServingPlan
-from neuron_serving.render.boot import BootOptions, render_boot_script
+from neuron_serving.render.boot import RUN_REPLICA, BootOptions, render_boot_script
 from neuron_serving.render.monitoring import (
     AGENT_CONFIG,
     NEURON_MONITOR_CONFIG,
@@ -44,10 +45,8 @@ MONITORED: dict[str, Any] = {"monitoring": MONITORING, "metrics_publisher": PUBL
 MONITORED_AT_SYNTH: dict[str, Any] = {"monitoring": MONITORING_TOKENS, "metrics_publisher": PUBLISHER_TOKEN}
 """Monitoring options with deploy-time values resolved, and as the stack passes them at synth."""
 
-RUN_REPLICA = "/opt/neuron-serving/bin/run-replica"
 AGENT_CTL = "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
 METRICS_UNIT = "neuron-serving-metrics"
-BOOT_LOG = "/var/log/neuron-serving/boot.log"
 AGENT_PACKAGE = ("https://s3.us-east-2.amazonaws.com/amazoncloudwatch-agent-us-east-2/ubuntu/amd64/latest/"
                  "amazon-cloudwatch-agent.deb")
 

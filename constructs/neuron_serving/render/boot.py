@@ -4,8 +4,12 @@ It runs once as root under cloud-init and leaves on the host (every path below
 ``$NEURON_SERVING_ROOT``, which is empty on a real host and set by tests and chroot-style image
 builds; devices handed to docker stay the real ``/dev/neuronN``):
 
-- ``/opt/neuron-serving/bin/export-model``: the one-time export, or its download
+- ``/opt/neuron-serving/bin/export-model``: the one-time export (the checkpoint downloaded, then
+  compiled from that directory so the export holds the weights), or its download
   (``userdata/export-model.sh.j2``);
+- ``/opt/neuron-serving/bin/check-export``: whether an export matches the plan (degree, shapes,
+  dtype, compiled model, tokenizer, weights), run before any export is used
+  (``userdata/check-export.py.j2``, :func:`~neuron_serving.plan.tgi.export_expectations`);
 - ``/opt/neuron-serving/bin/run-replica``: one TGI container (``userdata/run-replica.sh.j2``);
 - ``/etc/systemd/system/neuron-tgi@.service``: one unit per replica (``userdata/neuron-tgi@.service.j2``);
 - with a signal or a warm pool hook, ``/opt/neuron-serving/bin/wait-ready``, which waits until
@@ -208,12 +212,14 @@ class WarmPoolHook:
 class BootOptions:
     """What the boot script needs beyond the serving plan.
 
-    :param image: the TGI Neuron serving image. The export runs inside it, so the compiler is
-        the one the replicas run with. Default: ``DEFAULT_IMAGE`` (TGI 3.3.5 Neuron).
+    :param image: the TGI Neuron serving image, one of ``SERVING_IMAGES`` (whose tools the script
+        is written for). The export runs inside it, so the compiler is the one the replicas run
+        with. Default: ``DEFAULT_IMAGE`` (TGI 3.3.5 Neuron).
     :param hf_token_secret: name or ARN of a Secrets Manager secret whose plain-text value is a
         Hugging Face token, for gated models. Only this id is in the user data; the host reads
-        the token at boot into a root-only file. The instance role must be allowed to read the
-        secret. Default: no token (public models only).
+        the token at boot into a root-only file, which only the Hub download is given (never
+        the compiler or a replica). The instance role must be allowed to read the secret.
+        Default: no token (public models only).
     :param pull_attempts: how many times the image pull is tried before the boot fails.
         Default: 5 (about 2.5 minutes of waits).
     :param artifact_cache: an S3 URI prefix (``s3://bucket/prefix``; the bucket may be a CDK
@@ -225,9 +231,9 @@ class BootOptions:
         (``aws s3 sync``) or ``hf://org/repo`` (a Hugging Face repository of a Neuron export,
         downloaded inside the serving image, with the token when one is configured). It must
         match the plan's shapes, degree and dtype and the image's compiler. Default: none.
-    :param model_revision: the Hub revision (commit, branch or tag) of the model to export. It
-        is downloaded inside the serving image first (optimum-cli has no revision option) and
-        is part of the export key. Default: none (the repository's default branch).
+    :param model_revision: the Hub revision (commit, branch or tag) of the model to export: the
+        checkpoint is downloaded at it (optimum-cli has no revision option), and it is part of the
+        export key. Default: none (the repository's default branch).
     :param signal: the CloudFormation resource to signal once every replica serves, or on
         failure. Default: no signal.
     :param warm_pool_hook: the launch lifecycle hook of an Auto Scaling group with a warm pool.

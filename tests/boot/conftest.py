@@ -14,6 +14,8 @@ from inside import ServingImage
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.render.boot import BootOptions, render_boot_script
+from tests.harness.aws import TOOLS as AWS_TOOLS
+from tests.harness.aws import AwsEmulator, MotoServer
 from tests.harness.dockerd import FakeDockerd
 
 
@@ -102,3 +104,43 @@ def shellcheck() -> Iterator[str]:
             pytest.fail("shellcheck is required in CI: install Debian's shellcheck")
         pytest.skip("install Debian's shellcheck")
     yield path
+
+
+AWS_REGION = "us-east-2"
+"""The region the instance metadata stand-in (stubs/curl) reports."""
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    """moto's server on loopback, for the whole session (each test's emulator resets it)."""
+    if not (AWS_TOOLS / "bin" / "aws").exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"the AWS CLI and moto are required in CI: {AWS_TOOLS} (scripts/test makes it)")
+        pytest.skip(f"no {AWS_TOOLS}: run scripts/test")
+    with MotoServer(tmp_path_factory.mktemp("moto") / "moto.log") as server:
+        yield server
+
+
+@pytest.fixture
+def aws(tmp_path: Path, moto_server: MotoServer) -> Iterator[AwsEmulator]:
+    """This test's AWS: moto (S3, Secrets Manager) and the recorder (CloudFormation, Auto Scaling)."""
+    with AwsEmulator(tmp_path / "aws", moto_server, region=AWS_REGION) as emulator:
+        emulator.create_bucket("cache-bucket")
+        yield emulator
+
+
+@pytest.fixture
+def aws_host(make_host: Callable[..., Host], aws: AwsEmulator) -> Callable[[int], Host]:
+    """``aws_host(devices)``: a simulated host whose ``aws`` is the real AWS CLI, talking to this
+    test's emulator."""
+
+    def make(devices: int) -> Host:
+        host = make_host(devices, missing=("aws",))
+        bin_dir = host.root.parent / "aws-bin"
+        AwsEmulator.link_cli(bin_dir)
+        host.env.update(aws.env)
+        host.env["PATH"] = f"{bin_dir}{os.pathsep}{host.env['PATH']}"
+        assert shutil.which("aws", path=host.env["PATH"]) == str(bin_dir / "aws")
+        return host
+
+    return make

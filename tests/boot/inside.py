@@ -23,10 +23,14 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
-from tests.harness.dockerd import BehaviourResult, Bind, command, host_path
+from tests.harness.dockerd import BehaviourResult, Bind, command, environment, host_path
+from tests.harness.fake_hub import CLIENT_ENV_REMOVE, FakeHub
 
 CHECKPOINT = {
     "config.json": '{"model_type": "llama"}\n',
@@ -83,13 +87,25 @@ def _values(argv: list[str], flag: str) -> list[str]:
 
 
 class ServingImage:
-    """A Docker engine behaviour: the serving image's tools, steered by per-boot knobs."""
+    """A Docker engine behaviour: the serving image's tools, steered by per-boot knobs.
+
+    With :meth:`use_hub`, ``huggingface-cli download`` is the real client (the serving image's
+    huggingface-hub version, from ``.tools/hub``) against a Hub on loopback
+    (tests/harness/fake_hub.py), with the container's arguments and environment.
+    """
 
     def __init__(self) -> None:
         self.knobs: dict[str, str] = {}
+        self._hub: tuple[FakeHub, Path, Path] | None = None
+
+    def use_hub(self, hub: FakeHub, cli: Path, home: Path) -> None:
+        """Run downloads with the real ``cli`` against ``hub``, with ``home`` as ``HF_HOME``."""
+        self._hub = (hub, cli, home)
 
     def __call__(self, body: dict[str, Any], binds: list[Bind]) -> BehaviourResult:
         argv = command(body)
+        if argv[:2] == ["huggingface-cli", "download"] and self._hub is not None:
+            return self._real_download(argv, binds, environment(body))
         if argv[:2] == ["huggingface-cli", "download"]:
             return self._download(argv, binds)
         if argv[:3] == ["optimum-cli", "export", "neuron"]:
@@ -112,6 +128,19 @@ class ServingImage:
                 (out / name).parent.mkdir(parents=True, exist_ok=True)
                 (out / name).write_text(text)
         return 0, f"Fetching files of {repo}\n"
+
+    def _real_download(self, argv: list[str], binds: list[Bind], env: dict[str, str]) -> BehaviourResult:
+        assert self._hub is not None
+        hub, cli, home = self._hub
+        words = list(argv[1:])
+        local_dir = words.index("--local-dir") + 1
+        words[local_dir] = str(host_path(binds, words[local_dir], write=True))
+        clean = {k: v for k, v in os.environ.items() if k not in CLIENT_ENV_REMOVE}
+        # The image sets HF_HUB_ENABLE_HF_TRANSFER=1 (TGI v3.3.5 Dockerfile.neuron).
+        client = {**clean, **hub.client_env(home, token=env.get("HF_TOKEN"), hf_transfer=True)}
+        done = subprocess.run([str(cli), *words], env=client, capture_output=True, text=True, timeout=120,
+                              check=False)
+        return done.returncode, done.stdout, done.stderr
 
     def _export(self, argv: list[str], binds: list[Bind], devices: int) -> BehaviourResult:
         model = _values(argv, "--model")[0]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from bootsim import CACHE, EXPORTS, FAKE_HF_TOKEN, HOOK, MARKER, SIGNAL, SMALL_MODEL, Host, make_plan, write_export
+from inside import CHECKPOINT
 
 from neuron_serving.plan import ServingConfigError, ServingPlan
 from neuron_serving.plan.tgi import (
@@ -24,6 +25,7 @@ from neuron_serving.plan.tgi import (
     export_key,
 )
 from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, BootOptions, render_boot_script
+from tests.harness.fake_hub import FakeHub, HubRepo
 from tests.harness.test_optimum_neuron import TINY_LLAMA
 
 MakeHost = Callable[..., Host]
@@ -283,3 +285,32 @@ def test_the_export_command_the_script_issues_reaches_optimum_neuron_030s_export
     config = json.loads((exports / f"{key}.tmp" / "neuron_config.json").read_text())
     assert {k: config[k] for k in ("tp_degree", "batch_size", "sequence_length", "torch_dtype")} == {
         "tp_degree": 4, "batch_size": 4, "sequence_length": 4096, "torch_dtype": "bfloat16"}
+
+
+def test_the_hub_download_the_script_issues_runs_in_the_real_huggingface_cli_at_the_pinned_revision(
+    make_host: MakeHost, tmp_path: Path,
+) -> None:
+    # The download words the boot script really issued, with the container's environment (the
+    # token from --env-file), in huggingface-hub 0.34.4's own CLI against a gated Hub repository
+    # on loopback that holds Meta's layout: only what the export needs arrives, at the pinned commit.
+    cli = ROOT / ".tools" / "hub" / "bin" / "huggingface-cli"
+    if not cli.is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"{cli} is required in CI (scripts/test makes it)")
+        pytest.skip(f"no {cli}: run scripts/test")
+    plan = small_plan()
+    repo = HubRepo(plan.model_id, gated=True)
+    pinned = repo.commit({name: text.encode() for name, text in CHECKPOINT.items()})
+    repo.commit({**{name: text.encode() for name, text in CHECKPOINT.items()}, "config.json": b"{}"})
+    with FakeHub([repo], tokens={FAKE_HF_TOKEN}) as hub:
+        host = make_host(1)
+        host.inside.use_hub(hub, cli, tmp_path / "hf-home")
+        options = BootOptions(hf_token_secret="hf", model_revision=pinned)
+        result = host.boot(render_boot_script(plan, options))
+        assert result.returncode == 0, host.path("/var/log/neuron-serving/export.log").read_text()
+        assert sorted(hub.downloads()) == sorted(
+            name for name in CHECKPOINT if not name.startswith("original/") and name != "LICENSE")
+        files = [r for r in hub.requests if r.file is not None and r.server == "hub"]
+        assert files and all(f"/resolve/{pinned}/" in r.path for r in files)
+    final = host.path(f"{EXPORTS}/{export_key(plan, TGI_3_3_5, pinned)}")
+    assert host.run(CHECK_EXPORT, str(final)).returncode == 0

@@ -152,6 +152,12 @@ def test_each_replica_logs_to_its_own_stream_of_the_replicas_group(make_host: Ma
                            f"awslogs-stream={host.instance_id}/replica-{replica.index}",
                            "mode=non-blocking", "max-buffer-size=4m"]
         assert argv.index("--log-driver") < argv.index(argv[-1])  # an option of docker run, not of TGI
+        # What the real docker CLI sent the engine.
+        [created] = [c for c in host.containers() if c["name"] == f"tgi-replica-{replica.index}"]
+        assert created["HostConfig"]["LogConfig"] == {"Type": "awslogs", "Config": {
+            "awslogs-region": "us-east-2", "awslogs-group": LOG_GROUPS["replicas"],
+            "awslogs-stream": f"{host.instance_id}/replica-{replica.index}",
+            "mode": "non-blocking", "max-buffer-size": "4m"}}
 
 
 def test_a_failed_agent_download_leaves_a_warning_and_the_host_serves(make_host: MakeHost) -> None:

@@ -6,55 +6,16 @@ the boot scripts make, made for real. The docker CLI is the real one too (tests/
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
-import pytest
 from bootsim import FAKE_HF_TOKEN, HOOK, SIGNAL, SMALL_MODEL, Host, make_plan
 
 from neuron_serving.plan.tgi import TGI_3_3_5, export_key
 from neuron_serving.render.boot import SIGNAL_ID_LIMIT, BootOptions, render_boot_script
-from tests.harness.aws import TOOLS, AwsEmulator, MotoServer
+from tests.harness.aws import AwsEmulator
 
 MakeHost = Callable[..., Host]
-REGION = "us-east-2"
-"""The region the instance metadata stand-in (stubs/curl) reports."""
 CACHE = "s3://cache-bucket/exports"
-
-
-@pytest.fixture(scope="module")
-def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    if not (TOOLS / "bin" / "aws").exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"the AWS CLI and moto are required in CI: {TOOLS} (scripts/test makes it)")
-        pytest.skip(f"no {TOOLS}: run scripts/test")
-    with MotoServer(tmp_path_factory.mktemp("moto") / "moto.log") as server:
-        yield server
-
-
-@pytest.fixture
-def aws(tmp_path: Path, moto_server: MotoServer) -> Iterator[AwsEmulator]:
-    with AwsEmulator(tmp_path / "aws", moto_server, region=REGION) as emulator:
-        emulator.create_bucket("cache-bucket")
-        yield emulator
-
-
-@pytest.fixture
-def aws_host(make_host: MakeHost, aws: AwsEmulator, tmp_path: Path) -> Callable[[int], Host]:
-    """A simulated host whose ``aws`` is the real CLI, talking to this test's emulator."""
-
-    def make(devices: int) -> Host:
-        host = make_host(devices, missing=("aws",))
-        bin_dir = host.root.parent / "aws-bin"
-        AwsEmulator.link_cli(bin_dir)
-        host.env.update(aws.env)
-        host.env["PATH"] = f"{bin_dir}{os.pathsep}{host.env['PATH']}"
-        assert shutil.which("aws", path=host.env["PATH"]) == str(bin_dir / "aws")
-        return host
-
-    return make
 
 
 def _ok(aws: AwsEmulator, operation: str) -> list[dict[str, object]]:

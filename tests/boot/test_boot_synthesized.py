@@ -1,0 +1,88 @@
+"""The user data of synthesized NeuronLlamaStack templates, booted on simulated hosts with the
+real AWS CLI against moto and the recorder (tests/harness/aws.py) and the real docker CLI against
+the recording engine: the default stack, a fleet and trn1.32xlarge, as `cdk deploy` would launch
+them. The template's deploy-time values (the cache bucket, the log groups, the assets bucket)
+are resolved the way CloudFormation would, to names this test's emulator holds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from bootsim import MARKER, PUBLISHER_SOURCE, Host
+
+from neuron_serving.render.boot import CHECK_EXPORT
+from tests.cdk.conftest import synthesize
+from tests.harness.aws import ACCOUNT_ID, AwsEmulator
+
+REGION = "us-east-2"
+
+CONFIGS = {
+    "default": {},
+    "fleet": {"fleet": "asg", "min_capacity": "2", "max_capacity": "4"},
+    "trn1": {"instance_type": "trn1.32xlarge", "model_id": "meta-llama/Llama-3.1-8B-Instruct",
+             "tensor_parallel": "8", "batch_size": "32"},
+}
+
+
+def _resolve(value: Any, refs: dict[str, str]) -> str:
+    """A user data value as CloudFormation resolves it: ``Fn::Join``, ``Fn::Sub`` of pseudo
+    parameters, and ``Ref`` of this stack's resources (to ``refs``)."""
+    if isinstance(value, str):
+        return value
+    (function, argument), = value.items()
+    if function == "Fn::Join":
+        separator, parts = argument
+        return str(separator).join(_resolve(part, refs) for part in parts)
+    if function == "Fn::Sub":
+        pseudo = {"AWS::AccountId": ACCOUNT_ID, "AWS::Region": REGION, "AWS::StackName": "NeuronLlamaStack",
+                  "AWS::Partition": "aws", "AWS::URLSuffix": "amazonaws.com"}
+        return re.sub(r"\$\{([^}]+)\}", lambda m: pseudo[m.group(1)], argument)
+    if function == "Ref":
+        return refs.get(argument) or {"AWS::StackName": "NeuronLlamaStack", "AWS::Region": REGION}[argument]
+    raise AssertionError(f"user data uses {function}, which this test cannot resolve")
+
+
+def user_data(context: dict[str, str]) -> tuple[str, int, Any]:
+    """The stack's user data, resolved, the Neuron device count of its instance type, and its plan."""
+    synth = synthesize(context)
+    templates = synth.resources("AWS::EC2::LaunchTemplate")
+    (template,) = templates.values()
+    encoded = template["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]
+    refs = {name: name.lower() if resource["Type"] == "AWS::S3::Bucket" else f"/stack/{name}"
+            for name, resource in synth.json["Resources"].items()}
+    plan = synth.stack.plan
+    return _resolve(encoded, refs), plan.instance.devices, plan
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_a_synthesized_stack_boots_with_the_real_aws_cli_and_docker_cli(
+    config: str, aws_host: Callable[[int], Host], aws: AwsEmulator,
+) -> None:
+    script, devices, plan = user_data(CONFIGS[config])
+    # What CloudFormation and the CDK's asset publishing would have made: the cache bucket and
+    # the metrics publisher's asset.
+    cache = re.search(r"^CACHE_BUCKET=(\S+)$", script, re.M)
+    assert cache is not None
+    aws.create_bucket(cache.group(1).strip("'"))
+    publisher = re.search(r"^PUBLISHER=(\S+)$", script, re.M)
+    if publisher is not None:
+        aws.put_s3_uri(publisher.group(1).strip("'"), PUBLISHER_SOURCE.read_bytes())
+    host = aws_host(devices)
+    result = host.boot(script)
+    assert result.returncode == 0, host.path("/var/log/neuron-serving/boot.log").read_text()
+    assert len(host.exports()) == 1
+    [final] = [p for p in host.path("/var/lib/neuron-serving/exports").iterdir() if (p / MARKER).is_file()]
+    assert host.run(CHECK_EXPORT, str(final)).returncode == 0
+    published = aws.list_objects(cache.group(1).strip("'"), f"exports/{final.name}/")
+    assert f"exports/{final.name}/COMPLETE" in published
+    [signal] = aws.recorder.calls("SignalResource")
+    assert signal.valid and signal.ok and signal.params["Status"] == "SUCCESS"
+    replicas = [unit for unit in host.started_units() if unit.startswith("neuron-tgi@")]
+    assert replicas == [f"neuron-tgi@{r.index}" for r in plan.replicas]
+    assert "neuron-serving-metrics" in host.started_units()  # monitoring is on by default
+    if publisher is not None:  # fetched from the assets bucket by the real CLI
+        assert host.path("/opt/neuron-serving/bin/publish-metrics").read_bytes() == PUBLISHER_SOURCE.read_bytes()

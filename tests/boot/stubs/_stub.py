@@ -2,6 +2,9 @@
 
 Every stub appends its name and argv as one JSON line to ``$STUB_CALLS``. Counters (for "fail
 the first N times") live in ``$STUB_STATE``.
+
+Imitates no upstream tool: each stub's own docstring names the tool, version and documentation it
+imitates, and what of it is unverified.
 """
 
 import fcntl

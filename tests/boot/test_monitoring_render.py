@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
+import jsonschema
 import pytest
 from bootsim import MONITORING, make_plan
 
@@ -134,3 +136,22 @@ def test_monitoring_options_name_the_bad_setting(options: dict[str, object], mes
     given = {"service": MONITORING.service, "log_groups": MONITORING.log_groups, **options}
     with pytest.raises(ServingConfigError, match=message):
         MonitoringOptions(**given)  # type: ignore[arg-type]
+
+
+AGENT_SCHEMA = Path(__file__).resolve().parents[3] / "shared" / "cloudwatch-agent" / "schema.json"
+"""The CloudWatch agent's published schema (aws/amazon-cloudwatch-agent translator/config/
+schema.json), placed in the project's shared/ folder: a data file fetched from the agent's
+repository may not be committed here."""
+
+
+def test_the_agent_config_as_the_host_writes_it_validates_against_the_agents_published_schema() -> None:
+    if not AGENT_SCHEMA.is_file():
+        pytest.skip(f"no {AGENT_SCHEMA}: the agent's schema.json, which only shared/ may hold")
+    text = render_agent_config()
+    for kind in AGENT_LOG_KINDS:  # as start-monitoring substitutes the stack's log group names
+        text = text.replace(placeholder(kind), MONITORING.log_groups[kind])
+    validator = jsonschema.Draft4Validator(json.loads(AGENT_SCHEMA.read_text()))
+    assert [error.message for error in validator.iter_errors(json.loads(text))] == []
+    typo = json.loads(text)
+    typo["logs"]["logs_collected"]["files"]["collect_list"][0]["log_grup_name"] = "x"
+    assert list(validator.iter_errors(typo))

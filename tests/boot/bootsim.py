@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from inside import ServingImage, export_files
 
 from neuron_serving.plan import ServingPlan, ServingRequest, plan_serving
@@ -204,3 +206,13 @@ class Host:
 
     def started_units(self) -> list[str]:
         return [a[-1] for a in self.calls("systemctl") if a[:2] == ["enable", "--now"]]
+
+
+def require(tool: str | Path | None, install: str) -> str:
+    """``tool`` (a path, or None when it was not found) when it exists; otherwise fail in CI,
+    which must have every tool, and skip elsewhere, saying how to get it (``install``)."""
+    if tool is not None and Path(tool).exists():
+        return str(tool)
+    if os.environ.get("CI"):
+        pytest.fail(f"{tool or 'a tool'} is required in CI: {install}")
+    pytest.skip(f"{tool or 'a tool'} is missing: {install}")

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from bootsim import MODEL, PUBLISHER_SOURCE, PUBLISHER_URI, STUBS, Host, make_plan
+from bootsim import MODEL, PUBLISHER_SOURCE, PUBLISHER_URI, STUBS, Host, make_plan, require
 from inside import ServingImage
 
 from neuron_serving.plan import ServingPlan
@@ -98,11 +98,7 @@ def booted(make_host: Callable[..., Host]) -> Callable[..., tuple[Host, ServingP
 
 @pytest.fixture
 def shellcheck() -> Iterator[str]:
-    path = shutil.which("shellcheck")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("shellcheck is required in CI: install Debian's shellcheck")
-        pytest.skip("install Debian's shellcheck")
+    path = require(shutil.which("shellcheck"), "install Debian's shellcheck")
     yield path
 
 
@@ -113,10 +109,7 @@ AWS_REGION = "us-east-2"
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     """moto's server on loopback, for the whole session (each test's emulator resets it)."""
-    if not (AWS_TOOLS / "bin" / "aws").exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"the AWS CLI and moto are required in CI: {AWS_TOOLS} (scripts/test makes it)")
-        pytest.skip(f"no {AWS_TOOLS}: run scripts/test")
+    require(AWS_TOOLS / "bin" / "aws", "scripts/test makes that venv of the AWS CLI and moto")
     with MotoServer(tmp_path_factory.mktemp("moto") / "moto.log") as server:
         yield server
 

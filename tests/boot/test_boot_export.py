@@ -12,7 +12,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from bootsim import CACHE, EXPORTS, FAKE_HF_TOKEN, HOOK, MARKER, SIGNAL, SMALL_MODEL, Host, make_plan, write_export
+from bootsim import (
+    CACHE,
+    EXPORTS,
+    FAKE_HF_TOKEN,
+    HOOK,
+    MARKER,
+    SIGNAL,
+    SMALL_MODEL,
+    Host,
+    make_plan,
+    require,
+    write_export,
+)
 from inside import CHECKPOINT
 
 from neuron_serving.plan import ServingConfigError, ServingPlan
@@ -256,11 +268,7 @@ def test_the_export_command_the_script_issues_reaches_optimum_neuron_030s_export
 ) -> None:
     # The docker words the boot script really issued, run through optimum-neuron 0.3.0's own
     # parsers and routing (tests/harness/optimum_neuron.py) on a tiny llama checkpoint.
-    runner_python = ROOT / ".tools" / "optimum-neuron-0.3.0" / "bin" / "python"
-    if not runner_python.is_file():
-        if os.environ.get("CI"):
-            pytest.fail(f"{runner_python} is required in CI (scripts/test makes it)")
-        pytest.skip(f"no {runner_python}: run scripts/test")
+    runner_python = require(ROOT / ".tools" / "optimum-neuron-0.3.0" / "bin" / "python", "scripts/test makes it")
     plan = make_plan("inf2.24xlarge", 4)
     host = make_host(6)
     assert host.boot(render_boot_script(plan)).returncode == 0
@@ -293,11 +301,7 @@ def test_the_hub_download_the_script_issues_runs_in_the_real_huggingface_cli_at_
     # The download words the boot script really issued, with the container's environment (the
     # token from --env-file), in huggingface-hub 0.34.4's own CLI against a gated Hub repository
     # on loopback that holds Meta's layout: only what the export needs arrives, at the pinned commit.
-    cli = ROOT / ".tools" / "hub" / "bin" / "huggingface-cli"
-    if not cli.is_file():
-        if os.environ.get("CI"):
-            pytest.fail(f"{cli} is required in CI (scripts/test makes it)")
-        pytest.skip(f"no {cli}: run scripts/test")
+    cli = Path(require(ROOT / ".tools" / "hub" / "bin" / "huggingface-cli", "scripts/test makes it"))
     plan = small_plan()
     repo = HubRepo(plan.model_id, gated=True)
     pinned = repo.commit({name: text.encode() for name, text in CHECKPOINT.items()})

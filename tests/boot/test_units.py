@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from bootsim import require
 from test_boot_render import CONFIGS, OPTION_CONFIGS, embedded_files, rendered
 
 UNIT_DIR = "/etc/systemd/system"
@@ -63,11 +64,7 @@ HOST_BINARIES = ["/usr/bin/env"]
 
 @pytest.fixture(scope="module")
 def systemd_analyze() -> Iterator[str]:
-    path = shutil.which("systemd-analyze")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("systemd-analyze is required in CI: install Debian's systemd")
-        pytest.skip("install Debian's systemd for systemd-analyze")
+    path = require(shutil.which("systemd-analyze"), "install Debian's systemd for systemd-analyze")
     yield path
 
 

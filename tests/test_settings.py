@@ -3,7 +3,7 @@
 import pytest
 
 from neuron_serving import ServingConfigError, StackSettings
-from neuron_serving.settings import DEFAULT_DLAMI_PARAMETER, DEFAULT_INSTANCE_TYPE, DEFAULT_MODEL_ID
+from neuron_serving.settings import DEFAULT_INSTANCE_TYPE, DEFAULT_MODEL_ID
 
 
 def _settings(**context):
@@ -17,7 +17,7 @@ def test_defaults_need_no_context():
     assert settings.request.tensor_parallel is None
     assert settings.internet_facing is False
     assert settings.allowed_cidrs == ()
-    assert settings.dlami_parameter == DEFAULT_DLAMI_PARAMETER
+    assert settings.engine == "tgi" and settings.image is None and settings.dlami_parameter is None
 
 
 def test_command_line_strings_become_typed_values():

@@ -8,7 +8,9 @@ tests can run the script against a directory; the neuron-monitor command line is
 
 The config, rendered at synth from the metric catalog (``neuron_serving.render.metrics``), names
 the namespace, the interval, the output file, the neuron-monitor command line, each replica's
-name and loopback port, the router's Prometheus URL and backend, the disk to measure, and
+name and loopback port, ``replica_metrics`` (the serving engine's Prometheus names behind the
+replica metrics: ``neuron_serving.plan.engines``, ``ReplicaMetrics.to_json``), the router's
+Prometheus URL and backend, the disk to measure, and
 ``metrics``: for each published metric its unit and dimension sets. That map is the contract: a
 metric is written only if it is there, with that unit and those of its dimension sets whose keys
 the metric has (``Replica`` for per-replica metrics, ``ErrorType`` for execution errors).
@@ -23,7 +25,7 @@ Design:
 - The computation is pure and kept apart from the I/O: :func:`parse_prometheus` reads the text
   exposition format, :class:`Publisher` turns one round's inputs into EMF events and keeps the
   state that counter deltas need. Counters become per-interval deltas (none on a series' first
-  observation; a drop means a restart, and the delta is then the new value). A TGI histogram
+  observation; a drop means a restart, and the delta is then the new value). A replica's histogram
   becomes one value per request of the interval, placed evenly inside the request's bucket, so
   that CloudWatch computes percentiles across replicas and instances from the raw values.
 - Metrics with the same dimension values share one event; value arrays longer than EMF's 100
@@ -53,18 +55,14 @@ from typing import Any, NamedTuple, TypeGuard
 
 ERROR_TYPES = ("generic", "numerical", "transient", "model", "runtime", "hardware")
 """neuron-monitor's ``error_summary`` keys: the values of the ``ErrorType`` dimension."""
-TGI_COUNTERS = (("Requests", "tgi_request_count"), ("RequestFailures", "tgi_request_failure"),
-                ("GeneratedTokens", "tgi_request_generated_tokens_sum"))
-TGI_HISTOGRAMS = (("RequestDuration", "tgi_request_duration"), ("QueueDuration", "tgi_request_queue_duration"),
-                  ("TimePerOutputToken", "tgi_request_mean_time_per_token_duration"))
 MAX_VALUES = 100
 """EMF: at most this many values in one metric's array."""
 SCRAPE_TIMEOUT = 5.0
 """Seconds a replica or the router has to answer a scrape."""
 RESTART_INTERVALS = 3
 """A missing, dead or silent neuron-monitor is restarted at most once in this many intervals."""
-CONFIG_KEYS = {"namespace", "interval_seconds", "output", "neuron_monitor", "replicas", "router_metrics_url",
-               "router_backend", "disk_path", "metrics"}
+CONFIG_KEYS = {"namespace", "interval_seconds", "output", "neuron_monitor", "replicas", "replica_metrics",
+               "router_metrics_url", "router_backend", "disk_path", "metrics"}
 
 # The router and the replicas listen on loopback: no proxy from the environment may apply.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -135,6 +133,13 @@ def histogram_values(previous: dict[float, float] | None, current: dict[float, f
     return values
 
 
+def _sum(samples: list[Sample], sources: list[dict[str, Any]]) -> float | None:
+    """The sum of ``total`` over ``sources`` (each ``{"name": ..., "labels": {...}}``); ``None``
+    if no source has a sample."""
+    found = [v for v in (total(samples, s["name"], **s["labels"]) for s in sources) if v is not None]
+    return sum(found) if found else None
+
+
 def _ok(group: Any) -> TypeGuard[dict[str, Any]]:
     """Whether a neuron-monitor metric group is present and reports no error."""
     return isinstance(group, dict) and not group.get("error")
@@ -149,8 +154,8 @@ def _round(value: float) -> float:
 class Publisher:
     """Turns the inputs of one round into EMF events, keeping what counter deltas need.
 
-    :param config: the publisher's config (``namespace``, ``replicas``, ``router_backend`` and
-        ``metrics`` are read here).
+    :param config: the publisher's config (``namespace``, ``replicas``, ``replica_metrics``,
+        ``router_backend`` and ``metrics`` are read here).
     :param service: the ``Service`` dimension's value.
     :param instance_id: the ``InstanceId`` dimension's value.
     """
@@ -159,6 +164,7 @@ class Publisher:
         self.namespace: str = config["namespace"]
         self.metrics: dict[str, dict[str, Any]] = config["metrics"]
         self.replicas = {r["name"] for r in config["replicas"]}
+        self.sources: dict[str, Any] = config["replica_metrics"]
         self.backend: str = config["router_backend"]
         self.instance = {"Service": service, "InstanceId": instance_id}
         for name, spec in self.metrics.items():
@@ -167,18 +173,18 @@ class Publisher:
         self._last: dict[Any, Any] = {}
         self._out: dict[tuple[tuple[str, str], ...], dict[str, list[float]]] = {}
 
-    def collect(self, report: Any, tgi: dict[str, str | None], router: str | None,
+    def collect(self, report: Any, replicas: dict[str, str | None], router: str | None,
                 disk: tuple[int, int] | None, now_ms: int) -> list[dict[str, Any]]:
         """The EMF events of one round.
 
         :param report: neuron-monitor's latest report (a JSON object), or ``None`` without one.
-        :param tgi: each replica's ``/metrics`` text by replica name, ``None`` if it did not answer.
+        :param replicas: each replica's ``/metrics`` text by replica name, ``None`` if it did not answer.
         :param router: the router's ``/metrics`` text, or ``None``.
         :param disk: bytes used and available on the measured file system, or ``None``.
         :param now_ms: the events' timestamp, in milliseconds since the epoch.
         """
         self._out = {}
-        steps = [(f"{name}'s metrics", partial(self._tgi, name, text)) for name, text in tgi.items()
+        steps = [(f"{name}'s metrics", partial(self._replica, name, text)) for name, text in replicas.items()
                  if text is not None]
         if router is not None:
             steps.append(("the router's metrics", partial(self._router, router)))
@@ -207,17 +213,17 @@ class Publisher:
             return None
         return value - previous if value >= previous else value
 
-    def _tgi(self, replica: str, text: str) -> None:
+    def _replica(self, replica: str, text: str) -> None:
         samples = parse_prometheus(text)
         dims = {**self.instance, "Replica": replica}
-        queued, batch = total(samples, "tgi_queue_size"), total(samples, "tgi_batch_current_size")
+        queued, batch = _sum(samples, self.sources["queued"]), _sum(samples, self.sources["running"])
         self._add(dims, "QueueSize", queued)
         self._add(dims, "BatchSize", batch)
         self._add(dims, "InFlightRequests", None if queued is None or batch is None else queued + batch)
-        # TGI creates a counter at its first increment: absent means zero.
-        for metric, source in TGI_COUNTERS:
-            self._add(dims, metric, self._delta((replica, source), total(samples, source) or 0.0))
-        for metric, source in TGI_HISTOGRAMS:
+        # Servers create a counter (or a labelled series) at its first increment: absent means zero.
+        for metric, sources in self.sources["counters"].items():
+            self._add(dims, metric, self._delta((replica, metric), _sum(samples, sources) or 0.0))
+        for metric, source in self.sources["histograms"].items():
             current = buckets(samples, source)
             previous, self._last[(replica, source)] = self._last.get((replica, source)), current
             self._add(dims, metric, histogram_values(previous, current))

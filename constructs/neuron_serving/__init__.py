@@ -1,4 +1,4 @@
-"""cdk-neuron-serving: serve LLMs on AWS Inferentia2 and Trainium with data-parallel TGI replicas.
+"""cdk-neuron-serving: serve LLMs on AWS Inferentia2 and Trainium with data-parallel TGI or vLLM replicas.
 
 Layers, each importing only those below it: ``plan`` (catalogs, planner; pure Python) ->
 ``render`` (boot scripts and router config from userdata/ templates; pure Python) -> ``cdk``

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .plan.engines import DEFAULT_ENGINE, ENGINES
 from .plan.errors import Problems
 from .plan.layout import ServingRequest
-from .plan.tgi import DEFAULT_IMAGE, TGI_3_3_5
 from .plan.timing import MAX_CLOUDFORMATION_MINUTES
 
 DEFAULT_MODEL_ID = "NousResearch/Meta-Llama-3-8B-Instruct"
@@ -24,13 +24,10 @@ DEFAULT_MODEL_ID = "NousResearch/Meta-Llama-3-8B-Instruct"
 DEFAULT_INSTANCE_TYPE = "inf2.24xlarge"
 """6 Neuron devices: the default 8B model fits at degree 2, giving 6 data-parallel replicas."""
 
-DEFAULT_DLAMI_PARAMETER = TGI_3_3_5.dlami_parameter
-"""The Neuron DLAMI with drivers and tools only, meant for containerised serving, whose driver
-runs the default image's Neuron runtime (see ``ServingImage.dlami_parameter``)."""
 
 CONTEXT_KEYS = (
     "model_id", "model_revision", "model_config", "instance_type", "tensor_parallel", "batch_size", "sequence_length",
-    "max_input_tokens", "dtype", "hf_token_secret", "image", "ami_id", "dlami_parameter",
+    "max_input_tokens", "dtype", "hf_token_secret", "engine", "image", "ami_id", "dlami_parameter",
     "internet_facing", "allowed_cidrs", "certificate_arn", "fleet", "min_capacity", "max_capacity",
     "desired_capacity", "warm_pool", "scale_down_schedule", "scale_up_schedule", "target_requests_per_minute",
     "prebuilt_export", "boot_timeout_minutes", "target_in_flight_requests", "log_retention_days", "alarm_email",
@@ -51,11 +48,15 @@ class StackSettings:
         Part of the artifact cache key, so pinning a commit keeps a fleet's cached export from
         outliving the weights it was built from. Default: none (the repository's default
         branch at export time).
-    :param image: the TGI Neuron serving image. Default: ``DEFAULT_IMAGE``.
+    :param engine: the serving engine, ``tgi`` or ``vllm``. Default: ``tgi``.
+    :param image: the serving image, one of the engine's known images. Default: the engine's
+        default image.
     :param hf_token_secret: name or ARN of a Secrets Manager secret holding a Hugging Face
         token, for gated models. Default: none.
     :param ami_id: a pinned AMI id instead of the DLAMI parameter. Default: none.
     :param dlami_parameter: the public SSM parameter naming the DLAMI, resolved at each launch.
+        Default: the serving image's (a Neuron DLAMI with drivers and tools only, meant for
+        containerised serving, whose driver runs the image's Neuron runtime).
     :param internet_facing: an internet-facing load balancer. Default: false (internal).
     :param allowed_cidrs: CIDRs that may reach the endpoint. Default: the VPC's CIDR when
         internal; required when internet-facing.
@@ -86,10 +87,11 @@ class StackSettings:
 
     request: ServingRequest
     model_revision: str | None = None
-    image: str = DEFAULT_IMAGE
+    engine: str = DEFAULT_ENGINE
+    image: str | None = None
     hf_token_secret: str | None = None
     ami_id: str | None = None
-    dlami_parameter: str = DEFAULT_DLAMI_PARAMETER
+    dlami_parameter: str | None = None
     internet_facing: bool = False
     allowed_cidrs: tuple[str, ...] = field(default=())
     certificate_arn: str | None = None
@@ -128,10 +130,11 @@ class StackSettings:
         settings = cls(
             request=request,
             model_revision=reader.optional_text("model_revision"),
-            image=reader.text("image", DEFAULT_IMAGE),
+            engine=reader.text("engine", DEFAULT_ENGINE),
+            image=reader.optional_text("image"),
             hf_token_secret=reader.optional_text("hf_token_secret"),
             ami_id=reader.optional_text("ami_id"),
-            dlami_parameter=reader.text("dlami_parameter", DEFAULT_DLAMI_PARAMETER),
+            dlami_parameter=reader.optional_text("dlami_parameter"),
             internet_facing=reader.boolean("internet_facing", False),
             allowed_cidrs=reader.cidrs("allowed_cidrs"),
             certificate_arn=reader.optional_text("certificate_arn"),
@@ -152,6 +155,8 @@ class StackSettings:
             prebuilt_export=reader.optional_text("prebuilt_export"),
             boot_timeout_minutes=reader.optional_integer("boot_timeout_minutes"),
         )
+        if settings.engine not in ENGINES:
+            problems.add("engine", settings.engine, f"must be one of {', '.join(ENGINES)}")
         if settings.fleet not in FLEET_KINDS:
             problems.add("fleet", settings.fleet, f"must be one of {', '.join(FLEET_KINDS)}")
         elif settings.fleet == "instance":

@@ -28,14 +28,8 @@ from bootsim import (
 from inside import CHECKPOINT
 
 from neuron_serving.plan import ServingConfigError, ServingPlan
-from neuron_serving.plan.tgi import (
-    CHECKPOINT_EXCLUDED,
-    CHECKPOINT_FILES,
-    DEFAULT_IMAGE,
-    TGI_3_3_5,
-    check_dlami_parameter,
-    export_key,
-)
+from neuron_serving.plan.engines import CHECKPOINT_EXCLUDED, CHECKPOINT_FILES, check_dlami_parameter
+from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
 from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, BootOptions, render_boot_script
 from tests.harness.fake_hub import FakeHub, HubRepo
 from tests.harness.test_optimum_neuron import TINY_LLAMA
@@ -50,7 +44,7 @@ def small_plan() -> ServingPlan:
 
 
 def export_dir(host: Host, plan: ServingPlan) -> str:
-    return str(host.path(f"{EXPORTS}/{export_key(plan, TGI_3_3_5)}"))
+    return str(host.path(f"{EXPORTS}/{TGI.export_key(plan, TGI_3_3_5)}"))
 
 
 def hub_downloads(host: Host) -> list[list[str]]:
@@ -65,8 +59,8 @@ def test_the_checkpoint_is_downloaded_without_metas_original_weights_before_the_
     result = host.boot(render_boot_script(plan), STUB_EXPORT_FAIL="1")  # keeps the download
     assert result.returncode != 0
     [download] = hub_downloads(host)
-    words = download[download.index(DEFAULT_IMAGE) + 1:]
-    key = export_key(plan, TGI_3_3_5)
+    words = download[download.index(TGI_3_3_5.reference) + 1:]
+    key = TGI.export_key(plan, TGI_3_3_5)
     assert words[:4] == ["download", plan.model_id, "--local-dir", f"/models/{key}.src"]
     assert words[words.index("--include") + 1:words.index("--exclude")] == list(CHECKPOINT_FILES)
     assert words[words.index("--exclude") + 1:] == list(CHECKPOINT_EXCLUDED)
@@ -83,7 +77,7 @@ def test_an_export_holds_the_weights_and_the_checkpoint_is_not_kept(make_host: M
     plan = make_plan("inf2.24xlarge", 4)
     host = make_host(6)
     assert host.boot(render_boot_script(plan)).returncode == 0
-    final = host.path(f"{EXPORTS}/{export_key(plan, TGI_3_3_5)}")
+    final = host.path(f"{EXPORTS}/{TGI.export_key(plan, TGI_3_3_5)}")
     assert sorted(p.name for p in (final / "checkpoint" / "weights").iterdir()) == [
         f"tp{rank}_sharded_checkpoint.safetensors" for rank in range(4)]
     assert json.loads((final / "neuron_config.json").read_text())["checkpoint_id"] is None
@@ -122,7 +116,7 @@ def test_a_prebuilt_export_that_does_not_match_the_plan_is_never_served(
     result = host.boot(render_boot_script(plan, BootOptions(prebuilt_export="s3://models/export", signal=SIGNAL)))
     assert result.returncode != 0
     assert problem in result.stdout
-    assert not host.path(f"{EXPORTS}/{export_key(plan, TGI_3_3_5)}/{MARKER}").exists()
+    assert not host.path(f"{EXPORTS}/{TGI.export_key(plan, TGI_3_3_5)}/{MARKER}").exists()
     assert host.started_units() == ["docker"]
 
 
@@ -131,7 +125,7 @@ def test_a_cached_artifact_that_does_not_match_the_plan_is_not_served_and_the_ho
 ) -> None:
     plan = small_plan()
     host = make_host(1)
-    key = export_key(plan, TGI_3_3_5)
+    key = TGI.export_key(plan, TGI_3_3_5)
     bad = host.s3 / "cache-bucket" / "exports" / key / "i-0badbadbadbadbad0"
     write_export(bad, plan, degree=plan.degree, weights=False)
     (bad.parent / "COMPLETE").write_text(f"exports/{key}/i-0badbadbadbadbad0\n")
@@ -146,7 +140,7 @@ def test_a_cached_artifact_that_does_not_match_the_plan_is_not_served_and_the_ho
 def test_a_complete_export_on_disk_that_no_longer_passes_the_check_is_redone(make_host: MakeHost) -> None:
     plan = small_plan()
     host = make_host(1)
-    final = host.path(f"{EXPORTS}/{export_key(plan, TGI_3_3_5)}")
+    final = host.path(f"{EXPORTS}/{TGI.export_key(plan, TGI_3_3_5)}")
     write_export(final, plan, weights=False)
     (final / MARKER).write_text("exported by an earlier script\n")
     assert host.boot(render_boot_script(plan)).returncode == 0
@@ -154,16 +148,18 @@ def test_a_complete_export_on_disk_that_no_longer_passes_the_check_is_redone(mak
     assert host.run(CHECK_EXPORT, str(final)).returncode == 0
 
 
-def test_artifacts_under_keys_of_the_first_format_are_never_used(make_host: MakeHost) -> None:
-    # Today's keys start with v2-: v1 artifacts (compiled for every core, without weights)
-    # published by earlier scripts stay where they are, unread.
+def test_artifacts_under_keys_of_earlier_formats_are_never_used(make_host: MakeHost) -> None:
+    # Today's keys start with v3-<engine>-: artifacts published by earlier scripts (v1: compiled
+    # for every core, without weights; v2: keys that did not name the engine) stay where they
+    # are, unread.
     plan = small_plan()
-    key = export_key(plan, TGI_3_3_5)
-    assert key.startswith("v2-")
+    key = TGI.export_key(plan, TGI_3_3_5)
+    assert key.startswith("v3-tgi-")
     host = make_host(1)
-    v1 = host.s3 / "cache-bucket" / "exports" / key.removeprefix("v2-")
-    write_export(v1 / "i-0", plan, weights=False)
-    (v1 / "COMPLETE").write_text(f"exports/{v1.name}/i-0\n")
+    for old in (key.removeprefix("v3-tgi-"), "v2-" + key.removeprefix("v3-tgi-")):
+        artifact = host.s3 / "cache-bucket" / "exports" / old
+        write_export(artifact / "i-0", plan, weights=old.startswith("v2-"))
+        (artifact / "COMPLETE").write_text(f"exports/{old}/i-0\n")
     assert host.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE))).returncode == 0
     assert len(host.exports()) == 1
     assert [a[2] for a in host.aws("s3", "cp")] == [f"s3://cache-bucket/exports/{key}/COMPLETE"]
@@ -173,7 +169,7 @@ def test_the_check_names_every_field_of_the_plan_and_accepts_a_matching_export(m
     plan = small_plan()
     host = make_host(1)
     assert host.boot(render_boot_script(plan)).returncode == 0
-    final = host.path(f"{EXPORTS}/{export_key(plan, TGI_3_3_5)}")
+    final = host.path(f"{EXPORTS}/{TGI.export_key(plan, TGI_3_3_5)}")
     config = json.loads((final / "neuron_config.json").read_text())
     config.update(batch_size=8, sequence_length=2048, torch_dtype="float16")
     (final / "neuron_config.json").write_text(json.dumps(config))
@@ -203,13 +199,14 @@ def test_a_model_the_images_optimum_neuron_cannot_export_is_refused_at_synth_nam
     # Defect 3: optimum-neuron 0.3.0 exports no mistral model.
     plan = make_plan("inf2.48xlarge", 8, model_id="mistralai/Mistral-7B-Instruct-v0.3")
     with pytest.raises(ServingConfigError, match=r"^model_id \('mistralai/Mistral-7B-Instruct-v0.3'\) is a mistral "
-                       r"model, which optimum-neuron 0.3.0 in .* cannot export; it exports granite, llama, mixtral, "
+                       r"model, which optimum-neuron 0.3.0 in .* cannot export and serve; it does granite, llama, "
+                       r"mixtral, "
                        r"phi3, qwen2, qwen3$"):
         render_boot_script(plan)
 
 
 def test_an_image_whose_tools_are_unknown_is_refused_naming_image() -> None:
-    with pytest.raises(ServingConfigError, match=r"^image \('example.com/tgi:latest'\) is not a serving image"):
+    with pytest.raises(ServingConfigError, match=r"^image \('example.com/tgi:latest'\) is not a TGI serving image"):
         render_boot_script(small_plan(), BootOptions(image="example.com/tgi:latest"))
 
 
@@ -245,9 +242,9 @@ def test_the_engine_receives_each_replica_with_its_devices_loopback_port_read_on
     for replica in plan.replicas:
         assert host.run(RUN_REPLICA, str(replica.index)).returncode == 0
     created = {c["name"]: c for c in host.containers()}
-    key = export_key(plan, TGI_3_3_5)
+    key = TGI.export_key(plan, TGI_3_3_5)
     for replica in plan.replicas:
-        container = created[f"tgi-replica-{replica.index}"]
+        container = created[f"replica-{replica.index}"]
         config = container["HostConfig"]
         assert [d["PathOnHost"] for d in config["Devices"]] == list(replica.device_paths)
         assert config["PortBindings"] == {"80/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(replica.port)}]}
@@ -273,7 +270,7 @@ def test_the_export_command_the_script_issues_reaches_optimum_neuron_030s_export
     host = make_host(6)
     assert host.boot(render_boot_script(plan)).returncode == 0
     [argv] = host.exports()
-    key = export_key(plan, TGI_3_3_5)
+    key = TGI.export_key(plan, TGI_3_3_5)
     exports = tmp_path / "exports"
     (exports / f"{key}.src").mkdir(parents=True)
     (exports / f"{key}.src" / "config.json").write_text(json.dumps(TINY_LLAMA))
@@ -316,5 +313,5 @@ def test_the_hub_download_the_script_issues_runs_in_the_real_huggingface_cli_at_
             name for name in CHECKPOINT if not name.startswith("original/") and name != "LICENSE")
         files = [r for r in hub.requests if r.file is not None and r.server == "hub"]
         assert files and all(f"/resolve/{pinned}/" in r.path for r in files)
-    final = host.path(f"{EXPORTS}/{export_key(plan, TGI_3_3_5, pinned)}")
+    final = host.path(f"{EXPORTS}/{TGI.export_key(plan, TGI_3_3_5, pinned)}")
     assert host.run(CHECK_EXPORT, str(final)).returncode == 0

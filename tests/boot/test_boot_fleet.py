@@ -10,7 +10,7 @@ from pathlib import Path
 from bootsim import BOOT_LOG, CACHE, FAKE_HF_TOKEN, HOOK, MARKER, SIGNAL, SMALL_MODEL, Host, make_plan, write_export
 
 from neuron_serving.plan import ServingPlan
-from neuron_serving.plan.tgi import DEFAULT_IMAGE, TGI_3_3_5, export_key
+from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
 from neuron_serving.render.boot import (
     CHECK_EXPORT,
     COMPLETE_LIFECYCLE,
@@ -30,12 +30,12 @@ def small_plan() -> ServingPlan:
 
 
 def local_export(host: Host, plan: ServingPlan) -> Path:
-    return host.path(f"/var/lib/neuron-serving/exports/{export_key(plan, TGI_3_3_5)}")
+    return host.path(f"/var/lib/neuron-serving/exports/{TGI.export_key(plan, TGI_3_3_5)}")
 
 
 def cached(host: Host, plan: ServingPlan) -> Path:
     """``<cache>/<export key>/`` in the hosts' fake S3."""
-    return host.s3 / CACHE.removeprefix("s3://") / export_key(plan, TGI_3_3_5)
+    return host.s3 / CACHE.removeprefix("s3://") / TGI.export_key(plan, TGI_3_3_5)
 
 
 def downloads(host: Host) -> list[list[str]]:
@@ -80,7 +80,7 @@ def test_three_hosts_booting_in_turn_export_once_and_download_twice(make_host: M
     assert [len(h.exports()) for h in hosts] == [1, 0, 0]
     assert [len(downloads(h)) for h in hosts] == [0, 1, 1]
     assert all(has_working_export(h, plan) for h in hosts)
-    published = f"exports/{export_key(plan, TGI_3_3_5)}/{hosts[0].instance_id}"
+    published = f"exports/{TGI.export_key(plan, TGI_3_3_5)}/{hosts[0].instance_id}"
     assert (cached(hosts[0], plan) / "COMPLETE").read_text() == f"{published}\n"
     assert downloads(hosts[1])[0][-2] == f"s3://cache-bucket/{published}/"
 
@@ -144,8 +144,8 @@ def test_a_prebuilt_hf_export_is_downloaded_in_the_serving_image_and_optimum_cli
     [download] = [a for a in host.calls("docker") if a[0] == "run" and "--name" not in a]
     assert download[download.index("--entrypoint") + 1] == "huggingface-cli"
     assert download[download.index("--env-file") + 1] == str(host.path("/etc/neuron-serving/hf-token.env"))
-    key = export_key(plan, TGI_3_3_5)
-    assert download[download.index(DEFAULT_IMAGE) + 1:] == [
+    key = TGI.export_key(plan, TGI_3_3_5)
+    assert download[download.index(TGI_3_3_5.reference) + 1:] == [
         "download", "aws-neuron/Llama-3.1-8B-neuron", "--local-dir", f"/models/{key}.tmp"]
     assert has_working_export(host, plan)
     assert FAKE_HF_TOKEN not in host.calls_log.read_text()
@@ -202,7 +202,7 @@ def test_a_failed_export_signals_failure_with_the_compiler_error_and_logs_the_wh
     unique_id = signal["--unique-id"]
     assert unique_id.startswith(f"{host.instance_id} export-model: neuronx-cc: error: compilation")
     assert len(unique_id) <= SIGNAL_ID_LIMIT and re.fullmatch(r"[\w .:/()=,+-]+", unique_id)
-    key = export_key(plan, TGI_3_3_5)
+    key = TGI.export_key(plan, TGI_3_3_5)
     reason = "neuron-serving: failed in step export-model: neuronx-cc: error: compilation failed\n"
     tail = f"compiling /models/{key}.src into /models/{key}.tmp\nneuronx-cc: error: compilation failed\n"
     assert reason in host.path(BOOT_LOG).read_text()
@@ -243,7 +243,7 @@ def test_a_launch_into_the_warm_pool_prepares_everything_and_completes_the_lifec
     host, plan = warm_pool_boot(make_host)
     assert len([a for a in host.calls("docker") if a[0] == "pull"]) == 1
     assert len(host.exports()) == 1
-    units = [f"neuron-tgi@{r.index}" for r in plan.replicas]
+    units = [f"neuron-replica@{r.index}" for r in plan.replicas]
     assert ["enable", "neuron-serving-ready", *units] in host.calls("systemctl")
     assert [a for a in host.calls("systemctl") if a[0] in ("start", "restart") or "--now" in a] == [
         ["enable", "--now", "docker"]]
@@ -281,7 +281,7 @@ def test_a_launch_straight_into_service_signals_success_then_completes_the_lifec
     options = BootOptions(signal=SIGNAL, warm_pool_hook=HOOK)
     result = host.boot(render_boot_script(plan, options), STUB_LIFECYCLE_STATE="InService")
     assert result.returncode == 0, result.stdout
-    assert ["start", "neuron-tgi@0"] in host.calls("systemctl")
+    assert ["start", "neuron-replica@0"] in host.calls("systemctl")
     assert [a[:2] for a in host.calls("aws")] == [["cloudformation", "signal-resource"],
                                                   ["autoscaling", "complete-lifecycle-action"]]
     assert signals(host)[0]["--status"] == "SUCCESS"
@@ -319,11 +319,11 @@ def test_a_pinned_revision_is_downloaded_then_exported_from_disk_under_its_own_k
     host = make_host(1)
     result = host.boot(render_boot_script(plan, BootOptions(model_revision=REVISION, artifact_cache=CACHE)))
     assert result.returncode == 0, result.stdout
-    key = export_key(plan, TGI_3_3_5, REVISION)
-    assert key != export_key(plan, TGI_3_3_5)
+    key = TGI.export_key(plan, TGI_3_3_5, REVISION)
+    assert key != TGI.export_key(plan, TGI_3_3_5)
     runs = [a for a in host.calls("docker") if a[0] == "run" and "--name" not in a and "--help" not in a]
     download, export = runs
-    assert download[download.index(DEFAULT_IMAGE) + 1:download.index("--include")] == [
+    assert download[download.index(TGI_3_3_5.reference) + 1:download.index("--include")] == [
         "download", plan.model_id, "--revision", REVISION, "--local-dir", f"/models/{key}.src"]
     assert export[export.index("--model") + 1] == f"/models/{key}.src"
     final = host.path(f"/var/lib/neuron-serving/exports/{key}")

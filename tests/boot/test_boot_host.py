@@ -8,7 +8,7 @@ from collections.abc import Callable
 from bootsim import EXPORTS, FAKE_HF_TOKEN, MARKER, SECRET_ARN, SMALL_MODEL, Host, make_plan, write_export
 
 from neuron_serving.plan import ServingPlan
-from neuron_serving.plan.tgi import DEFAULT_IMAGE, TGI_3_3_5, export_key, replica_environment
+from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
 from neuron_serving.render.boot import CHECK_EXPORT, EXPORT_MODEL, RUN_REPLICA, BootOptions, render_boot_script
 from neuron_serving.render.router import render_router_config
 
@@ -18,7 +18,7 @@ MakeHost = Callable[..., Host]
 
 
 def export_dir(plan: ServingPlan) -> str:
-    return f"{EXPORTS}/{export_key(plan, TGI_3_3_5)}"
+    return f"{EXPORTS}/{TGI.export_key(plan, TGI_3_3_5)}"
 
 
 def read_env_file(host: Host, path: str) -> dict[str, str]:
@@ -33,7 +33,7 @@ def device_flags(argv: list[str]) -> list[str]:
 def test_export_runs_once_across_two_boots_and_every_unit_start(booted: Booted) -> None:
     host, plan, script = booted("inf2.48xlarge", 8)
     second = host.boot(script)
-    for _ in plan.replicas:  # each neuron-tgi@N unit's ExecStartPre after the reboot
+    for _ in plan.replicas:  # each neuron-replica@N unit's ExecStartPre after the reboot
         assert host.run(EXPORT_MODEL).returncode == 0
     assert second.returncode == 0, second.stdout
     assert len(host.exports()) == 1
@@ -51,7 +51,7 @@ def test_concurrent_export_callers_wait_for_one_export(make_host: MakeHost) -> N
 
 def test_each_replica_runs_with_exactly_its_devices_and_port(booted: Booted) -> None:
     host, plan, _ = booted("inf2.48xlarge", 8)
-    key = export_key(plan, TGI_3_3_5)
+    key = TGI.export_key(plan, TGI_3_3_5)
     for replica in plan.replicas:
         conf = host.path(f"/etc/neuron-serving/replica-{replica.index}.conf").read_text()
         assert f'DEVICES="{" ".join(map(str, replica.devices))}"' in conf
@@ -61,17 +61,17 @@ def test_each_replica_runs_with_exactly_its_devices_and_port(booted: Booted) -> 
         argv = host.calls("docker")[-1]
         assert device_flags(argv) == list(replica.device_paths)
         assert argv[argv.index("-p") + 1] == f"127.0.0.1:{replica.port}:80"
-        assert argv[argv.index("--name") + 1] == f"tgi-replica-{replica.index}"
+        assert argv[argv.index("--name") + 1] == f"replica-{replica.index}"
         assert argv[argv.index("-v") + 1] == f"{host.path(export_dir(plan))}:/models/{key}:ro"
         assert "--privileged" not in argv
 
 
 def test_each_replica_env_file_holds_exactly_its_tgi_settings(booted: Booted) -> None:
     host, plan, _ = booted("trn1.32xlarge", 2)
-    model_dir = f"/models/{export_key(plan, TGI_3_3_5)}"
+    model_dir = f"/models/{TGI.export_key(plan, TGI_3_3_5)}"
     for replica in plan.replicas:
         env_file = f"/etc/neuron-serving/replica-{replica.index}.env"
-        assert read_env_file(host, env_file) == replica_environment(plan, replica, model_dir)
+        assert read_env_file(host, env_file) == TGI.replica_environment(plan, TGI_3_3_5, replica, model_dir)
         host.run(RUN_REPLICA, str(replica.index))
         argv = host.calls("docker")[-1]
         assert argv[argv.index("--env-file") + 1] == str(host.path(env_file))
@@ -79,8 +79,8 @@ def test_each_replica_env_file_holds_exactly_its_tgi_settings(booted: Booted) ->
 
 def test_every_replica_unit_is_enabled_and_started_after_the_export(booted: Booted) -> None:
     host, plan, _ = booted("trn1.32xlarge", 2)
-    assert host.started_units() == ["docker"] + [f"neuron-tgi@{r.index}" for r in plan.replicas]
-    unit = host.path("/etc/systemd/system/neuron-tgi@.service").read_text()
+    assert host.started_units() == ["docker"] + [f"neuron-replica@{r.index}" for r in plan.replicas]
+    unit = host.path("/etc/systemd/system/neuron-replica@.service").read_text()
     assert "Restart=always" in unit
     assert "ExecStartPre=/opt/neuron-serving/bin/export-model" in unit
     assert "ExecStart=/opt/neuron-serving/bin/run-replica %i" in unit
@@ -96,8 +96,8 @@ def test_export_compiles_from_the_downloaded_checkpoint_with_one_replicas_device
     assert "--privileged" not in argv
     assert argv[argv.index("--entrypoint") + 1] == "optimum-cli"
     assert argv[argv.index("-e") + 1] == "HF_HUB_OFFLINE=1"
-    command = argv[argv.index(DEFAULT_IMAGE) + 1:]
-    key = export_key(plan, TGI_3_3_5)
+    command = argv[argv.index(TGI_3_3_5.reference) + 1:]
+    key = TGI.export_key(plan, TGI_3_3_5)
     assert command == ["export", "neuron", "--model", f"/models/{key}.src", "--task", "text-generation",
                        "--batch_size", "4", "--sequence_length", "4096", "--num_cores", "4",
                        "--auto_cast_type", "bf16", f"/models/{key}.tmp"]
@@ -181,7 +181,7 @@ def test_image_pull_fails_clearly_after_the_last_attempt(make_host: MakeHost) ->
     host = make_host(1)
     result = host.boot(render_boot_script(plan), STUB_DOCKER_PULL_FAILURES="5")
     assert result.returncode != 0
-    assert f"could not pull {DEFAULT_IMAGE} after 5 attempts" in result.stdout
+    assert f"could not pull {TGI_3_3_5.reference} after 5 attempts" in result.stdout
     assert "FAILED in step pull-image" in result.stdout
     assert host.path("/var/log/neuron-serving/status").read_text() == "failed pull-image\n"
     assert host.exports() == []
@@ -234,7 +234,7 @@ def test_export_is_skipped_when_its_marker_is_present(make_host: MakeHost) -> No
     result = host.boot(render_boot_script(plan))
     assert result.returncode == 0, result.stdout
     assert [a for a in host.calls("docker") if a[0] == "run"] == []
-    assert host.started_units()[1:] == [f"neuron-tgi@{r.index}" for r in plan.replicas]
+    assert host.started_units()[1:] == [f"neuron-replica@{r.index}" for r in plan.replicas]
 
 
 def test_half_finished_export_is_not_used_and_is_redone(make_host: MakeHost) -> None:

@@ -29,6 +29,7 @@ from bootsim import (
 )
 
 from neuron_serving.plan import ServingPlan
+from neuron_serving.plan.engines.tgi import TGI
 from neuron_serving.render.boot import RUN_REPLICA, BootOptions, render_boot_script
 from neuron_serving.render.monitoring import (
     AGENT_CONFIG,
@@ -82,7 +83,7 @@ def test_the_publisher_and_its_configs_are_written_as_rendered(make_host: MakeHo
     assert stat.S_IMODE(publisher.stat().st_mode) == 0o755
     [download] = host.aws("s3", "cp")
     assert download[download.index("--region") + 1] == "us-east-2" and PUBLISHER_URI in download
-    assert host.path(PUBLISHER_CONFIG).read_text() == render_publisher_config(plan, MONITORING)
+    assert host.path(PUBLISHER_CONFIG).read_text() == render_publisher_config(plan, TGI, MONITORING)
     assert host.path(NEURON_MONITOR_CONFIG).read_text() == render_neuron_monitor_config(plan)
 
 
@@ -153,7 +154,7 @@ def test_each_replica_logs_to_its_own_stream_of_the_replicas_group(make_host: Ma
                            "mode=non-blocking", "max-buffer-size=4m"]
         assert argv.index("--log-driver") < argv.index(argv[-1])  # an option of docker run, not of TGI
         # What the real docker CLI sent the engine.
-        [created] = [c for c in host.containers() if c["name"] == f"tgi-replica-{replica.index}"]
+        [created] = [c for c in host.containers() if c["name"] == f"replica-{replica.index}"]
         assert created["HostConfig"]["LogConfig"] == {"Type": "awslogs", "Config": {
             "awslogs-region": "us-east-2", "awslogs-group": LOG_GROUPS["replicas"],
             "awslogs-stream": f"{host.instance_id}/replica-{replica.index}",
@@ -169,7 +170,7 @@ def test_a_failed_agent_download_leaves_a_warning_and_the_host_serves(make_host:
     log = host.path(BOOT_LOG).read_text()
     assert "WARNING: monitoring not started (exit 28)" in log
     assert fetch_configs(host) == []
-    assert host.started_units()[-1] == "neuron-tgi@0"
+    assert host.started_units()[-1] == "neuron-replica@0"
     assert host.path("/var/log/neuron-serving/status").read_text() == "done\n"
     assert [a[a.index("--status") + 1] for a in host.aws("cloudformation", "signal-resource")] == ["SUCCESS"]
 
@@ -178,7 +179,7 @@ def test_an_agent_refusing_its_config_leaves_a_warning_and_the_host_serves(make_
     host, _ = monitored_boot(make_host, STUB_AGENT_CONFIG_FAIL="1")
     assert "WARNING: monitoring not started (exit 1)" in host.path(BOOT_LOG).read_text()
     assert METRICS_UNIT not in host.started_units()
-    assert host.started_units()[-1] == "neuron-tgi@0"
+    assert host.started_units()[-1] == "neuron-replica@0"
 
 
 def test_in_the_warm_pool_the_publisher_is_only_enabled_and_the_agent_ships_the_preparation(

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from bootsim import FAKE_HF_TOKEN, HOOK, SIGNAL, SMALL_MODEL, Host, make_plan
 
-from neuron_serving.plan.tgi import TGI_3_3_5, export_key
+from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
 from neuron_serving.render.boot import SIGNAL_ID_LIMIT, BootOptions, render_boot_script
 from tests.harness.aws import AwsEmulator
 
@@ -33,7 +33,7 @@ def test_a_fleet_exports_once_publishes_to_s3_and_the_next_host_downloads_and_bo
     assert first.boot(script).returncode == 0, first.path("/var/log/neuron-serving/boot.log").read_text()
     assert second.boot(script).returncode == 0, second.path("/var/log/neuron-serving/boot.log").read_text()
     assert [len(h.exports()) for h in (first, second)] == [1, 0]
-    key = export_key(plan, TGI_3_3_5)
+    key = TGI.export_key(plan, TGI_3_3_5)
     complete = aws.get_object("cache-bucket", f"exports/{key}/COMPLETE")
     assert complete == f"exports/{key}/{first.instance_id}\n".encode()
     uploaded = aws.list_objects("cache-bucket", f"exports/{key}/{first.instance_id}/")
@@ -52,7 +52,7 @@ def test_of_two_racing_exporters_the_conditional_write_lets_exactly_one_publish(
     hosts = [aws_host(1), aws_host(1)]
     boots = [h.boot_async(script, STUB_EXPORT_SECONDS="2") for h in hosts]
     assert [b.wait(timeout=120) for b in boots] == [0, 0]
-    key = export_key(plan, TGI_3_3_5)
+    key = TGI.export_key(plan, TGI_3_3_5)
     winner = aws.get_object("cache-bucket", f"exports/{key}/COMPLETE").decode().strip().rsplit("/", 1)[-1]
     prefixes = {k.split("/")[2] for k in aws.list_objects("cache-bucket", f"exports/{key}/")}
     assert prefixes == {"COMPLETE", winner}  # the loser's upload is removed

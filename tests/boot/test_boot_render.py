@@ -27,7 +27,7 @@ from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from neuron_serving.plan import ServingConfigError, ServingPlan
-from neuron_serving.plan.tgi import DEFAULT_IMAGE
+from neuron_serving.plan.engines.tgi import TGI_3_3_5
 from neuron_serving.render.boot import (
     SIGNAL_ID_LIMIT,
     USER_DATA_LIMIT_BYTES,
@@ -185,13 +185,13 @@ def test_secret_id_is_shell_quoted_so_an_unresolved_cdk_token_stays_one_word() -
 def test_boot_script_embeds_exactly_its_eight_files_each_ending_at_its_heredoc_end() -> None:
     _, script = rendered("inf2.48xlarge-tp8-secret-name")
     files = embedded_files(script)
-    assert sorted(files) == ["/etc/haproxy/haproxy.cfg.new", "/etc/neuron-serving/replicas.table",
-                             "/etc/neuron-serving/stack.env", "/etc/neuron-serving/tgi.env",
-                             "/etc/systemd/system/neuron-tgi@.service", "/opt/neuron-serving/bin/check-export",
+    assert sorted(files) == ["/etc/haproxy/haproxy.cfg.new", "/etc/neuron-serving/replica.env",
+                             "/etc/neuron-serving/replicas.table", "/etc/neuron-serving/stack.env",
+                             "/etc/systemd/system/neuron-replica@.service", "/opt/neuron-serving/bin/check-export",
                              "/opt/neuron-serving/bin/export-model", "/opt/neuron-serving/bin/run-replica"]
-    assert files["/etc/systemd/system/neuron-tgi@.service"].rstrip().endswith("WantedBy=multi-user.target")
+    assert files["/etc/systemd/system/neuron-replica@.service"].rstrip().endswith("WantedBy=multi-user.target")
     # Only stack.env is outside the compressed bundle: it may carry deploy-time values.
-    assert EMBEDDED_FILE.findall(script) == [("/etc/neuron-serving/stack.env", f"IMAGE={DEFAULT_IMAGE}\n")]
+    assert EMBEDDED_FILE.findall(script) == [("/etc/neuron-serving/stack.env", f"IMAGE={TGI_3_3_5.reference}\n")]
 
 
 def test_bundled_files_may_hold_no_deploy_time_value_and_are_executable_only_with_a_shebang() -> None:
@@ -265,7 +265,7 @@ def test_deploy_time_values_stay_one_quoted_word_in_stack_env_and_only_there() -
     script = rendered("trn1.32xlarge-tp2-secret-arn-fleet")[1]
     files = embedded_files(script)
     assert files["/etc/neuron-serving/stack.env"] == (
-        f"IMAGE={DEFAULT_IMAGE}\nCACHE_BUCKET='${{Token[TOKEN.123]}}'\nCACHE_PREFIX=exports/\n"
+        f"IMAGE={TGI_3_3_5.reference}\nCACHE_BUCKET='${{Token[TOKEN.123]}}'\nCACHE_PREFIX=exports/\n"
         "GROUP_NAME=NeuronLlamaStack-NeuronServingFleet\nHOOK_NAME=neuron-serving-launch\n"
         "SERVICE='${Token[TOKEN.200]}'\nLOG_GROUP_BOOT='${Token[TOKEN.201]}'\n"
         "LOG_GROUP_REPLICAS='${Token[TOKEN.202]}'\nLOG_GROUP_ROUTER='${Token[TOKEN.203]}'\n"
@@ -297,7 +297,7 @@ def test_the_ready_unit_waits_for_every_replica_and_the_router_then_completes_th
         "ExecStart=/opt/neuron-serving/bin/complete-lifecycle CONTINUE",
     ]
     assert {"Type=oneshot", "After=haproxy.service", "WantedBy=multi-user.target"} <= set(ready)
-    assert "Before=neuron-serving-ready.service" in files["/etc/systemd/system/neuron-tgi@.service"]
+    assert "Before=neuron-serving-ready.service" in files["/etc/systemd/system/neuron-replica@.service"]
 
 
 def test_the_signal_unique_id_is_cut_to_the_api_limit() -> None:

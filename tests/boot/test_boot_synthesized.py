@@ -81,8 +81,8 @@ def test_a_synthesized_stack_boots_with_the_real_aws_cli_and_docker_cli(
     assert f"exports/{final.name}/COMPLETE" in published
     [signal] = aws.recorder.calls("SignalResource")
     assert signal.valid and signal.ok and signal.params["Status"] == "SUCCESS"
-    replicas = [unit for unit in host.started_units() if unit.startswith("neuron-tgi@")]
-    assert replicas == [f"neuron-tgi@{r.index}" for r in plan.replicas]
+    replicas = [unit for unit in host.started_units() if unit.startswith("neuron-replica@")]
+    assert replicas == [f"neuron-replica@{r.index}" for r in plan.replicas]
     assert "neuron-serving-metrics" in host.started_units()  # monitoring is on by default
     if publisher is not None:  # fetched from the assets bucket by the real CLI
         assert host.path("/opt/neuron-serving/bin/publish-metrics").read_bytes() == PUBLISHER_SOURCE.read_bytes()

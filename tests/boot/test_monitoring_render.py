@@ -12,6 +12,7 @@ import pytest
 from bootsim import MONITORING, make_plan
 
 from neuron_serving.plan import ServingConfigError, ServingPlan
+from neuron_serving.plan.engines.tgi import TGI
 from neuron_serving.render.metrics import EMF_LOG, INTERVAL_SECONDS, METRICS, MonitoringOptions
 from neuron_serving.render.monitoring import (
     AGENT_LOG_KINDS,
@@ -48,7 +49,7 @@ def is_canonical_json(text: str) -> bool:
 
 @pytest.mark.parametrize("plan", plans(), ids=lambda p: f"{p.instance.name}-tp{p.degree}")
 def test_the_publisher_config_names_each_replica_the_router_and_what_to_publish(plan: ServingPlan) -> None:
-    text = render_publisher_config(plan, MONITORING)
+    text = render_publisher_config(plan, TGI, MONITORING)
     assert is_canonical_json(text)
     assert json.loads(text) == {
         "namespace": "NeuronServing",
@@ -56,6 +57,16 @@ def test_the_publisher_config_names_each_replica_the_router_and_what_to_publish(
         "output": EMF_LOG,
         "neuron_monitor": [NEURON_MONITOR, "-c", NEURON_MONITOR_CONFIG],
         "replicas": [{"name": f"replica-{r.index}", "port": r.port} for r in plan.replicas],
+        # TGI's names (text-generation-inference v3.3.5 router/src/server.rs, router/src/infer/mod.rs).
+        "replica_metrics": {
+            "queued": [{"name": "tgi_queue_size", "labels": {}}],
+            "running": [{"name": "tgi_batch_current_size", "labels": {}}],
+            "counters": {"Requests": [{"name": "tgi_request_count", "labels": {}}],
+                         "RequestFailures": [{"name": "tgi_request_failure", "labels": {}}],
+                         "GeneratedTokens": [{"name": "tgi_request_generated_tokens_sum", "labels": {}}]},
+            "histograms": {"RequestDuration": "tgi_request_duration", "QueueDuration": "tgi_request_queue_duration",
+                           "TimePerOutputToken": "tgi_request_mean_time_per_token_duration"},
+        },
         "router_metrics_url": f"http://127.0.0.1:{ROUTER_METRICS_PORT}/metrics",
         "router_backend": ROUTER_BACKEND,
         "disk_path": "/",
@@ -64,7 +75,7 @@ def test_the_publisher_config_names_each_replica_the_router_and_what_to_publish(
 
 
 def test_the_publisher_config_metrics_are_the_catalog_with_its_units_and_dimension_sets() -> None:
-    metrics = json.loads(render_publisher_config(make_plan("inf2.48xlarge", 8), MONITORING))["metrics"]
+    metrics = json.loads(render_publisher_config(make_plan("inf2.48xlarge", 8), TGI, MONITORING))["metrics"]
     assert list(metrics) == sorted(m.name for m in METRICS)
     for m in METRICS:
         assert metrics[m.name] == {"unit": m.unit, "dimensions": [list(s) for s in m.dimension_sets]}
@@ -72,7 +83,7 @@ def test_the_publisher_config_metrics_are_the_catalog_with_its_units_and_dimensi
 
 def test_the_publisher_config_carries_the_namespace() -> None:
     options = MonitoringOptions(service="s", log_groups=MONITORING.log_groups, namespace="Team/LLM")
-    assert json.loads(render_publisher_config(make_plan("inf2.48xlarge", 8), options))["namespace"] == "Team/LLM"
+    assert json.loads(render_publisher_config(make_plan("inf2.48xlarge", 8), TGI, options))["namespace"] == "Team/LLM"
 
 
 def test_the_router_backend_is_the_one_in_the_router_config() -> None:
@@ -121,8 +132,8 @@ def test_the_agent_config_has_a_placeholder_for_each_of_its_log_groups_and_nothi
 
 def test_the_monitoring_files_render_the_same_every_time() -> None:
     plan = make_plan("trn1.32xlarge", 2)
-    first = (render_publisher_config(plan, MONITORING), render_neuron_monitor_config(plan), render_agent_config())
-    assert first == (render_publisher_config(plan, MONITORING), render_neuron_monitor_config(plan),
+    first = (render_publisher_config(plan, TGI, MONITORING), render_neuron_monitor_config(plan), render_agent_config())
+    assert first == (render_publisher_config(plan, TGI, MONITORING), render_neuron_monitor_config(plan),
                      render_agent_config())
 
 

@@ -24,7 +24,7 @@ What it relies on, per systemd-analyze(1) of systemd 252 (Debian 12's package ``
   ``console`` so that the output reaches stderr whatever the caller's environment (under a systemd
   service, the automatic target would be the journal). ``SYSTEMD_UNIT_PATH`` is not passed on.
 
-A template unit cannot be verified as such (252 instantiates it as ``@i``): each ``neuron-tgi@``
+A template unit cannot be verified as such (252 instantiates it as ``@i``): each ``neuron-replica@``
 instance the boot enables, one per row of ``replicas.table``, is verified by its name.
 
 What the host provides beside the rendered files is placeholders (``HOST_UNITS``, ``HOST_BINARIES``):
@@ -47,7 +47,7 @@ from bootsim import require
 from test_boot_render import CONFIGS, OPTION_CONFIGS, embedded_files, rendered
 
 UNIT_DIR = "/etc/systemd/system"
-TGI = "neuron-tgi@.service"
+TGI = "neuron-replica@.service"
 READY = "neuron-serving-ready.service"
 METRICS = "neuron-serving-metrics.service"
 
@@ -124,7 +124,7 @@ def test_systemd_analyze_verify_passes_on_every_unit_the_boot_writes(
     units = host_root(config, tmp_path)
     written = {path.rpartition("/")[2] for path in embedded_files(rendered(config)[1]) if path.startswith(UNIT_DIR)}
     assert written == expected_units(config)
-    assert "neuron-tgi@0.service" in units and TGI not in units
+    assert "neuron-replica@0.service" in units and TGI not in units
     result = verify(systemd_analyze, tmp_path, units)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 

@@ -3,9 +3,9 @@
 For every snapshot configuration, every metric the synthesized dashboard, alarms and scaling
 policies reference in our namespace (namespace, name, dimension set, and the dimension values we
 know at synth) must be produced by the host's real publisher, run with the configuration the
-boot script renders for that stack, on the recorded neuron-monitor reports and TGI and HAProxy
-pages. Metrics in AWS namespaces must be ones the load balancer and Auto Scaling publish, with
-their dimensions.
+boot script renders for that stack, on the recorded neuron-monitor reports, the engine's
+/metrics pages and the HAProxy page. Metrics in AWS namespaces must be ones the load balancer
+and Auto Scaling publish, with their dimensions.
 """
 
 from __future__ import annotations
@@ -99,8 +99,9 @@ def _references(template: dict[str, Any]) -> set[Reference]:
 def _produced(stack) -> set[Reference]:
     """What the host publisher writes for this stack, run on the recorded inputs (two rounds, so
     counters have deltas), as references with the dimension values it wrote."""
-    options = stack.boot_script.options.monitoring
-    events = fixture_events(json.loads(render_publisher_config(stack.plan, options)), service=options.service)
+    options, engine = stack.boot_script.options.monitoring, stack.boot_script.engine
+    events = fixture_events(json.loads(render_publisher_config(stack.plan, engine, options)),
+                            service=options.service, engine=engine)
     produced: set[Reference] = set()
     for namespace, name, keys in metrics_produced(events):
         for event in events:

@@ -6,9 +6,8 @@ import pytest
 
 from neuron_serving import ServingConfigError
 from neuron_serving.plan import ServingRequest, plan_serving
-from neuron_serving.plan.tgi import DEFAULT_IMAGE
+from neuron_serving.plan.engines.tgi import TGI_3_3_5
 from neuron_serving.plan.timing import longest_generation_seconds
-from neuron_serving.settings import DEFAULT_DLAMI_PARAMETER
 
 from .conftest import synthesize
 
@@ -70,7 +69,7 @@ def test_trainium_root_volume_is_at_least_512_gib(synth):
 
 def test_ami_is_the_neuron_dlami_resolved_at_launch_without_a_lookup(synth):
     data = synth().only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
-    assert data["ImageId"] == f"resolve:ssm:{DEFAULT_DLAMI_PARAMETER}"
+    assert data["ImageId"] == f"resolve:ssm:{TGI_3_3_5.dlami_parameter}"
     assert not synth().json.get("Parameters", {}).keys() - {"BootstrapVersion"}
 
 
@@ -108,7 +107,7 @@ def test_user_data_is_the_rendered_boot_script(synth):
     # The artifact cache's bucket name is a deploy-time token inside the script.
     assert user_data == template.stack.resolve(template.stack.boot_script.script)
     pieces = user_data["Fn::Join"][1]
-    assert DEFAULT_IMAGE in pieces[0]
+    assert TGI_3_3_5.reference in pieces[0]
     bucket = template.stack.get_logical_id(template.stack.artifact_cache.bucket.node.default_child)
     assert {"Ref": bucket} in pieces
 

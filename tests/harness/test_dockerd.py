@@ -101,7 +101,7 @@ def test_run_sends_what_the_command_line_says(docker_cli: str, engine: FakeDocke
         return 0, f"compiled with token {dockerd.environment(body)['HF_TOKEN']}\n"
 
     engine.behaviour = compile_model
-    result = docker(docker_cli, engine, "run", "--rm", "--name", "tgi-replica-0",
+    result = docker(docker_cli, engine, "run", "--rm", "--name", "replica-0",
                     "--device", "/dev/neuron0", "--device", "/dev/neuron1", "-p", "127.0.0.1:8081:80",
                     "-v", f"{exports}:/exports", "-v", f"{tmp_path}:/ro:ro", "--env-file", str(token_file),
                     "-e", "MAX_BATCH_SIZE=4", "--entrypoint", "optimum-cli",
@@ -112,7 +112,7 @@ def test_run_sends_what_the_command_line_says(docker_cli: str, engine: FakeDocke
     assert (exports / "model" / "model.neuron").read_text() == "compiled\n"
 
     [container] = dockerd.containers(log(engine))
-    assert container["name"] == "tgi-replica-0"
+    assert container["name"] == "replica-0"
     assert container["Image"] == IMAGE
     assert container["Entrypoint"] == ["optimum-cli"]
     assert container["Cmd"] == ["export", "neuron", "--model", "/exports/ckpt", "/exports/model"]
@@ -191,15 +191,15 @@ def test_run_pulls_a_missing_image(docker_cli: str, tmp_path: Path) -> None:
 
 
 def test_rm_f_of_a_missing_container(docker_cli: str, engine: FakeDockerd) -> None:
-    result = docker(docker_cli, engine, "rm", "-f", "tgi-replica-0")
+    result = docker(docker_cli, engine, "rm", "-f", "replica-0")
     # docker/cli v28.2.2 cli/command/container/rm.go: with -f, "not found" is printed but is no failure
     # (28.x prints "Error response from daemon: No such container: ...", 20.10 "Error: No such container: ...").
     assert result.returncode == 0
-    assert result.stderr.startswith("Error") and result.stderr.endswith("No such container: tgi-replica-0\n")
+    assert result.stderr.startswith("Error") and result.stderr.endswith("No such container: replica-0\n")
     [request] = dockerd.requests(log(engine), "DELETE")
-    assert (request["path"], request["query"], request["status"]) == ("/containers/tgi-replica-0", {"force": "1"}, 404)
-    result = docker(docker_cli, engine, "stop", "-t", "30", "tgi-replica-0")
-    assert (result.returncode, result.stderr) == (1, "Error response from daemon: No such container: tgi-replica-0\n")
+    assert (request["path"], request["query"], request["status"]) == ("/containers/replica-0", {"force": "1"}, 404)
+    result = docker(docker_cli, engine, "stop", "-t", "30", "replica-0")
+    assert (result.returncode, result.stderr) == (1, "Error response from daemon: No such container: replica-0\n")
 
 
 def test_stop_ends_a_foreground_run(docker_cli: str, engine: FakeDockerd) -> None:
@@ -209,32 +209,32 @@ def test_stop_ends_a_foreground_run(docker_cli: str, engine: FakeDockerd) -> Non
         return 0, "never printed: the container was stopped\n"
 
     engine.behaviour = serve
-    run = docker_async(docker_cli, engine, "run", "--rm", "--name", "tgi-replica-1", IMAGE)
+    run = docker_async(docker_cli, engine, "run", "--rm", "--name", "replica-1", IMAGE)
     wait_for(lambda: started(engine))
-    clash = docker(docker_cli, engine, "run", "--rm", "--name", "tgi-replica-1", IMAGE)
-    assert clash.returncode == 125 and 'The container name "/tgi-replica-1" is already in use' in clash.stderr
+    clash = docker(docker_cli, engine, "run", "--rm", "--name", "replica-1", IMAGE)
+    assert clash.returncode == 125 and 'The container name "/replica-1" is already in use' in clash.stderr
 
     start = time.monotonic()
-    stop = docker(docker_cli, engine, "stop", "-t", "30", "tgi-replica-1")
-    assert (stop.returncode, stop.stdout) == (0, "tgi-replica-1\n")
+    stop = docker(docker_cli, engine, "stop", "-t", "30", "replica-1")
+    assert (stop.returncode, stop.stdout) == (0, "replica-1\n")
     stdout, stderr = run.communicate(timeout=10)
     assert time.monotonic() - start < 2
     assert (run.returncode, stdout, stderr) == (143, "Connected\n", "")
-    [request] = dockerd.requests(log(engine), "POST", "/containers/tgi-replica-1/stop")
+    [request] = dockerd.requests(log(engine), "POST", "/containers/replica-1/stop")
     assert request["query"] == {"t": "30"}
     # --rm: gone once stopped; a second rm -f finds nothing.
-    assert docker(docker_cli, engine, "rm", "-f", "tgi-replica-1").stderr.endswith("No such container: tgi-replica-1\n")
+    assert docker(docker_cli, engine, "rm", "-f", "replica-1").stderr.endswith("No such container: replica-1\n")
 
 
 def test_the_cli_forwards_sigterm(docker_cli: str, engine: FakeDockerd) -> None:
     engine.behaviour = lambda body, binds: (0, b"slept\n" if dockerd.sleep(30) else b"")
-    run = docker_async(docker_cli, engine, "run", "--name", "tgi-replica-2", IMAGE)
+    run = docker_async(docker_cli, engine, "run", "--name", "replica-2", IMAGE)
     wait_for(lambda: started(engine))
     run.terminate()  # as systemd stops the unit: the CLI proxies the signal to the container
     assert run.wait(timeout=10) == 143
     kill = next(r for r in dockerd.requests(log(engine), "POST") if r["path"].endswith("/kill"))
     assert kill["query"] == {"signal": "TERM"}
-    assert docker(docker_cli, engine, "rm", "-f", "tgi-replica-2").returncode == 0  # no --rm: still there
+    assert docker(docker_cli, engine, "rm", "-f", "replica-2").returncode == 0  # no --rm: still there
 
 
 def test_missing_device_fails_start_as_on_a_host(docker_cli: str, tmp_path: Path) -> None:

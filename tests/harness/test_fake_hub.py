@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_serving.plan.tgi import CHECKPOINT_FILES
+from neuron_serving.plan.engines import CHECKPOINT_FILES
 from tests.harness.fake_hub import CLIENT_ENV_REMOVE, FakeHub, HubRepo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ TOKEN = "hf_fake_token"
 REPO_ID = "meta-llama/Tiny-Llama-Instruct"
 
 INCLUDE = list(CHECKPOINT_FILES)
-"""What the boot script's export step downloads (neuron_serving.plan.tgi.CHECKPOINT_FILES)."""
+"""What the boot script's export step downloads (neuron_serving.plan.engines.CHECKPOINT_FILES)."""
 
 
 @pytest.fixture

@@ -17,7 +17,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from neuron_serving.render.metrics import DEFAULT_NAMESPACE, EMF_LOG, INTERVAL_SECONDS, METRICS
+from neuron_serving.plan.engines import ENGINES, Engine
+from neuron_serving.render.metrics import DEFAULT_NAMESPACE, EMF_LOG, INTERVAL_SECONDS, published_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLISHER = REPO / "userdata" / "publish_metrics.py"
@@ -29,6 +30,9 @@ INSTANCE_ID = "i-0123456789abcdef0"
 REPLICAS = {"replica-0": 8081, "replica-1": 8082}
 """The replicas of the fixtures' host: the neuron-monitor reports have runtimes of both tags."""
 BACKEND = "replicas"
+TGI = ENGINES["tgi"]
+PAGES = {"tgi": ("tgi-first.txt", "tgi-second.txt")}
+"""Each engine's two recorded (or generated) /metrics pages of one replica, one interval apart."""
 
 
 def load_publisher() -> ModuleType:
@@ -54,15 +58,16 @@ def report(which: str) -> dict[str, Any]:
     return loaded
 
 
-def catalog_metrics() -> dict[str, dict[str, Any]]:
-    """The config's ``metrics`` map, as the catalog defines it."""
-    return {m.name: {"unit": m.unit, "dimensions": [list(s) for s in m.dimension_sets]} for m in METRICS}
+def catalog_metrics(engine: Engine = TGI) -> dict[str, dict[str, Any]]:
+    """The config's ``metrics`` map, as the catalog defines it for ``engine``."""
+    return {m.name: {"unit": m.unit, "dimensions": [list(s) for s in m.dimension_sets]}
+            for m in published_metrics(engine)}
 
 
 def make_config(replicas: dict[str, int] | None = None, router_url: str = "http://127.0.0.1:8404/metrics",
                 neuron_monitor: list[str] | None = None, interval: float = INTERVAL_SECONDS,
-                metrics: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The publisher's config, in the schema the renderer writes."""
+                metrics: dict[str, dict[str, Any]] | None = None, engine: Engine = TGI) -> dict[str, Any]:
+    """The publisher's config, in the schema the renderer writes, for replicas of ``engine``."""
     return {
         "namespace": DEFAULT_NAMESPACE,
         "interval_seconds": interval,
@@ -70,10 +75,11 @@ def make_config(replicas: dict[str, int] | None = None, router_url: str = "http:
         "neuron_monitor": neuron_monitor or ["/opt/aws/neuron/bin/neuron-monitor", "-c",
                                              "/etc/neuron-serving/neuron-monitor.json"],
         "replicas": [{"name": n, "port": p} for n, p in (REPLICAS if replicas is None else replicas).items()],
+        "replica_metrics": engine.metrics.to_json(),
         "router_metrics_url": router_url,
         "router_backend": BACKEND,
         "disk_path": "/",
-        "metrics": catalog_metrics() if metrics is None else metrics,
+        "metrics": catalog_metrics(engine) if metrics is None else metrics,
     }
 
 
@@ -83,25 +89,26 @@ FIRST_MS = 1_767_225_600_000
 SECOND_MS = FIRST_MS + 60_000
 
 
-def fixture_rounds(config: dict[str, Any], service: str = SERVICE,
-                   instance_id: str = INSTANCE_ID) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def fixture_rounds(config: dict[str, Any], service: str = SERVICE, instance_id: str = INSTANCE_ID,
+                   engine: Engine = TGI) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The events of two rounds one interval apart, every input recorded: the two neuron-monitor
-    reports, every replica of ``config`` serving the two TGI pages, and the HAProxy page."""
+    reports, every replica of ``config`` serving ``engine``'s two pages, and the HAProxy page."""
     publisher = load_publisher().Publisher(config, service, instance_id)
     names = [r["name"] for r in config["replicas"]]
     router = fixture("haproxy-metrics.txt")
     rounds = []
-    for which, page, now in (("first", "tgi-first.txt", FIRST_MS), ("second", "tgi-second.txt", SECOND_MS)):
+    first, second = PAGES[engine.name]
+    for which, page, now in (("first", first, FIRST_MS), ("second", second, SECOND_MS)):
         text = fixture(page)
         rounds.append(publisher.collect(report(which), dict.fromkeys(names, text), router, DISK, now))
     return rounds[0], rounds[1]
 
 
-def fixture_events(config: dict[str, Any], service: str = SERVICE,
-                   instance_id: str = INSTANCE_ID) -> list[dict[str, Any]]:
+def fixture_events(config: dict[str, Any], service: str = SERVICE, instance_id: str = INSTANCE_ID,
+                   engine: Engine = TGI) -> list[dict[str, Any]]:
     """Every event the publisher writes over :func:`fixture_rounds` with ``config``: by then every
     catalog metric has a value. For consistency tests: ``metrics_produced(fixture_events(config))``."""
-    first, second = fixture_rounds(config, service, instance_id)
+    first, second = fixture_rounds(config, service, instance_id, engine)
     return first + second
 
 

@@ -12,26 +12,36 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs import Construct
 
+from ..plan.engines import DEFAULT_ENGINE, Engine, ServingImage
+from ..plan.engines import engine as find_engine
 from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan
-from ..plan.tgi import DEFAULT_IMAGE, ServingImage, serving_image
 from ..plan.timing import MAX_CLOUDFORMATION_MINUTES, boot_minutes
-from ..render.boot import BootOptions, ReadinessSignal, WarmPoolHook, check_user_data_size, render_boot_script
+from ..render.boot import (
+    BootOptions,
+    ReadinessSignal,
+    WarmPoolHook,
+    check_user_data_size,
+    render_boot_script,
+    serving_image,
+)
 from ..render.monitoring import PUBLISHER_SOURCE
 from .artifact_cache import EXPORTS_PREFIX, NeuronArtifactCache
 from .monitoring import NeuronServingMonitoring
 
 
 class NeuronBootScript(Construct):
-    """User data that exports the model once (or fetches it) and starts the plan's TGI replicas
+    """User data that exports the model once (or fetches it) and starts the plan's replicas
     and router, plus :meth:`grant_boot` for the permissions those steps use.
 
     The rendered script is checked against the EC2 user-data limit (16 KB) when constructed, so
     an oversized configuration fails at synth, never at launch.
 
     :param plan: the serving plan to realise on the host.
-    :param image: the TGI Neuron serving image; the export runs inside it so that compiler
-        versions match. Default: ``DEFAULT_IMAGE``.
+    :param engine: the serving engine: ``tgi`` or ``vllm`` (see :mod:`neuron_serving.plan.engines`).
+        Default: ``tgi``.
+    :param image: the serving image, one the engine's tools are known for; the export runs
+        inside it so that compiler versions match. Default: the engine's default image.
     :param hf_token_secret: a secret holding a Hugging Face token for gated models. The token is
         read on the host at boot; it never appears in the user data or the template.
         Default: no token.
@@ -44,7 +54,7 @@ class NeuronBootScript(Construct):
     :param signal: the resource the host signals CloudFormation for once every replica serves,
         or with the reason when the boot fails. The instance or fleet construct takes this
         logical id. Default: no signal.
-    :param monitoring: publish metrics (Neuron Monitor, TGI, router, host) and ship logs to this
+    :param monitoring: publish metrics (Neuron Monitor, replicas, router, host) and ship logs to this
         monitoring's log groups; :meth:`grant_boot` grants that too. Default: no monitoring.
     :param warm_pool_hook: the launch lifecycle hook the host completes when prepared for (or
         started from) a warm pool. Default: none.
@@ -58,7 +68,8 @@ class NeuronBootScript(Construct):
         construct_id: str,
         *,
         plan: ServingPlan,
-        image: str = DEFAULT_IMAGE,
+        engine: str = DEFAULT_ENGINE,
+        image: str | None = None,
         hf_token_secret: secretsmanager.ISecret | None = None,
         artifact_cache: NeuronArtifactCache | None = None,
         prebuilt_export: str | None = None,
@@ -70,9 +81,11 @@ class NeuronBootScript(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.plan = plan
-        self.image = image
-        self.serving_image: ServingImage = serving_image(plan, image)
+        self.engine: Engine = find_engine(engine)
+        """The serving engine."""
+        self.serving_image: ServingImage = serving_image(plan, BootOptions(engine=engine, image=image))
         """What the image's tools can do, which the boot script is written for."""
+        self.image: str = self.serving_image.reference
         self.hf_token_secret = hf_token_secret
         self.artifact_cache = artifact_cache
         self.prebuilt_export = prebuilt_export
@@ -101,7 +114,8 @@ class NeuronBootScript(Construct):
             arn, name = hf_token_secret.secret_arn, hf_token_secret.secret_name
             secret_id = arn if not Token.is_unresolved(arn) or Token.is_unresolved(name) else name
         self.options = BootOptions(
-            image=image,
+            engine=engine,
+            image=self.image,
             hf_token_secret=secret_id,
             artifact_cache=artifact_cache.uri if artifact_cache else None,
             prebuilt_export=prebuilt_export,

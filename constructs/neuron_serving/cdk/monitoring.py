@@ -16,7 +16,9 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 
 from constructs import Construct
 
-from ..plan.errors import Problems
+from ..plan.engines import DEFAULT_ENGINE, Engine
+from ..plan.engines import engine as find_engine
+from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.layout import ServingPlan
 from ..render.metrics import (
     DEFAULT_NAMESPACE,
@@ -40,6 +42,10 @@ RETENTION_DAYS = {
     3288: logs.RetentionDays.NINE_YEARS, 3653: logs.RetentionDays.TEN_YEARS,
 }
 """The retention periods CloudWatch Logs accepts, in days."""
+
+DASHBOARD_REPLICA_METRICS = ("InFlightRequests", "BatchSize", "QueueSize", "QueueDuration", "RequestDuration",
+                             "TimePerOutputToken", "GeneratedTokens", "Requests", "RequestFailures")
+"""The replica metrics on the dashboard (and, InFlightRequests, in the fleet's scaling policy)."""
 
 ONE_MINUTE = Duration.minutes(1)
 FIVE_MINUTES = Duration.minutes(5)
@@ -87,7 +93,7 @@ class AlarmThresholds:
 class NeuronServingMonitoring(Construct):
     """What a Neuron serving deployment shows: its logs, one dashboard, alarms on an SNS topic.
 
-    Hosts publish the metrics of :mod:`neuron_serving.render.metrics` (TGI, router, Neuron
+    Hosts publish the metrics of :mod:`neuron_serving.render.metrics` (replicas, router, Neuron
     Monitor, host) and ship their logs when their boot script gets :attr:`boot_options`, and
     their role :meth:`grant_publish`. :meth:`watch` then adds the dashboard rows and alarms for an
     endpoint, with or without a fleet. Works the same for one instance, a fleet, or a user's own
@@ -207,6 +213,7 @@ class NeuronServingMonitoring(Construct):
         self,
         *,
         plan: ServingPlan,
+        engine: Engine | None = None,
         endpoint_load_balancer: elbv2.IApplicationLoadBalancer,
         target_group: elbv2.IApplicationTargetGroup,
         desired_capacity: cloudwatch.IMetric | None = None,
@@ -214,13 +221,18 @@ class NeuronServingMonitoring(Construct):
     ) -> None:
         """Add the dashboard and alarms for hosts of ``plan`` behind this load balancer.
 
+        :param engine: the hosts' serving engine: the dashboard shows only the replica metrics it
+            has a source for, and names those sources. Default: TGI.
+
         :param desired_capacity: an Auto Scaling group's ``GroupDesiredCapacity``; with it, "no
             healthy hosts" counts only while hosts are wanted (a fleet scaled to zero is quiet).
         :param boot_minutes: how long a host takes to serve once launched: "no healthy hosts"
             waits this long so that a scale-out from zero does not page.
         """
         self._traffic_row(endpoint_load_balancer, target_group)
-        self._serving_row(plan)
+        engine = engine or find_engine(DEFAULT_ENGINE)
+        self._check_published(engine)
+        self._serving_row(plan, engine)
         self._neuron_row()
         self._host_row()
         self._alarms(endpoint_load_balancer, target_group, desired_capacity, boot_minutes)
@@ -257,19 +269,28 @@ class NeuronServingMonitoring(Construct):
             ]),
         )
 
-    def _serving_row(self, plan: ServingPlan) -> None:
+    def _check_published(self, engine: Engine) -> None:
+        """Every replica metric the dashboard, alarms and scaling use is one ``engine`` publishes."""
+        missing = [m for m in DASHBOARD_REPLICA_METRICS if m not in engine.metrics.published]
+        if missing:
+            raise ServingConfigError([problem("engine", engine.name, f"publishes no {', '.join(missing)}, which the "
+                                              "dashboard shows")])
+
+    def _serving_row(self, plan: ServingPlan, engine: Engine) -> None:
         tokens = self.metric("GeneratedTokens", statistic="Sum")
+        sources = "; ".join(f"{m} = `{engine.metrics.describe(m)}`" for m in DASHBOARD_REPLICA_METRICS)
         self._row(
-            "## Serving\nTGI's own view, from every replica. In-flight requests per replica near the batch size "
-            f"({plan.batch_size}) means the batch is full: queue time then grows, and the fleet scales out. "
-            "Time per output token is the decode speed each request saw.",
+            f"## Serving\n{engine.title}'s own view, from every replica. In-flight requests per replica near the "
+            f"batch size ({plan.batch_size}) means the batch is full: queue time then grows, and the fleet scales "
+            "out. Time per output token is the decode speed each request saw.\n\n"
+            f"From each replica's /metrics: {sources}.",
             _graph("In-flight requests per replica", [
                 self.metric("InFlightRequests", label="average"),
                 self.metric("InFlightRequests", statistic="Maximum", label="busiest replica"),
                 self.metric("BatchSize", label="batch (average)"),
             ], annotation=(float(plan.batch_size), "batch size")),
             _graph("Queue", [
-                self.metric("QueueSize", statistic="Sum", label="TGI queues (all replicas)"),
+                self.metric("QueueSize", statistic="Sum", label="replica queues (all replicas)"),
                 self.metric("RouterQueue", statistic="Sum", label="router queue (all hosts)"),
                 self.metric("QueueDuration", statistic="p90", label="queue time p90 (s)"),
             ]),
@@ -408,7 +429,7 @@ class NeuronServingMonitoring(Construct):
 
 _LOG_DESCRIPTIONS = {
     "boot": "each host's boot, export and readiness logs",
-    "replicas": "each TGI replica's output, a stream per host and replica",
+    "replicas": "each replica's output, a stream per host and replica",
     "router": "the on-host router (HAProxy)",
     "metrics": "the hosts' embedded-metric-format records",
 }

@@ -14,8 +14,8 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs import Construct
 
+from ..plan.engines import check_dlami_parameter
 from ..plan.layout import ServingPlan, plan_serving
-from ..plan.tgi import check_dlami_parameter
 from ..plan.timing import boot_minutes, longest_generation_seconds
 from ..render.boot import ReadinessSignal, WarmPoolHook
 from ..render.router import STREAM_TIMEOUT_SECONDS
@@ -90,6 +90,7 @@ class NeuronLlamaStack(Stack):
             self,
             "BootScript",
             plan=self.plan,
+            engine=settings.engine,
             image=settings.image,
             hf_token_secret=secret,
             artifact_cache=self.artifact_cache,
@@ -108,11 +109,10 @@ class NeuronLlamaStack(Stack):
                 else None
             ),
         )
+        dlami_parameter = settings.dlami_parameter or self.boot_script.serving_image.dlami_parameter
         if not settings.ami_id:
-            check_dlami_parameter(self.boot_script.serving_image, settings.dlami_parameter)
-        machine_image = (
-            PinnedLinuxImage(settings.ami_id) if settings.ami_id else neuron_dlami(settings.dlami_parameter)
-        )
+            check_dlami_parameter(self.boot_script.serving_image, dlami_parameter)
+        machine_image = PinnedLinuxImage(settings.ami_id) if settings.ami_id else neuron_dlami(dlami_parameter)
         self.launch_template = NeuronServingLaunchTemplate(
             self, "Host", vpc=self.vpc, boot_script=self.boot_script, machine_image=machine_image
         )
@@ -166,6 +166,7 @@ class NeuronLlamaStack(Stack):
             )
         self.monitoring.watch(
             plan=self.plan,
+            engine=self.boot_script.engine,
             endpoint_load_balancer=self.endpoint.load_balancer,
             target_group=self.endpoint.target_group,
             desired_capacity=self.fleet.metric_desired_capacity() if self.fleet is not None else None,

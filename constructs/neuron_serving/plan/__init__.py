@@ -1,4 +1,4 @@
-"""Pure planning: catalogs, the layout planner and TGI settings. Imports nothing from CDK."""
+"""Pure planning: catalogs, the layout planner and the serving engines. Imports nothing from CDK."""
 
 from .errors import ServingConfigError
 from .instances import INSTANCES, InstanceSpec, instance_spec

@@ -20,7 +20,7 @@ from .errors import Problems, ServingConfigError, problem
 SUPPORTED_MODEL_TYPES = ("granite", "llama", "mistral", "mixtral", "phi3", "qwen2", "qwen3")
 """Decoder architectures with gated MLPs (one, or ``num_local_experts`` of them) that the planner
 can size. Which of them a deployment accepts is the serving image's to say
-(:func:`neuron_serving.plan.tgi.serving_image`)."""
+(``Engine.serving_image`` in :mod:`neuron_serving.plan.engines`)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,9 @@ class ModelSpec:
     head_dim: int = 0
     tie_word_embeddings: bool = False
     num_experts: int = 1
+    torch_dtype: str | None = "bfloat16"
+    """The dtype of the published weights (``torch_dtype`` in ``config.json``), which optimum-neuron
+    0.4.5 compiles with whatever auto-cast type it is given; ``None`` when the config has none."""
     hub_ids: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -107,12 +110,16 @@ class ModelSpec:
             head_dim=config.get("head_dim") or 0,
             tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
             num_experts=config.get("num_local_experts") or 1,
+            # transformers 4.56 renamed torch_dtype to dtype in the configs it writes.
+            torch_dtype=config.get("torch_dtype") or config.get("dtype"),
         )
 
 
 def _llama2(name: str, hidden: int, layers: int, heads: int, kv: int, inter: int,
             hub_ids: tuple[str, ...]) -> ModelSpec:
-    return ModelSpec(name, "llama", hidden, layers, heads, kv, inter, 32000, 4096, hub_ids=hub_ids)
+    # Meta published Llama 2's Hugging Face weights in float16.
+    return ModelSpec(name, "llama", hidden, layers, heads, kv, inter, 32000, 4096, torch_dtype="float16",
+                     hub_ids=hub_ids)
 
 
 def _llama3(name: str, hidden: int, layers: int, heads: int, inter: int, max_pos: int,

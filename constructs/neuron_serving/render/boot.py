@@ -9,11 +9,13 @@ builds; devices handed to docker stay the real ``/dev/neuronN``):
   (``userdata/export-model.sh.j2``);
 - ``/opt/neuron-serving/bin/check-export``: whether an export matches the plan (degree, shapes,
   dtype, compiled model, tokenizer, weights), run before any export is used
-  (``userdata/check-export.py.j2``, :func:`~neuron_serving.plan.tgi.export_expectations`);
-- ``/opt/neuron-serving/bin/run-replica``: one TGI container (``userdata/run-replica.sh.j2``);
-- ``/etc/systemd/system/neuron-tgi@.service``: one unit per replica (``userdata/neuron-tgi@.service.j2``);
+  (``userdata/check-export.py.j2``, ``Engine.export_expectations``);
+- ``/opt/neuron-serving/bin/run-replica``: one serving container (``userdata/run-replica.sh.j2``);
+- ``/etc/systemd/system/neuron-replica@.service``: one unit per replica
+  (``userdata/neuron-replica@.service.j2``);
 - with a signal or a warm pool hook, ``/opt/neuron-serving/bin/wait-ready``, which waits until
-  every replica answers ``/health`` and a one-token generation, then the router's ``/health``
+  every replica answers ``/health`` and a one-token generation (the engine's
+  :class:`~neuron_serving.plan.engines.ReadinessProbe`), then the router's ``/health``
   (``userdata/wait-ready.sh.j2``);
 - with a warm pool hook, ``/opt/neuron-serving/bin/complete-lifecycle`` and
   ``neuron-serving-ready.service`` (``userdata/complete-lifecycle.sh.j2``,
@@ -23,8 +25,9 @@ builds; devices handed to docker stay the real ``/dev/neuronN``):
   ``/opt/neuron-serving/bin/publish-metrics`` (``userdata/publish_metrics.py``) and its unit
   ``neuron-serving-metrics.service`` (``userdata/neuron-serving-metrics.service.j2``), and
   ``/etc/logrotate.d/neuron-serving-metrics``; see :mod:`~neuron_serving.render.monitoring`;
-- ``/etc/neuron-serving/``: ``stack.env`` (values from the stack), ``tgi.env`` (shared
-  settings), ``replicas.table`` (what differs per replica), ``replica-N.conf`` (devices, port,
+- ``/etc/neuron-serving/``: ``stack.env`` (values from the stack), ``replica.env`` (the
+  engine's settings all replicas share), ``replicas.table`` (what differs per replica),
+  ``replica-N.conf`` (devices, port,
   env file), ``replica-N.env`` (``docker --env-file``), ``hf-token.env`` (mode 0600, only with
   a token secret), ``host.env`` (region and instance id from IMDSv2, when AWS is called), and
   with monitoring ``metrics.json``, ``neuron-monitor.json`` and ``cloudwatch-agent.json``;
@@ -75,19 +78,18 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from ..plan.errors import Problems, ServingConfigError, problem
-from ..plan.layout import Replica, ServingPlan
-from ..plan.tgi import (
+from ..plan.engines import (
     CHECKPOINT_EXCLUDED,
     CHECKPOINT_FILES,
-    CONTAINER_PORT,
-    DEFAULT_IMAGE,
+    DEFAULT_ENGINE,
+    ENGINES,
     MODEL_MOUNT,
-    export_expectations,
-    export_key,
-    replica_environment,
-    serving_image,
+    Engine,
+    ServingImage,
 )
+from ..plan.engines import engine as find_engine
+from ..plan.errors import Problems, ServingConfigError, problem
+from ..plan.layout import Replica, ServingPlan
 from .metrics import EMF_LOG, LOG_KINDS, MonitoringOptions
 from .monitoring import (
     AGENT_CONFIG_TEMPLATE,
@@ -131,6 +133,10 @@ WAIT_READY = f"{BIN}/wait-ready"
 COMPLETE_LIFECYCLE = f"{BIN}/complete-lifecycle"
 START_MONITORING = f"{BIN}/start-monitoring"
 METRICS_UNIT = "neuron-serving-metrics"
+REPLICA_UNIT = "neuron-replica"
+"""The systemd template unit of the replicas: ``neuron-replica@N`` runs replica N."""
+REPLICA_ENV = "/etc/neuron-serving/replica.env"
+"""The ``docker --env-file`` lines every replica shares; each ``replica-N.env`` starts with them."""
 
 MIN_HEARTBEAT_TIMEOUT_SECONDS = 30
 MAX_HEARTBEAT_TIMEOUT_SECONDS = 7200
@@ -212,9 +218,11 @@ class WarmPoolHook:
 class BootOptions:
     """What the boot script needs beyond the serving plan.
 
-    :param image: the TGI Neuron serving image, one of ``SERVING_IMAGES`` (whose tools the script
-        is written for). The export runs inside it, so the compiler is the one the replicas run
-        with. Default: ``DEFAULT_IMAGE`` (TGI 3.3.5 Neuron).
+    :param engine: the serving engine, a key of :data:`~neuron_serving.plan.engines.ENGINES`.
+        Default: ``tgi``.
+    :param image: the serving image, one of the engine's ``images`` (whose tools the script is
+        written for). The export runs inside it, so the compiler is the one the replicas run
+        with. Default: the engine's first image.
     :param hf_token_secret: name or ARN of a Secrets Manager secret whose plain-text value is a
         Hugging Face token, for gated models. Only this id is in the user data; the host reads
         the token at boot into a root-only file, which only the Hub download is given (never
@@ -249,7 +257,8 @@ class BootOptions:
         CDK asset's); the instance role needs s3:GetObject on it. Default: none.
     """
 
-    image: str = DEFAULT_IMAGE
+    engine: str = DEFAULT_ENGINE
+    image: str | None = None
     hf_token_secret: str | None = None
     pull_attempts: int = DEFAULT_PULL_ATTEMPTS
     artifact_cache: str | None = None
@@ -262,8 +271,10 @@ class BootOptions:
 
     def __post_init__(self) -> None:
         problems = Problems()
-        if not isinstance(self.image, str) or not self.image or _has_space(self.image):
-            problems.add("image", self.image, "must be a non-empty image reference without spaces")
+        if self.engine not in ENGINES:
+            problems.add("engine", self.engine, f"must be one of {', '.join(ENGINES)}")
+        if self.image is not None and (not isinstance(self.image, str) or not self.image or _has_space(self.image)):
+            problems.add("image", self.image, "must be a non-empty image reference without spaces, or None")
         secret = self.hf_token_secret
         if secret is not None and (not isinstance(secret, str) or not secret or _has_space(secret)):
             problems.add("hf_token_secret", secret, "must be a secret name or ARN without spaces, or None")
@@ -349,7 +360,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     """The user data for ``plan``: a bash script that checks the Neuron devices, installs what is
     missing, reads the Hugging Face token (when configured), pulls the image, exports the model
     once (or downloads it from the artifact cache or a prebuilt export), starts one
-    ``neuron-tgi@N`` unit per replica and the HAProxy router; with a signal or a warm pool hook,
+    ``neuron-replica@N`` unit per replica and the HAProxy router; with a signal or a warm pool hook,
     it then waits until every replica serves and reports that (see :class:`BootOptions`).
 
     :param plan: the validated serving layout.
@@ -359,10 +370,12 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     The result is not checked against the user data limit: see :func:`check_user_data_size`.
     """
     options = options or BootOptions()
-    image = serving_image(plan, options.image)
-    key = export_key(plan, image, options.model_revision)
+    engine = find_engine(options.engine)
+    image = serving_image(plan, options)
+    key = engine.export_key(plan, image, options.model_revision)
     token_file = TOKEN_FILE if options.hf_token_secret is not None else None
-    common_env, replica_table, named_settings = _replica_settings(plan, f"{MODEL_MOUNT}/{key}")
+    common_env, replica_table, named_settings = _replica_settings(plan, engine, image, f"{MODEL_MOUNT}/{key}")
+    probe = engine.readiness(plan)
     prebuilt_s3 = _s3_parts(options.prebuilt_export)
     prebuilt_hf = _hf_repo(options.prebuilt_export) if prebuilt_s3 is None else None
     prebuilt = None
@@ -379,7 +392,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     # Values that may be deploy-time tokens go to stack.env, which the boot script writes as is;
     # everything else is bundled and compressed at synth.
     stack_env: dict[str, str | None] = {
-        "IMAGE": options.image,
+        "IMAGE": image.reference,
         "PREBUILT": prebuilt,
         "CACHE_BUCKET": cache[0] if cache else None,
         "CACHE_PREFIX": (f"{cache[1]}/" if cache[1] else "") if cache else None,
@@ -396,40 +409,42 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
             replica_devices=plan.devices_per_replica,
             token_file=token_file,
             mount=MODEL_MOUNT,
+            hub_cli=image.hub_cli,
             model=plan.model_id,
             revision=options.model_revision,
             checkpoint_files=CHECKPOINT_FILES,
             checkpoint_excluded=CHECKPOINT_EXCLUDED,
-            batch_size=plan.batch_size,
-            sequence_length=plan.sequence_length,
-            cores_flag=image.cores_flag,
-            cores=plan.degree,
-            dtype=plan.dtype,
+            export_args=Unquoted(_export_words(engine, plan, image, key)),
+            engine=engine.title,
             aws=s3,
             prebuilt=prebuilt,
             prebuilt_s3=prebuilt_s3,
             cache_bucket=cache[0] if cache else None,
         ),
-        CHECK_EXPORT: _rendered("check-export.py.j2", expect=json.dumps(export_expectations(plan), sort_keys=True)),
+        CHECK_EXPORT: _rendered("check-export.py.j2",
+                                expect=json.dumps(engine.export_expectations(plan, image), sort_keys=True)),
         RUN_REPLICA: _rendered(
             "run-replica.sh.j2",
             key=key,
             mount=MODEL_MOUNT,
-            container_port=CONTAINER_PORT,
+            container_port=engine.container_port,
+            engine=engine.title,
             monitoring=monitoring is not None,
         ),
-        "/etc/systemd/system/neuron-tgi@.service": _rendered("neuron-tgi@.service.j2", ready_unit=hook is not None),
-        "/etc/neuron-serving/tgi.env": common_env,
+        f"/etc/systemd/system/{REPLICA_UNIT}@.service": _rendered(
+            "neuron-replica@.service.j2", engine=engine.title, ready_unit=hook is not None),
+        REPLICA_ENV: common_env,
         "/etc/neuron-serving/replicas.table": replica_table,
-        "/etc/haproxy/haproxy.cfg.new": _without_comments(render_router_config(plan)),
+        "/etc/haproxy/haproxy.cfg.new": _without_comments(render_router_config(plan, engine)),
     }
     if signal is not None or hook is not None:
-        files[WAIT_READY] = _rendered("wait-ready.sh.j2", seconds=READY_WAIT_SECONDS, router_port=plan.router_port)
+        files[WAIT_READY] = _rendered("wait-ready.sh.j2", seconds=READY_WAIT_SECONDS, router_port=plan.router_port,
+                                      health_path=engine.health_path, probe_path=probe.path, probe_body=probe.body)
     if hook is not None:
         files[COMPLETE_LIFECYCLE] = _rendered("complete-lifecycle.sh.j2")
         files["/etc/systemd/system/neuron-serving-ready.service"] = _rendered("neuron-serving-ready.service.j2")
     if monitoring is not None:
-        files.update(_monitoring_files(plan, monitoring))
+        files.update(_monitoring_files(plan, engine, monitoring))
     script = render(
         "bootstrap.sh.j2",
         description=Unquoted(_describe(plan)),
@@ -437,7 +452,9 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         instance_type=plan.instance.name,
         hf_token_secret=options.hf_token_secret,
         token_file=TOKEN_FILE,
-        image=options.image,
+        image=image.reference,
+        replica_unit=REPLICA_UNIT,
+        replica_env=REPLICA_ENV,
         driver_below=image.driver_below,
         runtime=image.neuron_runtime,
         pull_attempts=options.pull_attempts,
@@ -458,7 +475,23 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     return _without_comments(script, keep_header=True)
 
 
-def _monitoring_files(plan: ServingPlan, monitoring: MonitoringOptions) -> dict[str, str]:
+def serving_image(plan: ServingPlan, options: BootOptions) -> ServingImage:
+    """The image ``options`` name (or their engine's default), which must export and serve
+    ``plan``'s model. Raises :class:`ServingConfigError` naming ``engine``, ``image`` or
+    ``model_id``."""
+    engine = find_engine(options.engine)
+    return engine.serving_image(plan, options.image or engine.default_image.reference)
+
+
+def _export_words(engine: Engine, plan: ServingPlan, image: ServingImage, key: str) -> str:
+    """The engine's export arguments as shell words for ``export-model``, whose ``$key`` names the
+    export: the checkpoint directory and the output as ``"/models/$key.src"`` and ``.tmp``."""
+    paths = {f"{MODEL_MOUNT}/{key}{suffix}": f'"{MODEL_MOUNT}/$key{suffix}"' for suffix in (".src", ".tmp")}
+    words = engine.export_arguments(plan, image, *paths)
+    return " ".join(paths.get(word) or shlex.quote(word) for word in words)
+
+
+def _monitoring_files(plan: ServingPlan, engine: Engine, monitoring: MonitoringOptions) -> dict[str, str]:
     return {
         START_MONITORING: _rendered(
             "start-monitoring.sh.j2",
@@ -474,7 +507,7 @@ def _monitoring_files(plan: ServingPlan, monitoring: MonitoringOptions) -> dict[
             config=PUBLISHER_CONFIG,
         ),
         f"/etc/logrotate.d/{METRICS_UNIT}": _rendered("neuron-serving-metrics.logrotate.j2", emf_log=EMF_LOG),
-        PUBLISHER_CONFIG: render_publisher_config(plan, monitoring),
+        PUBLISHER_CONFIG: render_publisher_config(plan, engine, monitoring),
         NEURON_MONITOR_CONFIG: render_neuron_monitor_config(plan),
         AGENT_CONFIG_TEMPLATE: render_agent_config(),
     }
@@ -514,7 +547,8 @@ def _describe(plan: ServingPlan) -> str:
     return " ".join(f"{_configuration(plan)}, {plan.dtype}".split())
 
 
-def _replica_settings(plan: ServingPlan, model_dir: str) -> tuple[str, str, list[str]]:
+def _replica_settings(plan: ServingPlan, engine: Engine, image: ServingImage,
+                      model_dir: str) -> tuple[str, str, list[str]]:
     """The ``docker --env-file`` lines all replicas share, the table the boot script turns into
     per-replica files (``index port devices KEY=value...`` with the settings that differ), and
     the settings whose value is the replica's name (``replica-<index>``), which the boot script
@@ -524,7 +558,7 @@ def _replica_settings(plan: ServingPlan, model_dir: str) -> tuple[str, str, list
     how many replicas the plan has.
     """
     replicas = [*plan.replicas, Replica(index=len(plan.replicas), devices=(), port=0)]
-    envs = [replica_environment(plan, r, model_dir) for r in replicas]
+    envs = [engine.replica_environment(plan, image, r, model_dir) for r in replicas]
     own = [k for k, v in envs[0].items() if any(e.get(k) != v for e in envs)]
     # The boot script names each replica's files replica-<index>, as Replica.name does.
     named = [k for k in own

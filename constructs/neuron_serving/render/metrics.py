@@ -1,8 +1,9 @@
 """The metrics a Neuron serving host publishes: one catalog for the host's publisher, the
 dashboard and the alarms, so that nothing on the dashboard lacks a producer.
 
-The host's publisher (``userdata/publish_metrics.py``) reads neuron-monitor's reports, each TGI
-replica's ``/metrics`` and the router's Prometheus endpoint once per :data:`INTERVAL_SECONDS`,
+The host's publisher (``userdata/publish_metrics.py``) reads neuron-monitor's reports, each
+replica's ``/metrics`` (whose names are the engine's: ``Engine.metrics``) and the router's
+Prometheus endpoint once per :data:`INTERVAL_SECONDS`,
 and writes CloudWatch embedded metric format (EMF) lines to :data:`EMF_LOG`, which the
 CloudWatch agent ships to a log group; CloudWatch Logs turns them into metrics. Names, units and
 dimensions are ours, never the guessed names of ``neuron-monitor-cloudwatch.py``.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..plan.engines import Engine
 from ..plan.errors import Problems
 
 DEFAULT_NAMESPACE = "NeuronServing"
@@ -58,7 +60,7 @@ class MetricSpec:
 
     :param name: the CloudWatch metric name.
     :param unit: an EMF / CloudWatch unit (``Count``, ``Seconds``, ``Percent``, ``Bytes``).
-    :param source: ``tgi`` (a replica's ``/metrics``), ``router`` (HAProxy's), ``neuron``
+    :param source: ``replica`` (a replica's ``/metrics``, with the engine's names), ``router`` (HAProxy's), ``neuron``
         (neuron-monitor) or ``host`` (neuron-monitor's system data, and the root file system).
     :param dimension_sets: the dimension sets it is published with.
     :param description: what it measures and where it comes from.
@@ -72,26 +74,22 @@ class MetricSpec:
 
 
 METRICS: tuple[MetricSpec, ...] = (
-    # Serving, per replica, from TGI's /metrics.
-    MetricSpec("QueueSize", "Count", "tgi", REPLICA_SETS,
-               "Requests waiting for a batch slot (gauge tgi_queue_size)."),
-    MetricSpec("BatchSize", "Count", "tgi", REPLICA_SETS,
-               "Requests in the running batch (gauge tgi_batch_current_size)."),
-    MetricSpec("InFlightRequests", "Count", "tgi", REPLICA_SETS,
+    # Serving, per replica, from its /metrics (the engine's names: Engine.metrics).
+    MetricSpec("QueueSize", "Count", "replica", REPLICA_SETS, "Requests waiting for a batch slot (a gauge)."),
+    MetricSpec("BatchSize", "Count", "replica", REPLICA_SETS, "Requests in the running batch (a gauge)."),
+    MetricSpec("InFlightRequests", "Count", "replica", REPLICA_SETS,
                "Requests queued or in the batch: QueueSize + BatchSize. The fleet's scaling signal."),
-    MetricSpec("Requests", "Count", "tgi", REPLICA_SETS,
-               "Requests received in the interval (counter tgi_request_count, as a delta)."),
-    MetricSpec("RequestFailures", "Count", "tgi", REPLICA_SETS,
-               "Requests failed in the interval, all reasons (counter tgi_request_failure, as a delta)."),
-    MetricSpec("GeneratedTokens", "Count", "tgi", REPLICA_SETS,
-               "Tokens generated in the interval (the sum of histogram tgi_request_generated_tokens, as a delta)."),
-    MetricSpec("RequestDuration", "Seconds", "tgi", REPLICA_SETS,
-               "End-to-end request time, one value per request (histogram tgi_request_duration)."),
-    MetricSpec("QueueDuration", "Seconds", "tgi", REPLICA_SETS,
-               "Time a request waited for a batch slot, one value per request (tgi_request_queue_duration)."),
-    MetricSpec("TimePerOutputToken", "Seconds", "tgi", REPLICA_SETS,
-               "Mean time per generated token, one value per request "
-               "(histogram tgi_request_mean_time_per_token_duration)."),
+    MetricSpec("Requests", "Count", "replica", REPLICA_SETS, "Requests in the interval (a counter, as a delta)."),
+    MetricSpec("RequestFailures", "Count", "replica", REPLICA_SETS,
+               "Requests failed in the interval, all reasons (a counter, as a delta)."),
+    MetricSpec("GeneratedTokens", "Count", "replica", REPLICA_SETS,
+               "Tokens generated in the interval (a counter, as a delta)."),
+    MetricSpec("RequestDuration", "Seconds", "replica", REPLICA_SETS,
+               "End-to-end request time, one value per request (a histogram)."),
+    MetricSpec("QueueDuration", "Seconds", "replica", REPLICA_SETS,
+               "Time a request waited for a batch slot, one value per request (a histogram)."),
+    MetricSpec("TimePerOutputToken", "Seconds", "replica", REPLICA_SETS,
+               "Mean time per generated token, one value per request (a histogram)."),
     # The on-host router (HAProxy), per instance.
     MetricSpec("RouterQueue", "Count", "router", INSTANCE_SETS,
                "Requests the router holds because every replica is at its concurrency limit "
@@ -127,6 +125,17 @@ METRICS: tuple[MetricSpec, ...] = (
 BY_NAME = {m.name: m for m in METRICS}
 
 
+def published_metrics(engine: Engine) -> tuple[MetricSpec, ...]:
+    """The catalog's metrics a host serving with ``engine`` publishes: every metric of the
+    router, Neuron and host sources, and the replica metrics the engine has a source for."""
+    return tuple(m for m in METRICS if m.source != "replica" or m.name in engine.metrics.published)
+
+
+def replica_source(engine: Engine, name: str) -> str:
+    """The engine's Prometheus names behind replica metric ``name``, for documentation."""
+    return engine.metrics.describe(name)
+
+
 def metric(name: str) -> MetricSpec:
     """The spec of ``name``; a ``KeyError`` naming it when the catalog has no such metric."""
     try:
@@ -137,7 +146,7 @@ def metric(name: str) -> MetricSpec:
 
 LOG_KINDS = ("boot", "replicas", "router", "metrics")
 """The host's log groups: ``boot`` (boot.log, export.log, ready.log of /var/log/neuron-serving),
-``replicas`` (each TGI container's output, through docker's awslogs driver, one stream per
+``replicas`` (each serving container's output, through docker's awslogs driver, one stream per
 replica), ``router`` (HAProxy's log) and ``metrics`` (the EMF lines)."""
 
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 
+from ..plan.engines import Engine
 from ..plan.layout import ServingPlan
-from .metrics import EMF_LOG, INTERVAL_SECONDS, METRICS, MonitoringOptions
+from .metrics import EMF_LOG, INTERVAL_SECONDS, MonitoringOptions, published_metrics
 from .router import ROUTER_METRICS_PORT
 
 PUBLISHER = "/opt/neuron-serving/bin/publish-metrics"
@@ -68,13 +69,14 @@ def _json(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n"
 
 
-def render_publisher_config(plan: ServingPlan, options: MonitoringOptions) -> str:
+def render_publisher_config(plan: ServingPlan, engine: Engine, options: MonitoringOptions) -> str:
     """The publisher's config for ``plan``: compact JSON with sorted keys, so renders are identical.
 
     It names the namespace, the interval, the EMF file, the neuron-monitor command line, each
-    replica's name and port, the router's Prometheus endpoint and backend, the file system to
-    measure, and each catalog metric's unit and dimension sets (the publisher writes exactly
-    those). ``Service`` and ``InstanceId`` reach the publisher in its environment.
+    replica's name and port, the engine's Prometheus names behind the replica metrics
+    (``Engine.metrics``), the router's Prometheus endpoint and backend, the file system to
+    measure, and the unit and dimension sets of each catalog metric the engine produces (the
+    publisher writes exactly those). ``Service`` and ``InstanceId`` reach the publisher in its environment.
     """
     return _json({
         "namespace": options.namespace,
@@ -82,10 +84,12 @@ def render_publisher_config(plan: ServingPlan, options: MonitoringOptions) -> st
         "output": EMF_LOG,
         "neuron_monitor": [NEURON_MONITOR, "-c", NEURON_MONITOR_CONFIG],
         "replicas": [{"name": r.name, "port": r.port} for r in plan.replicas],
+        "replica_metrics": engine.metrics.to_json(),
         "router_metrics_url": f"http://127.0.0.1:{ROUTER_METRICS_PORT}/metrics",
         "router_backend": ROUTER_BACKEND,
         "disk_path": "/",
-        "metrics": {m.name: {"unit": m.unit, "dimensions": [list(s) for s in m.dimension_sets]} for m in METRICS},
+        "metrics": {m.name: {"unit": m.unit, "dimensions": [list(s) for s in m.dimension_sets]}
+                    for m in published_metrics(engine)},
     })
 
 

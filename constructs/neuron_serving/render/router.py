@@ -7,9 +7,10 @@ and HAProxy's Debian and Ubuntu packages include a Prometheus exporter. The conf
 
 from __future__ import annotations
 
+from ..plan.engines import DEFAULT_ENGINE, Engine
+from ..plan.engines import engine as find_engine
 from ..plan.errors import Problems
 from ..plan.layout import ServingPlan
-from ..plan.tgi import MAX_CONCURRENT_REQUESTS
 from .templates import render
 
 ROUTER_METRICS_PORT = 8404
@@ -22,7 +23,7 @@ finishes loading joins it in about 6 s."""
 
 STREAM_TIMEOUT_SECONDS = 900
 """Longest silence the router accepts from a client or a replica during one request: a request
-can wait in TGI's queue for a batch slot, then stream for minutes. The ALB idle timeout should
+can wait in the replica's queue for a batch slot, then stream for minutes. The ALB idle timeout should
 not exceed it."""
 
 KEEP_ALIVE_MARGIN_SECONDS = 60
@@ -40,8 +41,9 @@ TEMPLATE = "haproxy.cfg.j2"
 
 def render_router_config(
     plan: ServingPlan,
+    engine: Engine | None = None,
     *,
-    max_concurrent_per_replica: int = MAX_CONCURRENT_REQUESTS,
+    max_concurrent_per_replica: int | None = None,
     health_check_interval_ms: int = HEALTH_CHECK_INTERVAL_MS,
     metrics_port: int = ROUTER_METRICS_PORT,
     user: str | None = ROUTER_USER,
@@ -49,9 +51,11 @@ def render_router_config(
     """The HAProxy config that fronts every replica of ``plan`` on ``plan.router_port``.
 
     :param plan: the validated layout; one server per replica, on ``127.0.0.1:<replica.port>``.
+    :param engine: the replicas' serving engine, whose health route the router checks.
+        Default: TGI.
     :param max_concurrent_per_replica: requests in flight per replica; further requests wait in
-        the router's queue. Must not exceed the replicas' ``MAX_CONCURRENT_REQUESTS`` or they
-        answer 429. Default: ``MAX_CONCURRENT_REQUESTS``, which every replica is given.
+        the router's queue. Must not exceed what the replicas accept (TGI answers 429 beyond its
+        ``MAX_CONCURRENT_REQUESTS``). Default: the engine's ``max_concurrent_requests``.
     :param health_check_interval_ms: interval of the ``GET /health`` checks. Shorter intervals
         notice failures sooner at the cost of more check traffic. Default: 5000.
     :param metrics_port: loopback port of ``/metrics`` and ``/stats``. Default: 8404.
@@ -61,10 +65,13 @@ def render_router_config(
 
     Raises :class:`~neuron_serving.plan.ServingConfigError` naming each bad argument.
     """
+    engine = engine or find_engine(DEFAULT_ENGINE)
+    if max_concurrent_per_replica is None:
+        max_concurrent_per_replica = engine.max_concurrent_requests
     problems = Problems()
     if not _is_int(max_concurrent_per_replica) or max_concurrent_per_replica < 1:
         problems.add("max_concurrent_per_replica", max_concurrent_per_replica,
-                     "must be an integer of at least 1 (TGI's default is 128)")
+                     f"must be an integer of at least 1 ({engine.title}'s default is {engine.max_concurrent_requests})")
     if not _is_int(health_check_interval_ms) or health_check_interval_ms < 100:
         problems.add("health_check_interval_ms", health_check_interval_ms,
                      "must be an integer of at least 100")
@@ -80,6 +87,8 @@ def render_router_config(
     return render(
         TEMPLATE,
         replicas=plan.replicas,
+        engine=engine.title,
+        health_path=engine.health_path,
         router_port=plan.router_port,
         metrics_port=metrics_port,
         max_concurrent_per_replica=max_concurrent_per_replica,

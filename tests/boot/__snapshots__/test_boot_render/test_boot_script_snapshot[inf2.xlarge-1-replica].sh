@@ -37,7 +37,7 @@ set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
-key=v2-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-97d4fc72e880fd89
+key=v3-tgi-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-adb8a5c003b48a4b
 exports=$R/var/lib/neuron-serving/exports
 final=$exports/$key
 marker=$final/.neuron-serving-complete
@@ -70,8 +70,7 @@ args=()
 for d in $(seq 0 0); do args+=(--device "/dev/neuron$d"); done
 echo "export-model: exporting into $final; output in $log"
 if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -e HF_HUB_OFFLINE=1 -v "$exports:/models" "$IMAGE" \
-  export neuron --model "/models/$key.src" --task text-generation --batch_size 4 --sequence_length 4096 \
-  --num_cores 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
+  export neuron --model "/models/$key.src" --task text-generation --batch_size 4 --sequence_length 4096 --num_cores 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
   tail -n 20 "$log" >&2
   echo "export-model: export failed; see $log" >&2
   exit 1
@@ -110,17 +109,17 @@ put /opt/neuron-serving/bin/run-replica 755 <<'EOF'
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 i=${1:?usage: run-replica INDEX}
-key=v2-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-97d4fc72e880fd89
+key=v3-tgi-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-adb8a5c003b48a4b
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/replica-$i.conf"
 args=()
 for d in $DEVICES; do args+=(--device "/dev/neuron$d"); done
-exec docker run --rm --name "tgi-replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80" \
+exec docker run --rm --name "replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80" \
   -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" "$IMAGE"
 EOF
-put /etc/systemd/system/neuron-tgi@.service 644 <<'EOF'
+put /etc/systemd/system/neuron-replica@.service 644 <<'EOF'
 [Unit]
 Description=TGI Neuron replica %i
 Requires=docker.service
@@ -131,17 +130,17 @@ StartLimitIntervalSec=0
 [Service]
 TimeoutStartSec=infinity
 ExecStartPre=/opt/neuron-serving/bin/export-model
-ExecStartPre=-/usr/bin/env docker rm -f tgi-replica-%i
+ExecStartPre=-/usr/bin/env docker rm -f replica-%i
 ExecStart=/opt/neuron-serving/bin/run-replica %i
-ExecStop=/usr/bin/env docker stop -t 30 tgi-replica-%i
+ExecStop=/usr/bin/env docker stop -t 30 replica-%i
 Restart=always
 RestartSec=10
 
 [Install]
 WantedBy=multi-user.target
 EOF
-put /etc/neuron-serving/tgi.env 644 <<'EOF'
-MODEL_ID=/models/v2-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-97d4fc72e880fd89
+put /etc/neuron-serving/replica.env 644 <<'EOF'
+MODEL_ID=/models/v3-tgi-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-adb8a5c003b48a4b
 HF_NUM_CORES=2
 HF_AUTO_CAST_TYPE=bf16
 MAX_BATCH_SIZE=4
@@ -219,9 +218,9 @@ DEVICES="${row[2]//,/ }"
 PORT=${row[1]}
 ENV_FILE=/etc/neuron-serving/replica-$i.env
 CONF
-  { cat "$R/etc/neuron-serving/tgi.env"; printf '%s\n' "${row[@]:3}" NEURON_PROCESS_TAG=replica-"$i"; } |
+  { cat "$R/etc/neuron-serving/replica.env"; printf '%s\n' "${row[@]:3}" NEURON_PROCESS_TAG=replica-"$i"; } |
     put "/etc/neuron-serving/replica-$i.env" 644
-  units+=("neuron-tgi@$i")
+  units+=("neuron-replica@$i")
 done <"$R/etc/neuron-serving/replicas.table"
 systemctl daemon-reload
 for unit in "${units[@]}"; do systemctl enable --now "$unit"; done

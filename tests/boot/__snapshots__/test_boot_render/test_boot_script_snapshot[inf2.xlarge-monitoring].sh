@@ -43,7 +43,7 @@ set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
-key=v2-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-97d4fc72e880fd89
+key=v3-tgi-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-adb8a5c003b48a4b
 exports=$R/var/lib/neuron-serving/exports
 final=$exports/$key
 marker=$final/.neuron-serving-complete
@@ -76,8 +76,7 @@ args=()
 for d in $(seq 0 0); do args+=(--device "/dev/neuron$d"); done
 echo "export-model: exporting into $final; output in $log"
 if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -e HF_HUB_OFFLINE=1 -v "$exports:/models" "$IMAGE" \
-  export neuron --model "/models/$key.src" --task text-generation --batch_size 4 --sequence_length 4096 \
-  --num_cores 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
+  export neuron --model "/models/$key.src" --task text-generation --batch_size 4 --sequence_length 4096 --num_cores 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
   tail -n 20 "$log" >&2
   echo "export-model: export failed; see $log" >&2
   exit 1
@@ -116,7 +115,7 @@ put /opt/neuron-serving/bin/run-replica 755 <<'EOF'
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 i=${1:?usage: run-replica INDEX}
-key=v2-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-97d4fc72e880fd89
+key=v3-tgi-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-adb8a5c003b48a4b
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
 # shellcheck source=/dev/null
@@ -127,10 +126,10 @@ for d in $DEVICES; do args+=(--device "/dev/neuron$d"); done
 . "$R/etc/neuron-serving/host.env"
 args+=(--log-driver awslogs --log-opt "awslogs-region=$REGION" --log-opt "awslogs-group=$LOG_GROUP_REPLICAS"
   --log-opt "awslogs-stream=$INSTANCE_ID/replica-$i" --log-opt mode=non-blocking --log-opt max-buffer-size=4m)
-exec docker run --rm --name "tgi-replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80" \
+exec docker run --rm --name "replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80" \
   -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" "$IMAGE"
 EOF
-put /etc/systemd/system/neuron-tgi@.service 644 <<'EOF'
+put /etc/systemd/system/neuron-replica@.service 644 <<'EOF'
 [Unit]
 Description=TGI Neuron replica %i
 Requires=docker.service
@@ -141,17 +140,17 @@ StartLimitIntervalSec=0
 [Service]
 TimeoutStartSec=infinity
 ExecStartPre=/opt/neuron-serving/bin/export-model
-ExecStartPre=-/usr/bin/env docker rm -f tgi-replica-%i
+ExecStartPre=-/usr/bin/env docker rm -f replica-%i
 ExecStart=/opt/neuron-serving/bin/run-replica %i
-ExecStop=/usr/bin/env docker stop -t 30 tgi-replica-%i
+ExecStop=/usr/bin/env docker stop -t 30 replica-%i
 Restart=always
 RestartSec=10
 
 [Install]
 WantedBy=multi-user.target
 EOF
-put /etc/neuron-serving/tgi.env 644 <<'EOF'
-MODEL_ID=/models/v2-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-97d4fc72e880fd89
+put /etc/neuron-serving/replica.env 644 <<'EOF'
+MODEL_ID=/models/v3-tgi-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-adb8a5c003b48a4b
 HF_NUM_CORES=2
 HF_AUTO_CAST_TYPE=bf16
 MAX_BATCH_SIZE=4
@@ -228,7 +227,7 @@ put /etc/logrotate.d/neuron-serving-metrics 644 <<'EOF'
 }
 EOF
 put /etc/neuron-serving/metrics.json 644 <<'EOF'
-{"disk_path":"/","interval_seconds":60,"metrics":{"BatchSize":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"CpuUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"DiskUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"EccCorrectedEvents":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"EccUncorrectedEvents":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"ExecutionErrors":{"dimensions":[["Service","ErrorType"],["Service","InstanceId","ErrorType"]],"unit":"Count"},"ExecutionLatency":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"ExecutionLatencyP99":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"GeneratedTokens":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"InFlightRequests":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"MemoryUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"NeuronCoreUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"NeuronDeviceMemoryUsed":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Bytes"},"QueueDuration":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"QueueSize":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"ReplicasUp":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"RequestDuration":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"RequestFailures":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"Requests":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"RouterQueue":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"TimePerOutputToken":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"}},"namespace":"NeuronServing","neuron_monitor":["/opt/aws/neuron/bin/neuron-monitor","-c","/etc/neuron-serving/neuron-monitor.json"],"output":"/var/log/neuron-serving/metrics.emf","replicas":[{"name":"replica-0","port":8081}],"router_backend":"replicas","router_metrics_url":"http://127.0.0.1:8404/metrics"}
+{"disk_path":"/","interval_seconds":60,"metrics":{"BatchSize":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"CpuUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"DiskUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"EccCorrectedEvents":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"EccUncorrectedEvents":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"ExecutionErrors":{"dimensions":[["Service","ErrorType"],["Service","InstanceId","ErrorType"]],"unit":"Count"},"ExecutionLatency":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"ExecutionLatencyP99":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"GeneratedTokens":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"InFlightRequests":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"MemoryUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"NeuronCoreUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"NeuronDeviceMemoryUsed":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Bytes"},"QueueDuration":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"QueueSize":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"ReplicasUp":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"RequestDuration":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"RequestFailures":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"Requests":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"RouterQueue":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"TimePerOutputToken":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"}},"namespace":"NeuronServing","neuron_monitor":["/opt/aws/neuron/bin/neuron-monitor","-c","/etc/neuron-serving/neuron-monitor.json"],"output":"/var/log/neuron-serving/metrics.emf","replica_metrics":{"counters":{"GeneratedTokens":[{"labels":{},"name":"tgi_request_generated_tokens_sum"}],"RequestFailures":[{"labels":{},"name":"tgi_request_failure"}],"Requests":[{"labels":{},"name":"tgi_request_count"}]},"histograms":{"QueueDuration":"tgi_request_queue_duration","RequestDuration":"tgi_request_duration","TimePerOutputToken":"tgi_request_mean_time_per_token_duration"},"queued":[{"labels":{},"name":"tgi_queue_size"}],"running":[{"labels":{},"name":"tgi_batch_current_size"}]},"replicas":[{"name":"replica-0","port":8081}],"router_backend":"replicas","router_metrics_url":"http://127.0.0.1:8404/metrics"}
 EOF
 put /etc/neuron-serving/neuron-monitor.json 644 <<'EOF'
 {"neuron_runtimes":[{"metrics":[{"type":"neuroncore_counters"},{"type":"memory_used"},{"type":"neuron_runtime_vcpu_usage"},{"type":"execution_stats"}],"tag_filter":"^replica-"}],"period":"60s","system_metrics":[{"type":"vcpu_usage"},{"type":"memory_info"},{"type":"neuron_hw_counters"}]}
@@ -308,9 +307,9 @@ DEVICES="${row[2]//,/ }"
 PORT=${row[1]}
 ENV_FILE=/etc/neuron-serving/replica-$i.env
 CONF
-  { cat "$R/etc/neuron-serving/tgi.env"; printf '%s\n' "${row[@]:3}" NEURON_PROCESS_TAG=replica-"$i"; } |
+  { cat "$R/etc/neuron-serving/replica.env"; printf '%s\n' "${row[@]:3}" NEURON_PROCESS_TAG=replica-"$i"; } |
     put "/etc/neuron-serving/replica-$i.env" 644
-  units+=("neuron-tgi@$i")
+  units+=("neuron-replica@$i")
 done <"$R/etc/neuron-serving/replicas.table"
 systemctl daemon-reload
 for unit in "${units[@]}"; do systemctl enable --now "$unit"; done

@@ -1,0 +1,49 @@
+"""The serving engines, each behind :class:`Engine`: ``tgi`` (the default) and ``vllm``."""
+
+from __future__ import annotations
+
+from ..errors import ServingConfigError, problem
+from .base import (
+    CHECKPOINT_EXCLUDED,
+    CHECKPOINT_FILES,
+    KEY_FORMAT,
+    MODEL_MOUNT,
+    Engine,
+    MetricSource,
+    ReadinessProbe,
+    ReplicaMetrics,
+    ServingImage,
+    check_dlami_parameter,
+)
+from .tgi import TGI
+
+ENGINES: dict[str, Engine] = {e.name: e for e in (TGI,)}
+"""Every engine, by the value of the ``engine`` setting."""
+
+DEFAULT_ENGINE = TGI.name
+"""TGI: the engine users asked for."""
+
+
+def engine(name: str) -> Engine:
+    """The engine called ``name``. Raises :class:`ServingConfigError` naming ``engine``."""
+    found = ENGINES.get(name) if isinstance(name, str) else None
+    if found is None:
+        raise ServingConfigError([problem("engine", name, f"must be one of {', '.join(ENGINES)}")])
+    return found
+
+
+__all__ = [
+    "CHECKPOINT_EXCLUDED",
+    "CHECKPOINT_FILES",
+    "DEFAULT_ENGINE",
+    "ENGINES",
+    "KEY_FORMAT",
+    "MODEL_MOUNT",
+    "Engine",
+    "MetricSource",
+    "ReadinessProbe",
+    "ReplicaMetrics",
+    "ServingImage",
+    "check_dlami_parameter",
+    "engine",
+]

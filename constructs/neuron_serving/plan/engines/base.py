@@ -1,0 +1,252 @@
+"""What every serving engine provides, and what the engines share.
+
+An engine is one way of serving the exported model in containers: its images and what their
+tools can do, how the model is exported for it, what each replica container is told, how to ask
+a replica for one token, and the names of its Prometheus metrics. The rest of the library asks
+the engine (:class:`Engine`) and never tests which engine it has; adding an engine is one module
+here, its entry in :data:`neuron_serving.plan.engines.ENGINES`, and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..errors import ServingConfigError, problem
+from ..layout import Replica, ServingPlan
+
+MODEL_MOUNT = "/models"
+"""Where the host's export directory appears inside the containers."""
+
+CHECKPOINT_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model*.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+)
+"""What is downloaded of a model's Hub repository before the export (``huggingface-cli download
+--include``): the configuration, the safetensors weights (optimum-neuron's
+optimum/neuron/models/inference/backend/modules/checkpoint.py, at v0.3.0 and v0.4.5, reads
+``model.safetensors`` or the index and its shards) and the tokenizer, which the export copies for
+the server. Not Meta's own copy of the weights under ``original/`` (16 GB of
+``consolidated.*.pth`` for Llama 3 8B), ``*.bin`` or ``*.pth`` duplicates, nor files such as
+``modules.json`` that would make optimum route the export to another library. huggingface-hub
+matches with ``fnmatch``, where ``*`` also matches ``/`` (src/huggingface_hub/utils/_paths.py at
+v0.34.4): ``original/`` is excluded by name too."""
+
+CHECKPOINT_EXCLUDED = ("original/*",)
+
+KEY_FORMAT = "v3"
+"""The export key's format. v1 keys named exports made by scripts that compiled for every core
+on the host and exported from a Hub id, without weights; v2 keys did not name the engine. No
+artifact of an older format is ever used again."""
+
+PUBLIC_DLAMI_PARAMETERS = "/aws/service/neuron/dlami/"
+"""Where the public parameters of the Neuron DLAMIs live (Neuron DLAMI guide)."""
+
+
+@dataclass(frozen=True)
+class ServingImage:
+    """What one serving image can do, read from the sources of the versions it bundles.
+
+    :param reference: the image reference.
+    :param optimum_neuron: the optimum-neuron version inside, which exports and loads the model.
+    :param model_types: the ``model_type`` values its optimum-neuron exports and serves for text
+        generation.
+    :param neuron_sdk: the Neuron SDK release whose runtime and compiler the image carries.
+    :param neuron_runtime: the version of the Neuron runtime library inside.
+    :param driver_below: the first host Neuron driver (``aws-neuronx-dkms``) version that
+        rejects that runtime, or None.
+    :param dlami_parameter: a public SSM parameter of a Neuron DLAMI whose driver runs that
+        runtime.
+    :param hub_cli: the image's Hugging Face Hub command line, which downloads checkpoints.
+    """
+
+    reference: str
+    optimum_neuron: str
+    model_types: tuple[str, ...]
+    neuron_sdk: str
+    neuron_runtime: str
+    driver_below: str | None
+    dlami_parameter: str
+    hub_cli: str = "huggingface-cli"
+
+
+@dataclass(frozen=True)
+class ReadinessProbe:
+    """How ``wait-ready`` asks a replica for one generated token once its ``/health`` passes.
+
+    :param path: the route, POSTed with ``Content-Type: application/json``.
+    :param body: the JSON body.
+    """
+
+    path: str
+    body: str
+
+
+@dataclass(frozen=True)
+class MetricSource:
+    """Where one published metric comes from in a replica's Prometheus text: the sum of the
+    samples named ``name`` whose labels include ``labels``.
+
+    :param name: the sample name, with its suffix (``_total``, ``_sum``...) where it has one.
+    :param labels: labels a sample must carry to count. Default: any.
+    """
+
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ReplicaMetrics:
+    """The engine's Prometheus names behind the catalog's replica metrics
+    (:mod:`neuron_serving.render.metrics`, source ``replica``).
+
+    :param queued: gauges of requests waiting for a batch slot (``QueueSize``).
+    :param running: gauges of requests in the running batch (``BatchSize``).
+    :param counters: counters by published metric name (``Requests``, ``RequestFailures``,
+        ``GeneratedTokens``): each the sum of its sources, published as a delta.
+    :param histograms: the histogram (without ``_bucket``) of each published per-request metric
+        (``RequestDuration``, ``QueueDuration``, ``TimePerOutputToken``).
+    """
+
+    queued: tuple[MetricSource, ...]
+    running: tuple[MetricSource, ...]
+    counters: Mapping[str, tuple[MetricSource, ...]]
+    histograms: Mapping[str, str]
+
+    def describe(self, metric: str) -> str:
+        """The engine's names behind the published ``metric``, for documentation."""
+        if metric == "QueueSize":
+            return _names(self.queued)
+        if metric == "BatchSize":
+            return _names(self.running)
+        if metric == "InFlightRequests":
+            return f"{_names(self.queued)} + {_names(self.running)}"
+        if metric in self.counters:
+            return _names(self.counters[metric])
+        return self.histograms[metric]
+
+    @property
+    def published(self) -> tuple[str, ...]:
+        """The catalog metrics these sources produce."""
+        return ("QueueSize", "BatchSize", "InFlightRequests", *self.counters, *self.histograms)
+
+    def to_json(self) -> dict[str, object]:
+        """The publisher's form of these sources (``userdata/publish_metrics.py``)."""
+        def sources(items: tuple[MetricSource, ...]) -> list[dict[str, object]]:
+            return [{"name": s.name, "labels": dict(s.labels)} for s in items]
+        return {
+            "queued": sources(self.queued),
+            "running": sources(self.running),
+            "counters": {metric: sources(items) for metric, items in self.counters.items()},
+            "histograms": dict(self.histograms),
+        }
+
+
+def _names(sources: tuple[MetricSource, ...]) -> str:
+    return " + ".join(s.name + ("{" + ",".join(f'{k}="{v}"' for k, v in s.labels) + "}" if s.labels else "")
+                      for s in sources)
+
+
+class Engine(ABC):
+    """One serving engine: everything the boot script, the router and the monitoring need to know
+    about it. Subclasses set the class attributes and implement the methods; instances hold no
+    state.
+    """
+
+    name: str
+    """The value of the ``engine`` setting."""
+    title: str
+    """The engine's name in documentation and on the dashboard."""
+    images: tuple[ServingImage, ...]
+    """The images whose tools the boot script is written and tested against; the first is the
+    default."""
+    container_port: int
+    """The port the server listens on inside its container."""
+    max_concurrent_requests: int
+    """Requests the router sends one replica at once; it queues the rest itself."""
+    health_path: str = "/health"
+    """The route that answers 200 once the replica can generate."""
+    api_routes: tuple[str, ...]
+    """The routes clients use to generate, for documentation and the router."""
+    metrics: ReplicaMetrics
+    """The Prometheus names of each replica's ``/metrics`` behind the published metrics."""
+
+    @property
+    def default_image(self) -> ServingImage:
+        return self.images[0]
+
+    def serving_image(self, plan: ServingPlan, reference: str) -> ServingImage:
+        """The known image ``reference`` of this engine, which must export and serve ``plan``'s
+        model. Raises :class:`ServingConfigError` naming ``image`` or ``model_id``."""
+        image = next((i for i in self.images if i.reference == reference), None)
+        if image is None:
+            raise ServingConfigError([problem(
+                "image", reference, f"is not a {self.title} serving image this library knows the export and serving "
+                f"tools of; known: {', '.join(i.reference for i in self.images)}")])
+        if plan.model.model_type not in image.model_types:
+            raise ServingConfigError([problem(
+                "model_id", plan.model_id, f"is a {plan.model.model_type} model, which optimum-neuron "
+                f"{image.optimum_neuron} in {reference} cannot export and serve; it does "
+                f"{', '.join(image.model_types)}")])
+        self.check_plan(plan, image)
+        return image
+
+    def check_plan(self, plan: ServingPlan, image: ServingImage) -> None:  # noqa: B027 (optional hook)
+        """Raise :class:`ServingConfigError` when ``image`` cannot serve ``plan`` (limits beyond
+        the planner's own). Default: every plan the planner accepts."""
+
+    def export_key(self, plan: ServingPlan, image: ServingImage, revision: str | None = None) -> str:
+        """A directory name that changes with everything that changes the compiled artifact: the
+        engine, the image (which fixes the optimum-neuron and compiler versions), the model and
+        its Hub ``revision`` when one is pinned, the degree, shapes and dtype. Keys start with
+        :data:`KEY_FORMAT` and the engine's name."""
+        parts = [KEY_FORMAT, self.name, plan.model_id, image.reference, f"optimum-neuron={image.optimum_neuron}",
+                 str(plan.degree), str(plan.batch_size), str(plan.sequence_length), plan.dtype]
+        if revision is not None:
+            parts.append(f"revision={revision}")
+        digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+        slug = "".join(c if c.isalnum() else "-" for c in plan.model_id.split("/")[-1].lower())
+        return (f"{KEY_FORMAT}-{self.name}-{slug}-tp{plan.degree}-b{plan.batch_size}-s{plan.sequence_length}"
+                f"-{plan.dtype}-{digest}")
+
+    @abstractmethod
+    def export_arguments(self, plan: ServingPlan, image: ServingImage, source: str, output: str) -> tuple[str, ...]:
+        """The ``optimum-cli`` arguments that export ``plan``'s model from the checkpoint directory
+        ``source`` into ``output`` (both paths inside the container)."""
+
+    @abstractmethod
+    def export_expectations(self, plan: ServingPlan, image: ServingImage) -> dict[str, object]:
+        """What an export for ``plan`` holds, for the host's ``check-export``: ``files`` (paths
+        that must exist), ``config`` (the JSON file of the export's Neuron configuration) and
+        ``fields`` (values it must record)."""
+
+    @abstractmethod
+    def replica_environment(self, plan: ServingPlan, image: ServingImage, replica: Replica,
+                            model_dir: str) -> dict[str, str]:
+        """The full container environment of ``replica``, serving the export at ``model_dir``."""
+
+    @abstractmethod
+    def readiness(self, plan: ServingPlan) -> ReadinessProbe:
+        """The one-token generation ``wait-ready`` sends each replica."""
+
+
+def check_dlami_parameter(image: ServingImage, parameter: str) -> None:
+    """Refuse a public Neuron DLAMI parameter other than ``image``'s own when ``image``'s runtime
+    is too old for the newest drivers: such a parameter resolves, at every launch, to the newest
+    DLAMI of its kind, whose driver rejects the runtime (``nrt_init`` fails)."""
+    if image.driver_below is None or not parameter.startswith(PUBLIC_DLAMI_PARAMETERS):
+        return
+    if parameter != image.dlami_parameter:
+        raise ServingConfigError([problem(
+            "dlami_parameter", parameter,
+            f"names the newest Neuron DLAMI at each launch, whose driver ({image.driver_below} or newer) "
+            f"rejects the Neuron runtime {image.neuron_runtime} in {image.reference}; use "
+            f"{image.dlami_parameter}, or ami_id with a DLAMI whose aws-neuronx-dkms is below {image.driver_below}")])

@@ -65,3 +65,16 @@ def test_all_bad_context_values_are_reported_together():
     with pytest.raises(ServingConfigError) as err:
         _settings(batch_size="x", internet_facing="maybe")
     assert len(err.value.problems) == 2
+
+
+def test_the_engine_is_chosen_by_name_and_anything_else_is_refused_naming_engine():
+    assert _settings(engine="vllm").engine == "vllm"
+    with pytest.raises(ServingConfigError, match=r"^engine \('nonsense'\) must be one of tgi, vllm$"):
+        _settings(engine="nonsense")
+
+
+def test_a_setting_the_engine_has_no_use_for_is_refused_naming_it_and_the_engine():
+    with pytest.raises(ServingConfigError, match=r"^max_input_tokens \('3000'\) does not apply to engine vllm; "
+                                                 r"it applies to engine tgi$"):
+        _settings(engine="vllm", max_input_tokens="3000")
+    assert _settings(engine="tgi", max_input_tokens="3000").request.max_input_tokens == 3000

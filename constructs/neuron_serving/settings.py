@@ -157,6 +157,11 @@ class StackSettings:
         )
         if settings.engine not in ENGINES:
             problems.add("engine", settings.engine, f"must be one of {', '.join(ENGINES)}")
+        else:
+            for key in ENGINES[settings.engine].unused_settings:
+                if get(key) not in (None, ""):
+                    problems.add(key, get(key), f"does not apply to engine {settings.engine}; it applies to engine "
+                                 + ", ".join(e.name for e in ENGINES.values() if key not in e.unused_settings))
         if settings.fleet not in FLEET_KINDS:
             problems.add("fleet", settings.fleet, f"must be one of {', '.join(FLEET_KINDS)}")
         elif settings.fleet == "instance":

@@ -31,6 +31,10 @@ SNAPSHOT_CONFIGS: dict[str, dict[str, Any]] = {
     "fleet": {"fleet": "asg", "min_capacity": "2", "max_capacity": "4"},
     "fleet_warm_pool_scheduled": {"fleet": "asg", "min_capacity": "1", "max_capacity": "3", "warm_pool": "true",
                                   "scale_down_schedule": "0 20 * * 1-5", "scale_up_schedule": "0 7 * * 1-5"},
+    "vllm": {"engine": "vllm"},
+    "vllm_fleet_trn1": {"engine": "vllm", "fleet": "asg", "min_capacity": "1", "max_capacity": "3",
+                        "warm_pool": "true", "instance_type": "trn1.32xlarge",
+                        "model_id": "meta-llama/Llama-3.1-8B-Instruct", "tensor_parallel": "8", "batch_size": "16"},
 }
 
 

@@ -31,7 +31,7 @@ REPLICAS = {"replica-0": 8081, "replica-1": 8082}
 """The replicas of the fixtures' host: the neuron-monitor reports have runtimes of both tags."""
 BACKEND = "replicas"
 TGI = ENGINES["tgi"]
-PAGES = {"tgi": ("tgi-first.txt", "tgi-second.txt")}
+PAGES = {"tgi": ("tgi-first.txt", "tgi-second.txt"), "vllm": ("vllm-first.txt", "vllm-second.txt")}
 """Each engine's two recorded (or generated) /metrics pages of one replica, one interval apart."""
 
 

@@ -16,8 +16,9 @@ from .base import (
     check_dlami_parameter,
 )
 from .tgi import TGI
+from .vllm import VLLM
 
-ENGINES: dict[str, Engine] = {e.name: e for e in (TGI,)}
+ENGINES: dict[str, Engine] = {e.name: e for e in (TGI, VLLM)}
 """Every engine, by the value of the ``engine`` setting."""
 
 DEFAULT_ENGINE = TGI.name

@@ -178,6 +178,8 @@ class Engine(ABC):
     """The routes clients use to generate, for documentation and the router."""
     metrics: ReplicaMetrics
     """The Prometheus names of each replica's ``/metrics`` behind the published metrics."""
+    unused_settings: tuple[str, ...] = ()
+    """Settings of the serving request the engine has no use for: giving one is an error."""
 
     @property
     def default_image(self) -> ServingImage:

@@ -1,0 +1,201 @@
+"""vLLM on Neuron through optimum-neuron: the living serving path for inf2 and trn1, with the
+OpenAI-compatible API.
+
+optimum-neuron's image runs ``optimum-cli neuron serve``, which checks the export against the
+host and hands vLLM 0.11.0 its arguments; vLLM loads the model through optimum-neuron's platform
+plugin (``optimum/neuron/vllm/``). One server runs per replica on its own devices, behind our
+router, rather than optimum-neuron's data-parallel round-robin proxy. Every fact below is read at
+optimum-neuron tag v0.4.5 (its PyPI wheel is the tag's ``optimum/`` tree) or in vLLM 0.11.0's
+PyPI wheel, and cited where it is used.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import ServingConfigError, problem
+from ..layout import Replica, ServingPlan
+from .base import Engine, MetricSource, ReadinessProbe, ReplicaMetrics, ServingImage
+
+OPTIMUM_NEURON_VLLM_0_4_5 = ServingImage(
+    # optimum-neuron v0.4.5 .github/workflows/build-vllm-image.yml pushes
+    # ghcr.io/huggingface/optimum-neuron-vllm:<version> from docker/vllm/Dockerfile at each tag.
+    reference="ghcr.io/huggingface/optimum-neuron-vllm:0.4.5",
+    optimum_neuron="0.4.5",
+    # optimum-neuron v0.4.5 optimum/neuron/models/inference/auto_models.py registers text
+    # generation for these model types and mixtral; its vLLM plugin supports only exports with
+    # continuous batching (optimum/neuron/vllm/AGENTS.md), which mixtral's never has
+    # (models/inference/mixtral/modeling_mixtral.py, _get_neuron_config).
+    model_types=("granite", "llama", "llama4_text", "phi3", "qwen2", "qwen3", "qwen3_moe", "smollm3"),
+    # docker/vllm/Dockerfile at v0.4.5 pins the packages of Neuron SDK 2.26.1 (aws-neuron-sdk
+    # src/helperscripts/n2-manifest.json): aws-neuronx-runtime-lib=2.28.23.0, and pyproject.toml
+    # neuronx-cc==2.21.33363.0.
+    neuron_sdk="2.26.1",
+    neuron_runtime="2.28.23",
+    # As for TGI's image: "Neuron Driver 2.29 requires Neuron Runtime Library 2.33 or later"
+    # (aws-neuron-sdk release-notes/components/runtime.rst, Neuron 2.31.0), and older drivers
+    # keep running older runtimes (neuron-runtime/nrt-troubleshoot.rst). The Ubuntu 22.04 base
+    # DLAMI's last release has driver 2.28 at most, and above the image's 2.24.7.0.
+    driver_below="2.29",
+    dlami_parameter="/aws/service/neuron/dlami/base/ubuntu-22.04/latest/image_id",
+)
+"""optimum-neuron 0.4.5's vLLM image (the newest optimum-neuron on PyPI), with vLLM 0.11.0."""
+
+NEURONXCC_VERSION = "2.21.33363.0"
+"""The compiler in the image (optimum-neuron v0.4.5 pyproject.toml, extra ``neuronx``), which an
+export records and ``serve`` requires (optimum/neuron/configuration_utils.py,
+``NeuronConfig.from_dict``)."""
+
+NEURON_TARGET = "trn1"
+"""What an export for inf2 or trn1 records as ``target``: optimum-neuron v0.4.5
+optimum/neuron/utils/instance.py, ``current_instance_type``, maps inf2, trn1 and trn1n to trn1,
+and ``serve`` refuses an export whose target differs (optimum/commands/neuron/serve.py)."""
+
+CONTAINER_PORT = 8080
+"""The image's entry point starts ``optimum-cli neuron serve --port 8080`` (docker/vllm/Dockerfile
+at v0.4.5, for SageMaker)."""
+
+GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
+"""vLLM 0.11.0's OpenAI-compatible generation routes (vllm/entrypoints/openai/api_server.py)."""
+
+DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
+"""How a torch dtype is named in ``config.json`` and ``neuron_config.json`` (``torch_dtype``)."""
+
+MIN_BATCH_SIZE = 2
+"""optimum-neuron v0.4.5 compiles with continuous batching only when the batch size is above 1
+(models/inference/llama/modeling_llama.py, ``_get_neuron_config``, and the model types built on
+it), and its vLLM plugin serves nothing else (optimum/neuron/vllm/AGENTS.md)."""
+
+MAX_CONCURRENT_REQUESTS = 128
+"""Requests the router sends one vLLM server at once. vLLM never refuses for load: requests
+beyond its batch wait in its own queue (``vllm:num_requests_waiting``). The router holds the
+rest, so that a burst is spread by least connections rather than piled on one server."""
+
+
+class Vllm(Engine):
+    """vLLM 0.11.0 in optimum-neuron 0.4.5's image: the OpenAI-compatible API."""
+
+    name = "vllm"
+    title = "vLLM"
+    images = (OPTIMUM_NEURON_VLLM_0_4_5,)
+    container_port = CONTAINER_PORT
+    max_concurrent_requests = MAX_CONCURRENT_REQUESTS
+    # vllm/entrypoints/openai/api_server.py (0.11.0): GET /health answers 200 with an empty body
+    # while the engine runs and 503 once it died; the port opens only after the model loaded.
+    health_path = "/health"
+    api_routes = (*GENERATION_ROUTES, "/v1/models")
+    # vLLM takes any prompt up to max_model_len minus the tokens asked for
+    # (vllm/entrypoints/openai/serving_engine.py, _validate_input): no separate input limit.
+    unused_settings = ("max_input_tokens",)
+    # vLLM 0.11.0 vllm/v1/metrics/loggers.py (PrometheusStatLogger): gauges and histograms with
+    # labels model_name and engine. Requests and failures are the HTTP server's count of the
+    # generation routes: prometheus-fastapi-instrumentator (>= 7.0.0, api_server.py mount_metrics)
+    # counts http_requests_total by handler (the route), method and status grouped as 2xx, 4xx,
+    # 5xx (prometheus_fastapi_instrumentator/metrics.py, default(), at 7.1.0).
+    metrics = ReplicaMetrics(
+        queued=(MetricSource("vllm:num_requests_waiting"),),
+        running=(MetricSource("vllm:num_requests_running"),),
+        counters={
+            "Requests": tuple(MetricSource("http_requests_total", (("handler", r),)) for r in GENERATION_ROUTES),
+            "RequestFailures": tuple(MetricSource("http_requests_total", (("handler", r), ("status", s)))
+                                     for r in GENERATION_ROUTES for s in ("4xx", "5xx")),
+            "GeneratedTokens": (MetricSource("vllm:generation_tokens_total"),),
+        },
+        histograms={
+            "RequestDuration": "vllm:e2e_request_latency_seconds",
+            "QueueDuration": "vllm:request_queue_time_seconds",
+            "TimePerOutputToken": "vllm:request_time_per_output_token_seconds",
+        },
+    )
+
+    def check_plan(self, plan: ServingPlan, image: ServingImage) -> None:
+        problems = []
+        if plan.batch_size < MIN_BATCH_SIZE:
+            problems.append(problem("batch_size", plan.batch_size, f"must be at least {MIN_BATCH_SIZE} with engine "
+                                    "vllm: optimum-neuron compiles continuous batching, which its vLLM plugin "
+                                    "needs, only for larger batches"))
+        checkpoint = plan.model.torch_dtype
+        if checkpoint is None:
+            problems.append(problem("model_config", plan.model_id, "has no torch_dtype, which optimum-neuron "
+                                    f"{image.optimum_neuron} exports and serves with; add it to config.json"))
+        elif checkpoint != DTYPE_NAMES.get(plan.dtype):
+            wanted = next((short for short, long in DTYPE_NAMES.items() if long == checkpoint), None)
+            hint = f"use -c dtype={wanted}" if wanted else "this engine serves bf16 and fp16 checkpoints only"
+            problems.append(problem("dtype", plan.dtype, f"must be the checkpoint's own dtype ({checkpoint}) with "
+                                    f"engine vllm: optimum-neuron {image.optimum_neuron} exports with the dtype of "
+                                    f"config.json whatever it is asked for; {hint}"))
+        if problems:
+            raise ServingConfigError(problems)
+
+    def export_arguments(self, plan: ServingPlan, image: ServingImage, source: str, output: str) -> tuple[str, ...]:
+        # optimum-neuron v0.4.5 optimum/commands/export/neuronx.py: --tensor_parallel_size (its
+        # default is 1; --num_cores is a hidden alias). From a local directory the task cannot be
+        # inferred. The dtype comes from config.json (optimum/neuron/models/inference/
+        # modeling_utils.py), so none is passed: check_plan made the plan's dtype that one. The
+        # target is the host's, read in the container (optimum/neuron/utils/instance.py).
+        return ("export", "neuron", "--model", source, "--task", "text-generation",
+                "--batch_size", str(plan.batch_size), "--sequence_length", str(plan.sequence_length),
+                "--tensor_parallel_size", str(plan.degree), output)
+
+    def export_expectations(self, plan: ServingPlan, image: ServingImage) -> dict[str, object]:
+        """optimum-neuron 0.4.5 writes ``config.json``, ``neuron_config.json``, ``model.pt``, the
+        tokenizer, and, exporting from a local directory, the weights sharded per rank under
+        ``checkpoint/weights/`` (optimum/neuron/models/inference/backend/pretrained_model.py);
+        without them the plugin downloads the checkpoint at load (``load_weights``). ``serve``
+        loads an export only when its ``target``, ``optimum_neuron_version`` and
+        ``neuronxcc_version`` are the host's and the image's (optimum/commands/neuron/serve.py,
+        optimum/neuron/configuration_utils.py), and the plugin only with continuous batching."""
+        return {
+            "config": "neuron_config.json",
+            "fields": {
+                "batch_size": plan.batch_size,
+                "sequence_length": plan.sequence_length,
+                "tp_degree": plan.degree,
+                "torch_dtype": DTYPE_NAMES[plan.dtype],
+                "continuous_batching": True,
+                "target": NEURON_TARGET,
+                "optimum_neuron_version": image.optimum_neuron,
+                "neuronxcc_version": NEURONXCC_VERSION,
+            },
+            "files": ["config.json", "neuron_config.json", "model.pt", "tokenizer_config.json",
+                      *(f"checkpoint/weights/tp{rank}_sharded_checkpoint.safetensors" for rank in range(plan.degree))],
+        }
+
+    def replica_environment(self, plan: ServingPlan, image: ServingImage, replica: Replica,
+                            model_dir: str) -> dict[str, str]:
+        """The image's entry point turns each ``SM_ON_<NAME>=<value>`` into ``--<name> <value>``
+        (lower case; an empty value gives the bare flag) after ``--port 8080`` (docker/vllm/
+        Dockerfile at v0.4.5, as docs/source/guides/export_model.mdx serves an export). ``serve``
+        parses model, served model name, degree, batch and sequence length, checks them against
+        the export, and passes vLLM ``--tensor-parallel-size``, ``--max-num-seqs`` (the batch)
+        and ``--max-model-len`` (the sequence length); the arguments it does not know go to vLLM
+        as they are (optimum/commands/neuron/serve.py)."""
+        return {
+            "SM_ON_MODEL": model_dir,
+            # Clients name the model as on the Hub; the default would be the export's path.
+            "SM_ON_SERVED_MODEL_NAME": plan.model_id,
+            "SM_ON_TENSOR_PARALLEL_SIZE": str(plan.degree),
+            "SM_ON_BATCH_SIZE": str(plan.batch_size),
+            "SM_ON_SEQUENCE_LENGTH": str(plan.sequence_length),
+            # vLLM 0.11.0 vllm/entrypoints/openai/cli_args.py: without these, uvicorn logs every
+            # health check and scrape, and FastAPI serves /docs, /redoc and /openapi.json.
+            "SM_ON_DISABLE_UVICORN_ACCESS_LOG": "",
+            "SM_ON_DISABLE_FASTAPI_DOCS": "",
+            "NEURON_PROCESS_TAG": replica.process_tag,
+            # The export holds the weights and the tokenizer: nothing needs the Hub.
+            "HF_HUB_OFFLINE": "1",
+            # vllm/usage/usage_lib.py (0.11.0): no usage reports to stats.vllm.ai.
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            # vllm/utils/__init__.py get_ip (0.11.0): without it vLLM looks for a route to 8.8.8.8
+            # to learn its address, for a distributed setup a single server does not have.
+            "VLLM_HOST_IP": "127.0.0.1",
+        }
+
+    def readiness(self, plan: ServingPlan) -> ReadinessProbe:
+        # vllm/entrypoints/openai/protocol.py (0.11.0), CompletionRequest: model, prompt, max_tokens.
+        return ReadinessProbe("/v1/completions",
+                              json.dumps({"model": plan.model_id, "prompt": "ping", "max_tokens": 1}))
+
+
+VLLM = Vllm()

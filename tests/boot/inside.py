@@ -17,6 +17,18 @@ What the tools write:
   ``neuron_config.json`` (``NxDNeuronConfig``, optimum/neuron/models/inference/backend/config.py,
   ``torch_dtype`` as the dtype's name), the compiled ``model.pt`` and, only when exporting from a
   local checkpoint, ``checkpoint/weights/tp<rank>_sharded_checkpoint.safetensors`` per rank.
+- The vLLM image, optimum-neuron 0.4.5 (:class:`VllmImage`): the same files, but the degree is
+  ``--tensor_parallel_size`` (default 1, optimum/commands/export/neuronx.py), the dtype is the
+  checkpoint's ``torch_dtype`` (optimum/neuron/models/inference/modeling_utils.py), and
+  ``neuron_config.json`` also records ``target`` (``trn1`` on inf2 and trn1:
+  optimum/neuron/utils/instance.py), ``continuous_batching`` (batch above 1:
+  models/inference/llama/modeling_llama.py), ``optimum_neuron_version`` and ``neuronxcc_version``
+  (optimum/neuron/configuration_utils.py ``to_dict``). A server container runs the image's entry
+  point (docker/vllm/Dockerfile: ``--port 8080``, then ``--<name> <value>`` for each ``SM_ON_<NAME>``
+  variable, then the command's words) and ``optimum-cli neuron serve``'s checks before vLLM starts
+  (optimum/commands/neuron/serve.py ``run``; optimum/neuron/vllm/model_loader.py: no more cores
+  than the container's devices give). The argument parsing itself is the real one in
+  tests/harness.
 """
 
 from __future__ import annotations
@@ -33,7 +45,7 @@ from tests.harness.dockerd import BehaviourResult, Bind, command, environment, h
 from tests.harness.fake_hub import CLIENT_ENV_REMOVE, FakeHub
 
 CHECKPOINT = {
-    "config.json": '{"model_type": "llama"}\n',
+    "config.json": '{"model_type": "llama", "torch_dtype": "bfloat16"}\n',
     "generation_config.json": "{}\n",
     "model-00001-of-00002.safetensors": "weights, first half\n",
     "model-00002-of-00002.safetensors": "weights, second half\n",
@@ -108,8 +120,10 @@ class ServingImage:
             return self._real_download(argv, binds, environment(body))
         if argv[:2] == ["huggingface-cli", "download"]:
             return self._download(argv, binds)
+        devices = len((body.get("HostConfig") or {}).get("Devices") or [])
+        if body.get("Image", "").startswith(VLLM_IMAGE):
+            return VllmImage(self.knobs).run(argv, binds, devices, environment(body))
         if argv[:3] == ["optimum-cli", "export", "neuron"]:
-            devices = len((body.get("HostConfig") or {}).get("Devices") or [])
             return self._export(argv, binds, devices)
         return 0, ""  # a replica: TGI itself is played by the curl stub on loopback
 
@@ -161,3 +175,92 @@ class ServingImage:
             (out / name).parent.mkdir(parents=True, exist_ok=True)
             (out / name).write_text(text)
         return 0, said
+
+
+VLLM_IMAGE = "ghcr.io/huggingface/optimum-neuron-vllm:"
+VLLM_OPTIMUM_NEURON = "0.4.5"
+VLLM_NEURONXCC = "2.21.33363.0"
+"""What the image bundles: optimum-neuron v0.4.5 pyproject.toml (neuronx-cc==2.21.33363.0)."""
+
+
+class VllmImage:
+    """What optimum-neuron 0.4.5's vLLM image does with the commands the boot script gives it."""
+
+    def __init__(self, knobs: dict[str, str]) -> None:
+        self.knobs = knobs
+
+    def run(self, argv: list[str], binds: list[Bind], devices: int, env: dict[str, str]) -> BehaviourResult:
+        if argv[:3] == ["optimum-cli", "export", "neuron"]:
+            return self._export(argv, binds, devices)
+        if not argv or argv[0].startswith("-"):
+            return self._serve(self.entry_point(argv, env), binds, devices)
+        return 127, "", f"exec: {argv[0]}: not found in the simulated image\n"
+
+    @staticmethod
+    def entry_point(cmd: list[str], env: dict[str, str]) -> list[str]:
+        """docker/vllm/Dockerfile at v0.4.5: ``optimum-cli neuron serve --port 8080``, then each
+        ``SM_ON_`` variable as ``--<lower-case name>`` and its value (none when empty), then the
+        command's words."""
+        words = ["optimum-cli", "neuron", "serve", "--port", "8080"]
+        for key, value in env.items():
+            if key.startswith("SM_ON_"):
+                words += [f"--{key.removeprefix('SM_ON_').lower()}", *([value] if value else [])]
+        return words + cmd
+
+    def _export(self, argv: list[str], binds: list[Bind], devices: int) -> BehaviourResult:
+        model = _values(argv, "--model")[0]
+        source = host_path(binds, model)
+        if not (source / "config.json").is_file():
+            return 1, "", f"OSError: {model} does not appear to have a file named config.json\n"
+        out = host_path(binds, argv[-1], write=True)
+        out.mkdir(parents=True, exist_ok=True)
+        time.sleep(float(self.knobs.get("STUB_EXPORT_SECONDS", "0")))
+        if self.knobs.get("STUB_EXPORT_FAIL"):
+            return 1, "", "neuronx-cc: error: compilation failed\n"
+        degree = int((_values(argv, "--tensor_parallel_size") or _values(argv, "--num_cores") or ["1"])[0])
+        if degree > 2 * devices:
+            return 1, "", f"ValueError: tensor_parallel_size {degree} exceeds the {2 * devices} cores available\n"
+        batch = int(_value(argv, "--batch_size") or 1)
+        neuron_config = {
+            "batch_size": batch,
+            "sequence_length": int(_value(argv, "--sequence_length") or 4096),
+            "tp_degree": degree,
+            "torch_dtype": json.loads((source / "config.json").read_text()).get("torch_dtype", "float32"),
+            "continuous_batching": batch > 1,
+            "target": "trn1",
+            "optimum_neuron_version": VLLM_OPTIMUM_NEURON,
+            "neuronxcc_version": VLLM_NEURONXCC,
+            "checkpoint_id": None,
+        }
+        files = {**export_files(argv, degree, weights=True), "neuron_config.json": json.dumps(neuron_config) + "\n"}
+        for name, text in files.items():
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            (out / name).write_text(text)
+        return 0, f"compiling {model} into {argv[-1]}\n"
+
+    def _serve(self, argv: list[str], binds: list[Bind], devices: int) -> BehaviourResult:
+        """``optimum-cli neuron serve``'s checks of a local export, then vLLM's start (not run)."""
+        model = _values(argv, "--model")[0]
+        try:
+            config = json.loads((host_path(binds, model) / "neuron_config.json").read_text())
+        except (OSError, ValueError) as error:
+            return 1, "", f"serve: cannot read the export: {error}\n"
+        problems = [f"ValueError: The neuron model is compiled for {config.get('target')} and cannot run on a trn1 "
+                    "instance."] if config.get("target") != "trn1" else []
+        if config.get("optimum_neuron_version") != VLLM_OPTIMUM_NEURON:
+            problems.append(f"ValueError: exported with optimum-neuron {config.get('optimum_neuron_version')}")
+        if config.get("neuronxcc_version") != VLLM_NEURONXCC:
+            problems.append(f"RuntimeError: compiled with neuronx-cc {config.get('neuronxcc_version')}")
+        for flag, key in (("--batch_size", "batch_size"), ("--sequence_length", "sequence_length"),
+                          ("--tensor_parallel_size", "tp_degree")):
+            given = _value(argv, flag)
+            if given is not None and int(given) != config.get(key):
+                problems.append(f"ValueError: {flag.strip('-')} {given} differs from the export's {config.get(key)}")
+        if int(config.get("tp_degree", 0)) > 2 * devices:
+            problems.append(f"ValueError: tensor parallel size {config.get('tp_degree')} exceeds the available "
+                            f"{2 * devices} cores")
+        if not config.get("continuous_batching"):
+            problems.append("ValueError: the vLLM plugin supports continuous batching exports only")
+        if problems:
+            return 1, "", "\n".join(problems) + "\n"
+        return 0, f"serving {_value(argv, '--served_model_name') or model} on port {_value(argv, '--port')}\n"

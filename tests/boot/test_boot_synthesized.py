@@ -1,7 +1,7 @@
 """The user data of synthesized NeuronLlamaStack templates, booted on simulated hosts with the
 real AWS CLI against moto and the recorder (tests/harness/aws.py) and the real docker CLI against
-the recording engine: the default stack, a fleet and trn1.32xlarge, as `cdk deploy` would launch
-them. The template's deploy-time values (the cache bucket, the log groups, the assets bucket)
+the recording engine: the default stack, a fleet, trn1.32xlarge and two vLLM stacks, as `cdk
+deploy` would launch them. The template's deploy-time values (the cache bucket, the log groups, the assets bucket)
 are resolved the way CloudFormation would, to names this test's emulator holds.
 """
 
@@ -25,6 +25,9 @@ CONFIGS = {
     "fleet": {"fleet": "asg", "min_capacity": "2", "max_capacity": "4"},
     "trn1": {"instance_type": "trn1.32xlarge", "model_id": "meta-llama/Llama-3.1-8B-Instruct",
              "tensor_parallel": "8", "batch_size": "32"},
+    "vllm": {"engine": "vllm"},
+    "vllm_trn1_fleet": {"engine": "vllm", "fleet": "asg", "instance_type": "trn1.32xlarge",
+                        "model_id": "meta-llama/Llama-3.1-8B-Instruct", "tensor_parallel": "8", "batch_size": "16"},
 }
 
 

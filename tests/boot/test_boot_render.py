@@ -68,6 +68,11 @@ OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
     "inf2.24xlarge-tp4-monitoring-signal": (
         "inf2.24xlarge-tp4", {"monitoring": MONITORING, "metrics_publisher": PUBLISHER_URI, "signal": SIGNAL},
     ),
+    "inf2.24xlarge-tp4-vllm-monitoring-signal": (
+        "inf2.24xlarge-tp4",
+        {"engine": "vllm", "monitoring": MONITORING, "metrics_publisher": PUBLISHER_URI, "signal": SIGNAL},
+    ),
+    "trn1.32xlarge-tp2-secret-arn-vllm-fleet": ("trn1.32xlarge-tp2-secret-arn", {"engine": "vllm", **FLEET}),
 }
 
 EMBEDDED_FILE = re.compile(r"^put (\S+) \d+ <<'EOF'\n(.*?)^EOF$", re.MULTILINE | re.DOTALL)
@@ -163,7 +168,8 @@ def test_size_check_accepts_a_script_of_exactly_the_limit() -> None:
 
 @pytest.mark.parametrize(
     "config", ["inf2.xlarge-1-replica", "inf2.48xlarge-tp8-secret-name", "trn1.32xlarge-tp2-secret-arn",
-               "trn1.32xlarge-tp2-secret-arn-fleet", "inf2.xlarge-monitoring"]
+               "trn1.32xlarge-tp2-secret-arn-fleet", "inf2.xlarge-monitoring",
+               "trn1.32xlarge-tp2-secret-arn-vllm-fleet"]
 )
 def test_boot_script_snapshot(config: str, snapshot: SnapshotAssertion) -> None:
     _, script = rendered(config)

@@ -47,7 +47,7 @@ from bootsim import require
 from test_boot_render import CONFIGS, OPTION_CONFIGS, embedded_files, rendered
 
 UNIT_DIR = "/etc/systemd/system"
-TGI = "neuron-replica@.service"
+REPLICA = "neuron-replica@.service"
 READY = "neuron-serving-ready.service"
 METRICS = "neuron-serving-metrics.service"
 
@@ -109,12 +109,12 @@ def verify(systemd_analyze: str, root: Path, units: list[str]) -> subprocess.Com
 
 def expected_units(config: str) -> set[str]:
     options = OPTION_CONFIGS[config][1] if config in OPTION_CONFIGS else {}
-    return {TGI} | ({READY} if "warm_pool_hook" in options else set()) | (
+    return {REPLICA} | ({READY} if "warm_pool_hook" in options else set()) | (
         {METRICS} if "monitoring" in options else set())
 
 
 def test_the_configurations_cover_every_unit_the_boot_writes() -> None:
-    assert set().union(*map(expected_units, [*CONFIGS, *OPTION_CONFIGS])) == {TGI, READY, METRICS}
+    assert set().union(*map(expected_units, [*CONFIGS, *OPTION_CONFIGS])) == {REPLICA, READY, METRICS}
 
 
 @pytest.mark.parametrize("config", [*CONFIGS, *OPTION_CONFIGS])
@@ -124,7 +124,7 @@ def test_systemd_analyze_verify_passes_on_every_unit_the_boot_writes(
     units = host_root(config, tmp_path)
     written = {path.rpartition("/")[2] for path in embedded_files(rendered(config)[1]) if path.startswith(UNIT_DIR)}
     assert written == expected_units(config)
-    assert "neuron-replica@0.service" in units and TGI not in units
+    assert "neuron-replica@0.service" in units and REPLICA not in units
     result = verify(systemd_analyze, tmp_path, units)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
@@ -149,8 +149,8 @@ def _not_executable(path: str) -> Callable[[Path], None]:
 @pytest.mark.parametrize(
     ("config", "breakage", "reported"),
     [
-        ("inf2.xlarge-1-replica", _edit(f"{UNIT_DIR}/{TGI}", "\nRestartSec=", "\nRestartSecs="), "RestartSecs"),
-        ("inf2.xlarge-1-replica", _edit(f"{UNIT_DIR}/{TGI}", "\n[Service]\n", "\n[Servce]\n"), "Servce"),
+        ("inf2.xlarge-1-replica", _edit(f"{UNIT_DIR}/{REPLICA}", "\nRestartSec=", "\nRestartSecs="), "RestartSecs"),
+        ("inf2.xlarge-1-replica", _edit(f"{UNIT_DIR}/{REPLICA}", "\n[Service]\n", "\n[Servce]\n"), "Servce"),
         ("inf2.xlarge-1-replica", _remove("/opt/neuron-serving/bin/run-replica"), "run-replica"),
         ("inf2.xlarge-1-replica", _remove("/usr/lib/systemd/system/docker.service"), "docker.service"),
         ("trn1.32xlarge-tp2-secret-arn-fleet", _not_executable("/opt/neuron-serving/bin/wait-ready"), "wait-ready"),

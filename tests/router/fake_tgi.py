@@ -159,6 +159,9 @@ class FakeTgi:
     :param token_delay: seconds between two generated tokens.
     """
 
+    handler: Any = _Handler
+    """The request handler class: TGI's routes here, vLLM's in fake_vllm.py."""
+
     def __init__(self, name: str, port: int, token_delay: float = 0.0) -> None:
         self.name = name
         self.port = port
@@ -186,7 +189,7 @@ class FakeTgi:
             return self._max_in_flight
 
     def start(self) -> None:
-        server = _Server(("127.0.0.1", self.port), _Handler)
+        server = _Server(("127.0.0.1", self.port), self.handler)
         server.replica = self
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},

@@ -1,5 +1,6 @@
 """The router under test: the real HAProxy binary running the rendered config in front of fake TGI
-replicas (fake_tgi.py), all on loopback ports picked per test (fixtures in conftest.py)."""
+replicas (fake_tgi.py) or fake vLLM servers (fake_vllm.py), all on loopback ports picked per test
+(fixtures in conftest.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from typing import Any
 
 import pytest
 from fake_tgi import FakeTgi
+from fake_vllm import FakeVllm
 
 from neuron_serving.plan import ServingPlan, ServingRequest, plan_serving
+from neuron_serving.plan.engines import Engine, engine
 from neuron_serving.render.router import ROUTER_USER, render_router_config
 
 TEST_CHECK_INTERVAL_MS = 200
@@ -180,8 +183,9 @@ def free_port_block(count: int) -> int:
 
 
 def launch_router(haproxy: str, workdir: Path, replicas: int = 3, token_delay: float = 0.0,
-                 **render_kwargs: Any) -> Router:
-    """Fakes for every replica of an n-replica plan, and HAProxy in front of them, serving.
+                 serving: Engine | None = None, **render_kwargs: Any) -> Router:
+    """Fakes for every replica of an n-replica plan (of ``serving``'s kind: TGI by default), and
+    HAProxy in front of them (the config rendered for that engine), serving.
 
     The caller must ``stop()`` the result; if starting fails, everything started is stopped.
     """
@@ -190,12 +194,14 @@ def launch_router(haproxy: str, workdir: Path, replicas: int = 3, token_delay: f
     plan = make_plan(replicas, router_port=base, first_replica_port=base + 1)
     metrics_port = base + replicas + 1
     render_kwargs.setdefault("health_check_interval_ms", TEST_CHECK_INTERVAL_MS)
-    config = render_router_config(plan, metrics_port=metrics_port, user=run_as_user(), **render_kwargs)
+    serving = serving or engine("tgi")
+    config = render_router_config(plan, serving, metrics_port=metrics_port, user=run_as_user(), **render_kwargs)
     config_path = workdir / f"haproxy-{base}.cfg"
     config_path.write_text(config)
     log_path = workdir / f"haproxy-{base}.log"
 
-    fakes = {r.name: FakeTgi(r.name, r.port, token_delay) for r in plan.replicas}
+    fake = FakeVllm if serving.name == "vllm" else FakeTgi
+    fakes = {r.name: fake(r.name, r.port, token_delay) for r in plan.replicas}
     router: Router | None = None
     try:
         for fake in fakes.values():

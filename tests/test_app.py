@@ -52,3 +52,19 @@ def test_cdk_synth_with_degree_5_fails_naming_tensor_parallel(cdk_synth, tmp_pat
     assert "NeuronLlamaStack: tensor_parallel (5) must be one of 2, 4, 6, 8, 10, 12 on inf2.24xlarge" in result.stderr
     assert "Traceback" not in result.stderr
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_cdk_synth_with_engine_vllm_serves_the_vllm_image(cdk_synth, tmp_path):
+    result = cdk_synth(tmp_path, "engine=vllm")
+    assert result.returncode == 0, result.stderr
+    outputs = json.loads((tmp_path / "NeuronLlamaStack.template.json").read_text())["Outputs"]
+    assert outputs["ServingImage"]["Value"] == "ghcr.io/huggingface/optimum-neuron-vllm:0.4.5"
+    assert outputs["EndpointUrl"]["Description"].startswith("Base URL of the vLLM API: /v1/completions")
+    assert outputs["ReplicaCount"]["Value"] == "6"
+
+
+def test_cdk_synth_with_an_unknown_engine_fails_naming_engine(cdk_synth, tmp_path):
+    result = cdk_synth(tmp_path, "engine=nonsense")
+    assert result.returncode != 0
+    assert "NeuronLlamaStack: engine ('nonsense') must be one of tgi, vllm" in result.stderr
+    assert "Traceback" not in result.stderr

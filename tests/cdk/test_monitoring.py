@@ -206,3 +206,18 @@ def test_a_widget_for_a_metric_outside_the_catalog_cannot_be_built(synth):
         monitoring.metric("TokensPerDollar")
     with pytest.raises(KeyError, match="QueueSize is not published with dimensions"):
         monitoring.metric("QueueSize", dimensions={"ErrorType": "model"})
+
+
+@pytest.mark.parametrize(("engine", "sources"), [
+    ("tgi", ["QueueSize = `tgi_queue_size`", "TimePerOutputToken = `tgi_request_mean_time_per_token_duration`"]),
+    ("vllm", ["QueueSize = `vllm:num_requests_waiting`", "BatchSize = `vllm:num_requests_running`",
+              "RequestFailures = `http_requests_total{handler=\"/v1/completions\",status=\"4xx\"}",
+              "TimePerOutputToken = `vllm:request_time_per_output_token_seconds`"]),
+])
+def test_the_serving_row_names_the_engine_and_its_metric_names(synth, engine, sources):
+    widgets = _dashboard_body(synth(engine=engine))["widgets"]
+    [serving] = [w["properties"]["markdown"] for w in widgets
+                 if w["type"] == "text" and w["properties"]["markdown"].startswith("## Serving")]
+    assert serving.startswith(f"## Serving\n{'vLLM' if engine == 'vllm' else 'TGI'}'s own view")
+    for source in sources:
+        assert source in serving

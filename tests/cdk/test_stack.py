@@ -9,7 +9,7 @@ from neuron_serving.plan import ServingRequest, plan_serving
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
 from neuron_serving.plan.timing import longest_generation_seconds
 
-from .conftest import synthesize
+from .conftest import SNAPSHOT_CONFIGS, synthesize
 
 
 def _outputs(synth):
@@ -335,3 +335,16 @@ def test_instance_is_grantable_and_connectable_like_an_l2(synth):
 def test_user_data_over_16_kb_fails_synthesis():
     with pytest.raises(ValueError, match=r"over the EC2 user data limit of 16384 bytes"):
         synthesize({"hf_token_secret": "neuron-serving/" + "x" * 16000})
+
+
+def test_the_vllm_stack_boots_the_vllm_image_on_its_dlami_and_scales_on_in_flight_requests(synth):
+    template = synth(**SNAPSHOT_CONFIGS["vllm_fleet_trn1"])
+    pieces = template.only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
+    assert "IMAGE=ghcr.io/huggingface/optimum-neuron-vllm:0.4.5\n" in pieces[0]
+    image_id = template.only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["ImageId"]
+    assert image_id == "resolve:ssm:/aws/service/neuron/dlami/base/ubuntu-22.04/latest/image_id"
+    [policy] = [p["Properties"] for p in template.resources("AWS::AutoScaling::ScalingPolicy").values()
+                if "TargetTrackingConfiguration" in p["Properties"]]
+    metric = policy["TargetTrackingConfiguration"]["CustomizedMetricSpecification"]
+    assert json.dumps(metric).count('"InFlightRequests"') == 1
+    assert policy["TargetTrackingConfiguration"]["TargetValue"] == 16  # the batch size

@@ -38,7 +38,7 @@ WARM_POOL_HOOK = "neuron-serving-launch"
 
 class NeuronLlamaStack(Stack):
     """A VPC (or yours); one Neuron instance or an Auto Scaling fleet of them, each host running
-    data-parallel TGI replicas behind its on-host router; an S3 artifact cache so only the first
+    data-parallel TGI or vLLM replicas behind its on-host router; an S3 artifact cache so only the first
     host compiles; an ALB in front; and the hosts' logs, metrics, dashboard and alarms.
 
     :param settings: model, layout and endpoint settings (see :class:`StackSettings`).
@@ -214,9 +214,13 @@ class NeuronLlamaStack(Stack):
         return vpc
 
     def _outputs(self) -> None:
-        plan = self.plan
-        CfnOutput(self, "EndpointUrl", value=self.endpoint.url, description="Base URL of the TGI API")
-        CfnOutput(self, "ReplicaCount", value=str(len(plan.replicas)), description="TGI replicas per instance")
+        plan, engine, image = self.plan, self.boot_script.engine, self.boot_script.serving_image
+        CfnOutput(self, "EndpointUrl", value=self.endpoint.url,
+                  description=f"Base URL of the {engine.title} API: {', '.join(engine.api_routes)}")
+        CfnOutput(self, "ReplicaCount", value=str(len(plan.replicas)),
+                  description=f"{engine.title} replicas per instance")
+        CfnOutput(self, "ServingImage", value=image.reference, description=f"The {engine.title} image: "
+                  f"optimum-neuron {image.optimum_neuron}, Neuron SDK {image.neuron_sdk}")
         CfnOutput(self, "CoresPerReplica", value=str(plan.degree), description="Tensor-parallel degree")
         CfnOutput(
             self,

@@ -5,14 +5,19 @@ point; readiness only after a one-token completion through each."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-from bootsim import EXPORTS, MARKER, Host, make_plan
+from bootsim import EXPORTS, MARKER, Host, make_plan, require
 from inside import VllmImage
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5, VLLM
 from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, BootOptions, ReadinessSignal, render_boot_script
+from tests.harness.test_optimum_neuron import TINY_LLAMA
 
 MakeHost = Callable[..., Host]
 MODEL = "NousResearch/Meta-Llama-3-8B-Instruct"
@@ -115,3 +120,64 @@ def test_the_server_refuses_an_export_made_for_another_degree(make_host: MakeHos
     result = host.run(RUN_REPLICA, "0")
     assert result.returncode != 0
     assert "tensor_parallel_size 2 differs from the export's 4" in result.stderr
+
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNER = ROOT / "tests" / "harness" / "optimum_neuron_045.py"
+
+
+def _optimum_neuron_045(argv: list[str], devices: int, instance: str, env: dict[str, str],
+                        tmp_path: Path) -> dict[str, Any]:
+    """``argv`` (a container's optimum-cli words) through optimum-neuron 0.4.5 and vLLM 0.11.0's own code."""
+    python = require(ROOT / ".tools" / "optimum-neuron-0.4.5" / "bin" / "python", "scripts/test makes it")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "NEURON_RT_", "VLLM_"))}
+    done = subprocess.run([str(python), str(RUNNER), "--devices", str(devices), "--instance", instance,
+                           "--env", json.dumps(env), "--json", json.dumps(argv)],
+                          capture_output=True, text=True, check=False, timeout=600,
+                          env={**clean, "HF_HOME": str(tmp_path / "hf-home"), "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout)
+    assert result["exit_code"] == 0, (result.get("error"), done.stderr[-3000:])
+    return result
+
+
+def test_the_export_and_serve_words_the_boot_issues_reach_optimum_neuron_045_and_vllm_as_the_plan(
+    make_host: MakeHost, tmp_path: Path,
+) -> None:
+    # The words the boot script really gave docker, through the real optimum-cli of the image's
+    # optimum-neuron (tests/harness/optimum_neuron_045.py): the export on a tiny llama checkpoint,
+    # then each server's entry point words on that export, through serve's checks and vLLM's parser.
+    plan = _plan()
+    host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL)
+    assert failure == ""
+    assert host.run(RUN_REPLICA, "0").returncode == 0
+    key = VLLM.export_key(plan, OPTIMUM_NEURON_VLLM_0_4_5)
+    models = tmp_path / "models"
+    (models / f"{key}.src").mkdir(parents=True)
+    (models / f"{key}.src" / "config.json").write_text(json.dumps(TINY_LLAMA))
+
+    [export] = [c for c in host.containers() if c["Entrypoint"] == ["optimum-cli"]]
+    words = [w.replace("/models/", f"{models}/") for w in export["Entrypoint"] + export["Cmd"]]
+    env = dict(item.split("=", 1) for item in export["Env"])
+    exported = _optimum_neuron_045(words, len(export["HostConfig"]["Devices"]), plan.instance.name, env, tmp_path)
+    compiled = exported["compile"]["neuron_config"]
+    expected = VLLM.export_expectations(plan, OPTIMUM_NEURON_VLLM_0_4_5)["fields"]
+    assert {k: compiled[k] for k in expected} == expected  # what check-export requires is what 0.4.5 writes
+    written = json.loads((models / f"{key}.tmp" / "neuron_config.json").read_text())
+    assert {k: written[k] for k in expected} == expected
+    assert exported["shard_checkpoint"].endswith("checkpoint")  # weights sharded into the export
+
+    (models / f"{key}.tmp").rename(models / key)
+    [server] = [c for c in host.containers() if c["name"] == "replica-0"]
+    env = dict(item.split("=", 1) for item in server["Env"])
+    words = [w.replace("/models/", f"{models}/") for w in VllmImage.entry_point([], env)]
+    served = _optimum_neuron_045(words, len(server["HostConfig"]["Devices"]), plan.instance.name,
+                                 {k: v for k, v in env.items() if not k.startswith("SM_ON_")}, tmp_path)
+    assert served["run_server"] == {
+        "model": str(models / key), "served_model_name": [MODEL], "task": "generate",
+        "tensor_parallel_size": plan.degree, "max_num_seqs": plan.batch_size, "max_model_len": plan.sequence_length,
+        "port": VLLM.container_port, "host": None, "dtype": "bfloat16", "disable_uvicorn_access_log": True,
+        "disable_fastapi_docs": True, "model_loader_extra_config": {},
+    }
+    assert served["engine_config"]["platform"] == "OptimumNeuronPlatform"
+    assert (served["engine_config"]["tensor_parallel_size"], served["engine_config"]["max_num_seqs"]) == (2, 4)

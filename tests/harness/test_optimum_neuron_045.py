@@ -1,0 +1,73 @@
+"""The beliefs about optimum-neuron 0.4.5 that tests/boot/inside.py (VllmImage) encodes, checked against its real
+code through tests/harness/optimum_neuron_045.py: the export's default degree and dtype, and serve's refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.test_optimum_neuron import TINY_LLAMA
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = ROOT / ".tools" / "optimum-neuron-0.4.5" / "bin" / "python"
+RUNNER = ROOT / "tests" / "harness" / "optimum_neuron_045.py"
+
+
+def run(argv: list[str], tmp_path: Path, devices: int = 1, instance: str = "inf2.24xlarge") -> dict[str, Any]:
+    if not PYTHON.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{PYTHON} is missing: scripts/test makes it")
+        pytest.skip(f"{PYTHON} is missing: scripts/test makes it")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "NEURON_RT_", "VLLM_"))}
+    done = subprocess.run([str(PYTHON), str(RUNNER), "--devices", str(devices), "--instance", instance,
+                           "--env", json.dumps({"HF_HUB_OFFLINE": "1"}), "--json", json.dumps(argv)],
+                          capture_output=True, text=True, check=False, timeout=600,
+                          env={**clean, "HF_HOME": str(tmp_path / "hf-home"), "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def checkpoint(path: Path, **config: Any) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({**TINY_LLAMA, **config}))
+    return path
+
+
+def export(tmp_path: Path, *flags: str, **config: Any) -> tuple[dict[str, Any], Path]:
+    src = checkpoint(tmp_path / "src", **config)
+    out = tmp_path / "out"
+    result = run(["optimum-cli", "export", "neuron", "--model", str(src), "--task", "text-generation",
+                  "--batch_size", "4", "--sequence_length", "2048", *flags, str(out)], tmp_path)
+    assert result["exit_code"] == 0, result.get("error")
+    return result, out
+
+
+def test_without_tensor_parallel_size_the_export_compiles_for_one_core_with_the_checkpoints_dtype(tmp_path):
+    # The auto-cast type asked for is ignored: the dtype is config.json's (fp16 here).
+    result, _ = export(tmp_path, "--auto_cast_type", "bf16", torch_dtype="float16")
+    config = result["compile"]["neuron_config"]
+    assert (config["tp_degree"], config["torch_dtype"], config["target"], config["continuous_batching"]) == (
+        1, "float16", "trn1", True)
+
+
+def test_serve_refuses_an_export_of_another_degree_before_vllm_starts(tmp_path):
+    _, out = export(tmp_path, "--tensor_parallel_size", "2")
+    result = run(["optimum-cli", "neuron", "serve", "--port", "8080", "--model", str(out),
+                  "--tensor_parallel_size", "4", "--batch_size", "4", "--sequence_length", "2048"], tmp_path, devices=2)
+    assert result["exit_code"] != 0 and "run_server" not in result
+    assert "ValueError" in result["error"] and "tensor" in result["error"].lower()
+
+
+def test_serve_refuses_an_export_of_another_optimum_neuron_version(tmp_path):
+    _, out = export(tmp_path, "--tensor_parallel_size", "2")
+    config = json.loads((out / "neuron_config.json").read_text())
+    (out / "neuron_config.json").write_text(json.dumps({**config, "optimum_neuron_version": "0.3.0"}))
+    result = run(["optimum-cli", "neuron", "serve", "--port", "8080", "--model", str(out)], tmp_path)
+    assert result["exit_code"] != 0 and "run_server" not in result
+    assert "0.3.0" in result["error"]

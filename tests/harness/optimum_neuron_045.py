@@ -267,7 +267,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     saved, code, stderr = sys.argv, 0, io.StringIO()
     sys.argv = list(argv)
     try:
-        with contextlib.redirect_stderr(_Tee(sys.stderr, stderr)):
+        with contextlib.redirect_stderr(harness_030._Tee(sys.stderr, stderr)):
             optimum_cli.main()
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
@@ -281,16 +281,6 @@ def run(argv: list[str]) -> dict[str, Any]:
         out = Path(argv[-1])
         record["output_files"] = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     return record
-
-
-class _Tee(io.TextIOBase):
-    def __init__(self, *streams: Any) -> None:
-        self.streams = streams
-
-    def write(self, text: str) -> int:
-        for stream in self.streams:
-            stream.write(text)
-        return len(text)
 
 
 def main(args: list[str] | None = None) -> int:

@@ -83,6 +83,26 @@ def make_config(replicas: dict[str, int] | None = None, router_url: str = "http:
     }
 
 
+REPLICA_DIMENSIONS = {"Service": SERVICE, "InstanceId": INSTANCE_ID, "Replica": "replica-0"}
+
+
+def scrape(pub: Any, page: str | None, now_ms: int = 1_000) -> list[dict[str, Any]]:
+    """One round with only replica-0's page; every event checked against the EMF specification."""
+    from emf_spec import check_event
+
+    events: list[dict[str, Any]] = pub.collect(None, {"replica-0": page}, None, None, now_ms)
+    for event in events:
+        check_event(event)
+    return events
+
+
+def values(events: list[dict[str, Any]], metric: str) -> list[float]:
+    """replica-0's values of ``metric`` in ``events``."""
+    from emf_spec import metric_values
+
+    return metric_values(events, metric, **REPLICA_DIMENSIONS)
+
+
 DISK = (30 * 2**30, 70 * 2**30)
 """Bytes used and available of the fixtures' root file system: 30 % used."""
 FIRST_MS = 1_767_225_600_000

@@ -7,30 +7,17 @@ import re
 from typing import Any
 
 import pytest
-from emf_spec import check_event, metric_values
-from monitorsim import INSTANCE_ID, SERVICE, fixture, load_publisher, make_config
+from monitorsim import INSTANCE_ID, SERVICE, fixture, load_publisher, make_config, scrape, values
+from monitorsim import REPLICA_DIMENSIONS as REPLICA
 
 pm = load_publisher()
 
-REPLICA = {"Service": SERVICE, "InstanceId": INSTANCE_ID, "Replica": "replica-0"}
 HISTOGRAMS = {"RequestDuration": "tgi_request_duration", "QueueDuration": "tgi_request_queue_duration",
               "TimePerOutputToken": "tgi_request_mean_time_per_token_duration"}
 
 
 def publisher() -> Any:
     return pm.Publisher(make_config(replicas={"replica-0": 8081}), SERVICE, INSTANCE_ID)
-
-
-def scrape(pub: Any, page: str | None, now_ms: int = 1_000) -> list[dict[str, Any]]:
-    """One round with only replica-0's page."""
-    events: list[dict[str, Any]] = pub.collect(None, {"replica-0": page}, None, None, now_ms)
-    for event in events:
-        check_event(event)
-    return events
-
-
-def values(events: list[dict[str, Any]], metric: str) -> list[float]:
-    return metric_values(events, metric, **REPLICA)
 
 
 def recorded_buckets(page: str, name: str) -> dict[float, int]:

@@ -7,28 +7,16 @@ import re
 from typing import Any
 
 import pytest
-from emf_spec import check_event, metric_values
-from monitorsim import INSTANCE_ID, SERVICE, fixture, load_publisher, make_config
+from monitorsim import INSTANCE_ID, SERVICE, fixture, load_publisher, make_config, scrape, values
+from monitorsim import REPLICA_DIMENSIONS as REPLICA
 
 from neuron_serving.plan.engines.vllm import VLLM
 
 pm = load_publisher()
 
-REPLICA = {"Service": SERVICE, "InstanceId": INSTANCE_ID, "Replica": "replica-0"}
 HISTOGRAMS = {"RequestDuration": "vllm:e2e_request_latency_seconds", "QueueDuration": "vllm:request_queue_time_seconds",
               "TimePerOutputToken": "vllm:request_time_per_output_token_seconds"}
 FIRST, SECOND = fixture("vllm-first.txt"), fixture("vllm-second.txt")
-
-
-def scrape(pub: Any, page: str | None, now_ms: int = 1_000) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = pub.collect(None, {"replica-0": page}, None, None, now_ms)
-    for event in events:
-        check_event(event)
-    return events
-
-
-def values(events: list[dict[str, Any]], metric: str) -> list[float]:
-    return metric_values(events, metric, **REPLICA)
 
 
 def recorded(page: str, name: str, **labels: str) -> float:

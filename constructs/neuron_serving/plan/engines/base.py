@@ -47,6 +47,15 @@ KEY_FORMAT = "v3"
 on the host and exported from a Hub id, without weights; v2 keys did not name the engine. No
 artifact of an older format is ever used again."""
 
+def export_files(plan: ServingPlan) -> list[str]:
+    """The files every optimum-neuron NxD export made from a local checkpoint holds (0.3.0 and 0.4.5,
+    optimum/neuron/models/inference/backend/pretrained_model.py): the configuration, the Neuron
+    configuration, the compiled ``model.pt``, the tokenizer's configuration and the weights
+    sharded per rank under ``checkpoint/weights/``."""
+    return ["config.json", "neuron_config.json", "model.pt", "tokenizer_config.json",
+            *(f"checkpoint/weights/tp{rank}_sharded_checkpoint.safetensors" for rank in range(plan.degree))]
+
+
 PUBLIC_DLAMI_PARAMETERS = "/aws/service/neuron/dlami/"
 """Where the public parameters of the Neuron DLAMIs live (Neuron DLAMI guide)."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from ..layout import Replica, ServingPlan
-from .base import Engine, MetricSource, ReadinessProbe, ReplicaMetrics, ServingImage
+from .base import Engine, MetricSource, ReadinessProbe, ReplicaMetrics, ServingImage, export_files
 
 TGI_3_3_5 = ServingImage(
     reference="ghcr.io/huggingface/text-generation-inference:3.3.5-neuron",
@@ -113,8 +113,7 @@ class Tgi(Engine):
                 "tp_degree": plan.degree,
                 "torch_dtype": NEURON_DTYPES[plan.dtype],
             },
-            "files": ["config.json", "neuron_config.json", "model.pt", "tokenizer_config.json",
-                      *(f"checkpoint/weights/tp{rank}_sharded_checkpoint.safetensors" for rank in range(plan.degree))],
+            "files": export_files(plan),
         }
 
     def replica_environment(self, plan: ServingPlan, image: ServingImage, replica: Replica,

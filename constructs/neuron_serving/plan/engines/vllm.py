@@ -15,7 +15,7 @@ import json
 
 from ..errors import ServingConfigError, problem
 from ..layout import Replica, ServingPlan
-from .base import Engine, MetricSource, ReadinessProbe, ReplicaMetrics, ServingImage
+from .base import Engine, MetricSource, ReadinessProbe, ReplicaMetrics, ServingImage, export_files
 
 OPTIMUM_NEURON_VLLM_0_4_5 = ServingImage(
     # optimum-neuron v0.4.5 .github/workflows/build-vllm-image.yml pushes
@@ -157,8 +157,7 @@ class Vllm(Engine):
                 "optimum_neuron_version": image.optimum_neuron,
                 "neuronxcc_version": NEURONXCC_VERSION,
             },
-            "files": ["config.json", "neuron_config.json", "model.pt", "tokenizer_config.json",
-                      *(f"checkpoint/weights/tp{rank}_sharded_checkpoint.safetensors" for rank in range(plan.degree))],
+            "files": export_files(plan),
         }
 
     def replica_environment(self, plan: ServingPlan, image: ServingImage, replica: Replica,

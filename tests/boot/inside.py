@@ -109,10 +109,14 @@ class ServingImage:
     def __init__(self) -> None:
         self.knobs: dict[str, str] = {}
         self._hub: tuple[FakeHub, Path, Path] | None = None
+        self._hf_transfer = True
 
-    def use_hub(self, hub: FakeHub, cli: Path, home: Path) -> None:
-        """Run downloads with the real ``cli`` against ``hub``, with ``home`` as ``HF_HOME``."""
+    def use_hub(self, hub: FakeHub, cli: Path, home: Path, hf_transfer: bool = True) -> None:
+        """Run downloads with the real ``cli`` against ``hub``, with ``home`` as ``HF_HOME``;
+        ``hf_transfer`` as the TGI image sets it (``HF_HUB_ENABLE_HF_TRANSFER=1``, TGI v3.3.5
+        Dockerfile.neuron); the vLLM image does not (optimum-neuron v0.4.5 docker/vllm/Dockerfile)."""
         self._hub = (hub, cli, home)
+        self._hf_transfer = hf_transfer
 
     def __call__(self, body: dict[str, Any], binds: list[Bind]) -> BehaviourResult:
         argv = command(body)
@@ -150,8 +154,7 @@ class ServingImage:
         local_dir = words.index("--local-dir") + 1
         words[local_dir] = str(host_path(binds, words[local_dir], write=True))
         clean = {k: v for k, v in os.environ.items() if k not in CLIENT_ENV_REMOVE}
-        # The image sets HF_HUB_ENABLE_HF_TRANSFER=1 (TGI v3.3.5 Dockerfile.neuron).
-        client = {**clean, **hub.client_env(home, token=env.get("HF_TOKEN"), hf_transfer=True)}
+        client = {**clean, **hub.client_env(home, token=env.get("HF_TOKEN"), hf_transfer=self._hf_transfer)}
         done = subprocess.run([str(cli), *words], env=client, capture_output=True, text=True, timeout=120,
                               check=False)
         return done.returncode, done.stdout, done.stderr

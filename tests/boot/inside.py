@@ -60,7 +60,7 @@ CHECKPOINT = {
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 """The torch dtype names optimum-neuron records, kept apart from the library's own table
-(neuron_serving.plan.engines.tgi.NEURON_DTYPES) so that a mistake there cannot confirm itself here."""
+(neuron_serving.plan.engines.base.TORCH_DTYPES) so that a mistake there cannot confirm itself here."""
 
 
 def export_files(argv: list[str], degree: int, weights: bool) -> dict[str, str]:

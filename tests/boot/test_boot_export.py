@@ -28,7 +28,7 @@ from bootsim import (
 from inside import CHECKPOINT
 
 from neuron_serving.plan import ServingConfigError, ServingPlan
-from neuron_serving.plan.engines import CHECKPOINT_EXCLUDED, CHECKPOINT_FILES, check_dlami_parameter
+from neuron_serving.plan.engines import CHECKPOINT_EXCLUDED, CHECKPOINT_FILES, ENGINES, check_dlami_parameter
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
 from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, BootOptions, render_boot_script
 from tests.harness.fake_hub import FakeHub, HubRepo
@@ -292,26 +292,36 @@ def test_the_export_command_the_script_issues_reaches_optimum_neuron_030s_export
         "tp_degree": 4, "batch_size": 4, "sequence_length": 4096, "torch_dtype": "bfloat16"}
 
 
+# Each image's huggingface-hub, as its tools venv has it: 0.34.4 in the TGI image (requirements-hub.txt),
+# which sets HF_HUB_ENABLE_HF_TRANSFER=1 (TGI v3.3.5 Dockerfile.neuron); 0.36.2 in the vLLM image
+# (requirements-optimum-neuron-0.4.5.txt), which does not (optimum-neuron v0.4.5 docker/vllm/Dockerfile).
+HUB_CLIS = {"tgi": (".tools/hub/bin/huggingface-cli", True),
+            "vllm": (".tools/optimum-neuron-0.4.5/bin/huggingface-cli", False)}
+
+
+@pytest.mark.parametrize("engine_name", HUB_CLIS)
 def test_the_hub_download_the_script_issues_runs_in_the_real_huggingface_cli_at_the_pinned_revision(
-    make_host: MakeHost, tmp_path: Path,
+    make_host: MakeHost, tmp_path: Path, engine_name: str,
 ) -> None:
     # The download words the boot script really issued, with the container's environment (the
-    # token from --env-file), in huggingface-hub 0.34.4's own CLI against a gated Hub repository
+    # token from --env-file), in the image's own huggingface-hub CLI against a gated Hub repository
     # on loopback that holds Meta's layout: only what the export needs arrives, at the pinned commit.
-    cli = Path(require(ROOT / ".tools" / "hub" / "bin" / "huggingface-cli", "scripts/test makes it"))
+    path, hf_transfer = HUB_CLIS[engine_name]
+    cli = Path(require(ROOT / path, "scripts/test makes it"))
+    engine = ENGINES[engine_name]
     plan = small_plan()
     repo = HubRepo(plan.model_id, gated=True)
     pinned = repo.commit({name: text.encode() for name, text in CHECKPOINT.items()})
     repo.commit({**{name: text.encode() for name, text in CHECKPOINT.items()}, "config.json": b"{}"})
     with FakeHub([repo], tokens={FAKE_HF_TOKEN}) as hub:
         host = make_host(1)
-        host.inside.use_hub(hub, cli, tmp_path / "hf-home")
-        options = BootOptions(hf_token_secret="hf", model_revision=pinned)
+        host.inside.use_hub(hub, cli, tmp_path / "hf-home", hf_transfer=hf_transfer)
+        options = BootOptions(engine=engine_name, hf_token_secret="hf", model_revision=pinned)
         result = host.boot(render_boot_script(plan, options))
         assert result.returncode == 0, host.path("/var/log/neuron-serving/export.log").read_text()
         assert sorted(hub.downloads()) == sorted(
             name for name in CHECKPOINT if not name.startswith("original/") and name != "LICENSE")
         files = [r for r in hub.requests if r.file is not None and r.server == "hub"]
         assert files and all(f"/resolve/{pinned}/" in r.path for r in files)
-    final = host.path(f"{EXPORTS}/{TGI.export_key(plan, TGI_3_3_5, pinned)}")
+    final = host.path(f"{EXPORTS}/{engine.export_key(plan, engine.default_image, pinned)}")
     assert host.run(CHECK_EXPORT, str(final)).returncode == 0

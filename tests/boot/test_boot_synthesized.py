@@ -15,7 +15,7 @@ import pytest
 from bootsim import MARKER, PUBLISHER_SOURCE, Host
 
 from neuron_serving.render.boot import CHECK_EXPORT
-from tests.cdk.conftest import synthesize
+from tests.cdk.conftest import synthesized
 from tests.harness.aws import ACCOUNT_ID, AwsEmulator
 
 REGION = "us-east-2"
@@ -51,7 +51,7 @@ def _resolve(value: Any, refs: dict[str, str]) -> str:
 
 def user_data(context: dict[str, str]) -> tuple[str, int, Any]:
     """The stack's user data, resolved, the Neuron device count of its instance type, and its plan."""
-    synth = synthesize(context)
+    synth = synthesized(**context)
     templates = synth.resources("AWS::EC2::LaunchTemplate")
     (template,) = templates.values()
     encoded = template["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]

@@ -11,13 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bootsim import EXPORTS, FAKE_HF_TOKEN, MARKER, Host, make_plan, require
-from inside import CHECKPOINT, VllmImage
+from bootsim import EXPORTS, MARKER, Host, make_plan, require
+from inside import VllmImage
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5, VLLM
 from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, BootOptions, ReadinessSignal, render_boot_script
-from tests.harness.fake_hub import FakeHub, HubRepo
 from tests.harness.test_optimum_neuron import TINY_LLAMA
 
 MakeHost = Callable[..., Host]
@@ -183,26 +182,3 @@ def test_the_export_and_serve_words_the_boot_issues_reach_optimum_neuron_045_and
     assert served["engine_config"]["platform"] == "OptimumNeuronPlatform"
     assert (served["engine_config"]["tensor_parallel_size"], served["engine_config"]["max_num_seqs"]) == (2, 4)
 
-
-def test_the_vllm_images_hub_download_runs_in_its_own_huggingface_cli_at_the_pinned_revision(
-    make_host: MakeHost, tmp_path: Path,
-) -> None:
-    # huggingface-hub 0.36.2, as the vLLM image resolves it (tests/harness/requirements-optimum-neuron-0.4.5.txt),
-    # against a gated repository on loopback: only what the export needs, at the pinned commit, with the token.
-    cli = Path(require(ROOT / ".tools" / "optimum-neuron-0.4.5" / "bin" / "huggingface-cli", "scripts/test makes it"))
-    plan = _plan()
-    repo = HubRepo(plan.model_id, gated=True)
-    pinned = repo.commit({name: text.encode() for name, text in CHECKPOINT.items()})
-    repo.commit({**{name: text.encode() for name, text in CHECKPOINT.items()}, "config.json": b"{}"})
-    with FakeHub([repo], tokens={FAKE_HF_TOKEN}) as hub:
-        host = make_host(plan.instance.devices)
-        host.inside.use_hub(hub, cli, tmp_path / "hf-home", hf_transfer=False)
-        options = BootOptions(engine="vllm", hf_token_secret="hf", model_revision=pinned)
-        result = host.boot(render_boot_script(plan, options))
-        assert result.returncode == 0, host.path("/var/log/neuron-serving/export.log").read_text()
-        assert sorted(hub.downloads()) == sorted(
-            name for name in CHECKPOINT if not name.startswith("original/") and name != "LICENSE")
-        files = [r for r in hub.requests if r.file is not None and r.server == "hub"]
-        assert files and all(f"/resolve/{pinned}/" in r.path for r in files)
-    final = host.path(f"{EXPORTS}/{VLLM.export_key(plan, OPTIMUM_NEURON_VLLM_0_4_5, pinned)}")
-    assert host.run(CHECK_EXPORT, str(final)).returncode == 0

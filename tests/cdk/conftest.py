@@ -59,14 +59,18 @@ def synthesize(context: dict[str, Any]) -> Synth:
     return Synth(stack)
 
 
+_SYNTHESIZED: dict[str, Synth] = {}
+
+
+def synthesized(**context: Any) -> Synth:
+    """``synthesize(context)``, once per configuration and test session (the boot tests boot
+    some of the same templates). Callers only read the result."""
+    key = json.dumps(context, sort_keys=True)
+    if key not in _SYNTHESIZED:
+        _SYNTHESIZED[key] = synthesize(context)
+    return _SYNTHESIZED[key]
+
+
 @pytest.fixture(scope="session")
 def synth() -> Callable[..., Synth]:
-    cache: dict[str, Synth] = {}
-
-    def get(**context: Any) -> Synth:
-        key = json.dumps(context, sort_keys=True)
-        if key not in cache:
-            cache[key] = synthesize(context)
-        return cache[key]
-
-    return get
+    return synthesized

@@ -17,6 +17,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from emf_spec import check_event, metric_values
+
 from neuron_serving.plan.engines import ENGINES, Engine
 from neuron_serving.render.metrics import DEFAULT_NAMESPACE, EMF_LOG, INTERVAL_SECONDS, published_metrics
 
@@ -88,8 +90,6 @@ REPLICA_DIMENSIONS = {"Service": SERVICE, "InstanceId": INSTANCE_ID, "Replica": 
 
 def scrape(pub: Any, page: str | None, now_ms: int = 1_000) -> list[dict[str, Any]]:
     """One round with only replica-0's page; every event checked against the EMF specification."""
-    from emf_spec import check_event
-
     events: list[dict[str, Any]] = pub.collect(None, {"replica-0": page}, None, None, now_ms)
     for event in events:
         check_event(event)
@@ -98,8 +98,6 @@ def scrape(pub: Any, page: str | None, now_ms: int = 1_000) -> list[dict[str, An
 
 def values(events: list[dict[str, Any]], metric: str) -> list[float]:
     """replica-0's values of ``metric`` in ``events``."""
-    from emf_spec import metric_values
-
     return metric_values(events, metric, **REPLICA_DIMENSIONS)
 
 

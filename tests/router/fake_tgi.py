@@ -111,14 +111,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
-    def _stream(self, tokens: int, delay: float) -> None:
+    def _start_stream(self, content_type: str, *headers: tuple[str, str]) -> None:
+        """A 200 with a chunked Server-Sent Events body, headers sent at once."""
         self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Content-Type", content_type)
+        for name, value in headers:
+            self.send_header(name, value)
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("X-Replica", self.server.replica.name)
         self.end_headers()
         self.wfile.flush()
+
+    def _stream(self, tokens: int, delay: float) -> None:
+        self._start_stream("text/event-stream", ("Cache-Control", "no-cache"))
         for i in range(tokens):
             time.sleep(delay)
             last = i == tokens - 1

@@ -73,12 +73,7 @@ class _VllmHandler(_Handler):
                                         "total_tokens": tokens + 1}})
 
     def _stream_openai(self, tokens: int, delay: float, chat: bool) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("X-Replica", self.server.replica.name)
-        self.end_headers()
-        self.wfile.flush()
+        self._start_stream("text/event-stream; charset=utf-8")
         for i in range(tokens):
             time.sleep(delay)
             last = i == tokens - 1

@@ -131,11 +131,6 @@ def published_metrics(engine: Engine) -> tuple[MetricSpec, ...]:
     return tuple(m for m in METRICS if m.source != "replica" or m.name in engine.metrics.published)
 
 
-def replica_source(engine: Engine, name: str) -> str:
-    """The engine's Prometheus names behind replica metric ``name``, for documentation."""
-    return engine.metrics.describe(name)
-
-
 def metric(name: str) -> MetricSpec:
     """The spec of ``name``; a ``KeyError`` naming it when the catalog has no such metric."""
     try:

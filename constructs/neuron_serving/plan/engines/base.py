@@ -47,6 +47,18 @@ KEY_FORMAT = "v3"
 on the host and exported from a Hub id, without weights; v2 keys did not name the engine. No
 artifact of an older format is ever used again."""
 
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+"""How optimum-neuron (0.3.0 and 0.4.5) names a dtype in ``neuron_config.json`` and ``config.json``
+(``torch_dtype``: the torch dtype's name; optimum/neuron/models/inference/backend/config.py, ``to_dict``)."""
+
+
+def shape_fields(plan: ServingPlan) -> dict[str, object]:
+    """What every optimum-neuron NxD export records of the plan in ``neuron_config.json``: batch
+    size, sequence length, degree and dtype."""
+    return {"batch_size": plan.batch_size, "sequence_length": plan.sequence_length, "tp_degree": plan.degree,
+            "torch_dtype": TORCH_DTYPES[plan.dtype]}
+
+
 def export_files(plan: ServingPlan) -> list[str]:
     """The files every optimum-neuron NxD export made from a local checkpoint holds (0.3.0 and 0.4.5,
     optimum/neuron/models/inference/backend/pretrained_model.py): the configuration, the Neuron

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from ..layout import Replica, ServingPlan
-from .base import Engine, MetricSource, ReadinessProbe, ReplicaMetrics, ServingImage, export_files
+from .base import Engine, MetricSource, ReadinessProbe, ReplicaMetrics, ServingImage, export_files, shape_fields
 
 TGI_3_3_5 = ServingImage(
     reference="ghcr.io/huggingface/text-generation-inference:3.3.5-neuron",
@@ -40,11 +40,6 @@ MAX_CONCURRENT_REQUESTS = 128
 """Requests one replica accepts at once (TGI's default, set explicitly): beyond it TGI answers
 429. The router sends each replica at most this many and queues the rest itself, so both
 figures come from this one constant."""
-
-NEURON_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
-"""How optimum-neuron 0.3.0 records an auto-cast type: ``torch_dtype`` as the torch dtype's name
-(optimum/neuron/models/inference/backend/config.py, ``to_dict``)."""
-
 
 def tgi_settings(plan: ServingPlan) -> dict[str, str]:
     """The six settings every replica needs, identical across replicas of one plan."""
@@ -107,12 +102,7 @@ class Tgi(Engine):
         it can load one, and only logs when it cannot), which TGI loads from the export."""
         return {
             "config": "neuron_config.json",
-            "fields": {
-                "batch_size": plan.batch_size,
-                "sequence_length": plan.sequence_length,
-                "tp_degree": plan.degree,
-                "torch_dtype": NEURON_DTYPES[plan.dtype],
-            },
+            "fields": shape_fields(plan),
             "files": export_files(plan),
         }
 

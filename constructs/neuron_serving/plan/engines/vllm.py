@@ -15,7 +15,16 @@ import json
 
 from ..errors import ServingConfigError, problem
 from ..layout import Replica, ServingPlan
-from .base import Engine, MetricSource, ReadinessProbe, ReplicaMetrics, ServingImage, export_files
+from .base import (
+    TORCH_DTYPES,
+    Engine,
+    MetricSource,
+    ReadinessProbe,
+    ReplicaMetrics,
+    ServingImage,
+    export_files,
+    shape_fields,
+)
 
 OPTIMUM_NEURON_VLLM_0_4_5 = ServingImage(
     # optimum-neuron v0.4.5 .github/workflows/build-vllm-image.yml pushes
@@ -58,9 +67,6 @@ at v0.4.5, for SageMaker)."""
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 """vLLM 0.11.0's OpenAI-compatible generation routes (vllm/entrypoints/openai/api_server.py)."""
 
-DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
-"""How a torch dtype is named in ``config.json`` and ``neuron_config.json`` (``torch_dtype``)."""
-
 MIN_BATCH_SIZE = 2
 """optimum-neuron v0.4.5 compiles with continuous batching only when the batch size is above 1
 (models/inference/llama/modeling_llama.py, ``_get_neuron_config``, and the model types built on
@@ -80,9 +86,9 @@ class Vllm(Engine):
     images = (OPTIMUM_NEURON_VLLM_0_4_5,)
     container_port = CONTAINER_PORT
     max_concurrent_requests = MAX_CONCURRENT_REQUESTS
-    # vllm/entrypoints/openai/api_server.py (0.11.0): GET /health answers 200 with an empty body
-    # while the engine runs and 503 once it died; the port opens only after the model loaded.
-    health_path = "/health"
+    # The inherited health_path, /health: vllm/entrypoints/openai/api_server.py (0.11.0) answers
+    # GET /health with 200 and an empty body while the engine runs and 503 once it died; the
+    # port opens only after the model loaded.
     api_routes = (*GENERATION_ROUTES, "/v1/models")
     # vLLM takes any prompt up to max_model_len minus the tokens asked for
     # (vllm/entrypoints/openai/serving_engine.py, _validate_input): no separate input limit.
@@ -118,8 +124,8 @@ class Vllm(Engine):
         if checkpoint is None:
             problems.append(problem("model_config", plan.model_id, "has no torch_dtype, which optimum-neuron "
                                     f"{image.optimum_neuron} exports and serves with; add it to config.json"))
-        elif checkpoint != DTYPE_NAMES.get(plan.dtype):
-            wanted = next((short for short, long in DTYPE_NAMES.items() if long == checkpoint), None)
+        elif checkpoint != TORCH_DTYPES.get(plan.dtype):
+            wanted = next((short for short, long in TORCH_DTYPES.items() if long == checkpoint), None)
             hint = f"use -c dtype={wanted}" if wanted else "this engine serves bf16 and fp16 checkpoints only"
             problems.append(problem("dtype", plan.dtype, f"must be the checkpoint's own dtype ({checkpoint}) with "
                                     f"engine vllm: optimum-neuron {image.optimum_neuron} exports with the dtype of "
@@ -148,10 +154,7 @@ class Vllm(Engine):
         return {
             "config": "neuron_config.json",
             "fields": {
-                "batch_size": plan.batch_size,
-                "sequence_length": plan.sequence_length,
-                "tp_degree": plan.degree,
-                "torch_dtype": DTYPE_NAMES[plan.dtype],
+                **shape_fields(plan),
                 "continuous_batching": True,
                 "target": NEURON_TARGET,
                 "optimum_neuron_version": image.optimum_neuron,

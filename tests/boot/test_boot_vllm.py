@@ -17,7 +17,7 @@ from inside import VllmImage
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5, VLLM
 from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, BootOptions, ReadinessSignal, render_boot_script
-from tests.harness.test_optimum_neuron import TINY_LLAMA
+from tests.harness.test_optimum_neuron import TINY_LLAMA, TINY_TOKENIZER
 
 MakeHost = Callable[..., Host]
 MODEL = "NousResearch/Meta-Llama-3-8B-Instruct"
@@ -155,6 +155,9 @@ def test_the_export_and_serve_words_the_boot_issues_reach_optimum_neuron_045_and
     models = tmp_path / "models"
     (models / f"{key}.src").mkdir(parents=True)
     (models / f"{key}.src" / "config.json").write_text(json.dumps(TINY_LLAMA))
+    (models / f"{key}.src" / "tokenizer.json").write_text(json.dumps(TINY_TOKENIZER))
+    (models / f"{key}.src" / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast"}))
 
     [export] = [c for c in host.containers() if c["Entrypoint"] == ["optimum-cli"]]
     words = [w.replace("/models/", f"{models}/") for w in export["Entrypoint"] + export["Cmd"]]
@@ -166,6 +169,11 @@ def test_the_export_and_serve_words_the_boot_issues_reach_optimum_neuron_045_and
     written = json.loads((models / f"{key}.tmp" / "neuron_config.json").read_text())
     assert {k: written[k] for k in expected} == expected
     assert exported["shard_checkpoint"].endswith("checkpoint")  # weights sharded into the export
+    # The compiled model and the tokenizer land where check-export looks for them.
+    files = VLLM.export_expectations(plan, OPTIMUM_NEURON_VLLM_0_4_5)["files"]
+    assert exported["jit_save"] == str(models / f"{key}.tmp" / "model.pt")
+    assert {"config.json", "neuron_config.json", "tokenizer_config.json"} <= set(exported["output_files"])
+    assert {"config.json", "neuron_config.json", "model.pt", "tokenizer_config.json"} <= set(files)
 
     (models / f"{key}.tmp").rename(models / key)
     [server] = [c for c in host.containers() if c["name"] == "replica-0"]

@@ -71,3 +71,22 @@ def test_serve_refuses_an_export_of_another_optimum_neuron_version(tmp_path):
     result = run(["optimum-cli", "neuron", "serve", "--port", "8080", "--model", str(out)], tmp_path)
     assert result["exit_code"] != 0 and "run_server" not in result
     assert "0.3.0" in result["error"]
+
+
+def test_the_replica_environment_turns_off_vllms_usage_reports_and_route_probe_and_the_hub(tmp_path):
+    # vLLM 0.11.0's and huggingface-hub 0.36.2's own readings of the environment each server gets.
+    from neuron_serving.plan import ServingRequest, plan_serving
+    from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5, VLLM
+
+    plan = plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge"))
+    env = VLLM.replica_environment(plan, OPTIMUM_NEURON_VLLM_0_4_5, plan.replicas[0], "/models/x")
+    if not PYTHON.exists():
+        pytest.skip(f"{PYTHON} is missing: scripts/test makes it")
+    probe = ("import json, huggingface_hub.constants as hub, vllm.usage.usage_lib as usage, vllm.utils as utils;"
+             "print(json.dumps([usage.is_usage_stats_enabled(), utils.get_ip(), hub.HF_HUB_OFFLINE]))")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "VLLM_", "DO_NOT_TRACK"))}
+    done = subprocess.run([str(PYTHON), "-c", probe], capture_output=True, text=True, check=False, timeout=300,
+                          env={**clean, **{k: v for k, v in env.items() if not k.startswith("SM_ON_")},
+                               "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [False, "127.0.0.1", True]

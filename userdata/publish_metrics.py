@@ -62,7 +62,7 @@ SCRAPE_TIMEOUT = 5.0
 RESTART_INTERVALS = 3
 """A missing, dead or silent neuron-monitor is restarted at most once in this many intervals."""
 CONFIG_KEYS = {"namespace", "interval_seconds", "output", "neuron_monitor", "replicas", "replica_metrics",
-               "router_metrics_url", "router_backend", "disk_path", "metrics"}
+               "router_metrics_url", "router_backend", "router_frontend", "disk_path", "metrics"}
 
 # The router and the replicas listen on loopback: no proxy from the environment may apply.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -155,7 +155,7 @@ class Publisher:
     """Turns the inputs of one round into EMF events, keeping what counter deltas need.
 
     :param config: the publisher's config (``namespace``, ``replicas``, ``replica_metrics``,
-        ``router_backend`` and ``metrics`` are read here).
+        ``router_backend``, ``router_frontend`` and ``metrics`` are read here).
     :param service: the ``Service`` dimension's value.
     :param instance_id: the ``InstanceId`` dimension's value.
     """
@@ -166,6 +166,7 @@ class Publisher:
         self.replicas = {r["name"] for r in config["replicas"]}
         self.sources: dict[str, Any] = config["replica_metrics"]
         self.backend: str = config["router_backend"]
+        self.frontend: str = config["router_frontend"]
         self.instance = {"Service": service, "InstanceId": instance_id}
         for name, spec in self.metrics.items():
             if not isinstance(spec["unit"], str) or not all(isinstance(s, list) for s in spec["dimensions"]):
@@ -237,6 +238,9 @@ class Publisher:
         self._add(self.instance, "ReplicasUp", sum(
             1 for s in samples if s.name == "haproxy_server_status" and s.value == 1
             and s.labels.get("proxy") == self.backend and s.labels.get("state") == "UP"))
+        # Requests the frontend refused (a missing or unknown API key), counted since HAProxy started.
+        denied = total(samples, "haproxy_frontend_requests_denied_total", proxy=self.frontend) or 0.0
+        self._add(self.instance, "UnauthorizedRequests", self._delta("denied", denied))
 
     def _runtimes(self, report: dict[str, Any]) -> None:
         runtimes = report.get("neuron_runtime_data") or []

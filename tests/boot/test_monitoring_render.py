@@ -19,6 +19,7 @@ from neuron_serving.render.monitoring import (
     NEURON_MONITOR,
     NEURON_MONITOR_CONFIG,
     ROUTER_BACKEND,
+    ROUTER_FRONTEND,
     placeholder,
     render_agent_config,
     render_neuron_monitor_config,
@@ -69,6 +70,7 @@ def test_the_publisher_config_names_each_replica_the_router_and_what_to_publish(
         },
         "router_metrics_url": f"http://127.0.0.1:{ROUTER_METRICS_PORT}/metrics",
         "router_backend": ROUTER_BACKEND,
+        "router_frontend": ROUTER_FRONTEND,
         "disk_path": "/",
         "metrics": json.loads(text)["metrics"],
     }
@@ -89,6 +91,7 @@ def test_the_publisher_config_carries_the_namespace() -> None:
 def test_the_router_backend_is_the_one_in_the_router_config() -> None:
     config = render_router_config(make_plan("inf2.48xlarge", 8))
     assert re.findall(r"^backend (\S+)$", config, re.MULTILINE) == [ROUTER_BACKEND]
+    assert re.findall(r"^frontend (\S+)$", config, re.MULTILINE)[0] == ROUTER_FRONTEND
 
 
 @pytest.mark.parametrize("plan", plans(), ids=lambda p: f"{p.instance.name}-tp{p.degree}")

@@ -80,6 +80,7 @@ def make_config(replicas: dict[str, int] | None = None, router_url: str = "http:
         "replica_metrics": engine.metrics.to_json(),
         "router_metrics_url": router_url,
         "router_backend": BACKEND,
+        "router_frontend": "router",
         "disk_path": "/",
         "metrics": catalog_metrics(engine) if metrics is None else metrics,
     }

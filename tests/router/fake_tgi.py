@@ -33,6 +33,13 @@ class Served:
     method: str
     path: str
     started: float
+    headers: tuple[tuple[str, str], ...] = ()
+    """The request's headers as the replica received them (names in lower case)."""
+
+
+def received(headers: Any) -> tuple[tuple[str, str], ...]:
+    """A request's headers, names in lower case."""
+    return tuple((k.lower(), v) for k, v in headers.items())
 
 
 class _Server(ThreadingHTTPServer):
@@ -82,7 +89,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path not in ("/generate", "/generate_stream"):
             self._send_json(404, {"error": f"no route {self.path}"})
             return
-        replica._begin(Served("POST", self.path, time.monotonic()))
+        replica._begin(Served("POST", self.path, time.monotonic(), received(self.headers)))
         if self.path == "/generate":
             time.sleep(tokens * replica.token_delay)
             # Done generating before the answer leaves: once the router has it, it may send the

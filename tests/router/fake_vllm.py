@@ -21,7 +21,7 @@ import json
 import time
 from typing import Any
 
-from fake_tgi import MAX_TOKENS, FakeTgi, Served, _Handler, _token
+from fake_tgi import MAX_TOKENS, FakeTgi, Served, _Handler, _token, received
 
 SERVED_MODEL = "meta-llama/Llama-3.2-1B-Instruct"
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
@@ -58,7 +58,7 @@ class _VllmHandler(_Handler):
         requested = body.get("max_tokens", 16)
         tokens = min(requested, MAX_TOKENS) if isinstance(requested, int) and requested > 0 else 16
         chat = self.path == "/v1/chat/completions"
-        replica._begin(Served("POST", self.path, time.monotonic()))
+        replica._begin(Served("POST", self.path, time.monotonic(), received(self.headers)))
         if body.get("stream"):
             self._stream_openai(tokens, replica.token_delay, chat)
             return

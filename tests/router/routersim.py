@@ -80,12 +80,12 @@ class Response:
 
 
 def http_request(port: int, method: str, path: str, payload: dict[str, Any] | None = None,
-                 timeout: float = REQUEST_TIMEOUT) -> Response:
-    """One request to 127.0.0.1:``port`` on its own connection."""
+                 timeout: float = REQUEST_TIMEOUT, headers: dict[str, str] | None = None) -> Response:
+    """One request to 127.0.0.1:``port`` on its own connection, with ``headers`` besides."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         body = json.dumps(payload).encode() if payload is not None else None
-        headers = {"Content-Type": "application/json"} if body is not None else {}
+        headers = {**({"Content-Type": "application/json"} if body is not None else {}), **(headers or {})}
         conn.request(method, path, body=body, headers=headers)
         resp = conn.getresponse()
         return Response(resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read())
@@ -113,8 +113,8 @@ class Router:
         return self.plan.router_port
 
     def request(self, method: str, path: str, payload: dict[str, Any] | None = None,
-                timeout: float = REQUEST_TIMEOUT) -> Response:
-        return http_request(self.port, method, path, payload, timeout)
+                timeout: float = REQUEST_TIMEOUT, headers: dict[str, str] | None = None) -> Response:
+        return http_request(self.port, method, path, payload, timeout, headers)
 
     def stats(self) -> list[dict[str, str]]:
         """HAProxy's CSV statistics, one row per frontend, backend and server."""

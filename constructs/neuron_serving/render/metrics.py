@@ -94,6 +94,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("RouterQueue", "Count", "router", INSTANCE_SETS,
                "Requests the router holds because every replica is at its concurrency limit "
                "(gauge haproxy_backend_current_queue)."),
+    MetricSpec("UnauthorizedRequests", "Count", "router", INSTANCE_SETS,
+               "Requests refused with 401 for a missing or unknown API key (counter "
+               "haproxy_frontend_requests_denied_total of the router's frontend, as a delta)."),
     MetricSpec("ReplicasUp", "Count", "router", INSTANCE_SETS,
                "Replicas whose health check passes (haproxy_server_status with state UP)."),
     # Neuron, from neuron-monitor.

@@ -38,6 +38,8 @@ AGENT_CONFIG_TEMPLATE = f"{AGENT_CONFIG}.in"
 
 ROUTER_BACKEND = "replicas"
 """The HAProxy backend of the replicas in ``userdata/haproxy.cfg.j2``, as its metrics label it."""
+ROUTER_FRONTEND = "router"
+"""The HAProxy frontend the load balancer reaches in ``userdata/haproxy.cfg.j2``."""
 ROUTER_LOG = "/var/log/haproxy.log"
 """Where rsyslog writes HAProxy's log on Ubuntu (the ``haproxy`` package's rsyslog rule)."""
 AGENT_LOG_KINDS = ("boot", "router", "metrics")
@@ -74,7 +76,7 @@ def render_publisher_config(plan: ServingPlan, engine: Engine, options: Monitori
 
     It names the namespace, the interval, the EMF file, the neuron-monitor command line, each
     replica's name and port, the engine's Prometheus names behind the replica metrics
-    (``Engine.metrics``), the router's Prometheus endpoint and backend, the file system to
+    (``Engine.metrics``), the router's Prometheus endpoint, backend and frontend, the file system to
     measure, and the unit and dimension sets of each catalog metric the engine produces (the
     publisher writes exactly those). ``Service`` and ``InstanceId`` reach the publisher in its environment.
     """
@@ -87,6 +89,7 @@ def render_publisher_config(plan: ServingPlan, engine: Engine, options: Monitori
         "replica_metrics": engine.metrics.to_json(),
         "router_metrics_url": f"http://127.0.0.1:{ROUTER_METRICS_PORT}/metrics",
         "router_backend": ROUTER_BACKEND,
+        "router_frontend": ROUTER_FRONTEND,
         "disk_path": "/",
         "metrics": {m.name: {"unit": m.unit, "dimensions": [list(s) for s in m.dimension_sets]}
                     for m in published_metrics(engine)},

@@ -7,6 +7,8 @@ and HAProxy's Debian and Ubuntu packages include a Prometheus exporter. The conf
 
 from __future__ import annotations
 
+import json
+
 from ..plan.engines import DEFAULT_ENGINE, Engine
 from ..plan.engines import engine as find_engine
 from ..plan.errors import Problems
@@ -38,6 +40,30 @@ MIN_GLOBAL_MAXCONN = 4096
 
 TEMPLATE = "haproxy.cfg.j2"
 
+KEYS_FILE = "/etc/haproxy/api-keys.sha256"
+"""The router's API key digests, one per line, which ``api-keys sync`` keeps in line with the
+keys' secret (``neuron_serving/userdata/api_keys.py``, whose ``KEYS_FILE`` this is)."""
+
+RUNTIME_SOCKET = "/run/haproxy/admin.sock"
+"""The router's runtime API socket (``api_keys.RUNTIME_SOCKET``)."""
+
+LOG_TARGET = "/dev/log"
+"""journald's syslog socket on Ubuntu, which the Debian package's rsyslog rule writes to
+/var/log/haproxy.log."""
+
+REALM = "neuron-serving"
+"""The realm of the ``WWW-Authenticate: Bearer`` challenge sent with a 401."""
+
+
+def _error(message: str, code: str) -> str:
+    # OpenAI's error shape, which OpenAI-compatible clients parse and show.
+    return json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": code}},
+                      separators=(",", ":"))
+
+
+UNAUTHORIZED_BODY = _error("Missing or unknown API key: send Authorization: Bearer <key>", "invalid_api_key")
+NOT_FOUND_BODY = _error("Not found: this endpoint serves only its API routes", "not_found")
+
 
 def render_router_config(
     plan: ServingPlan,
@@ -47,6 +73,11 @@ def render_router_config(
     health_check_interval_ms: int = HEALTH_CHECK_INTERVAL_MS,
     metrics_port: int = ROUTER_METRICS_PORT,
     user: str | None = ROUTER_USER,
+    api_keys: bool = False,
+    keys_file: str = KEYS_FILE,
+    runtime_socket: str = RUNTIME_SOCKET,
+    load_balancer_authentication: bool = False,
+    log_target: str = LOG_TARGET,
 ) -> str:
     """The HAProxy config that fronts every replica of ``plan`` on ``plan.router_port``.
 
@@ -62,6 +93,24 @@ def render_router_config(
     :param user: user and group HAProxy drops to after binding its ports, or ``None`` to keep
         the user it was started as (only for running it unprivileged, as in tests).
         Default: ``haproxy``.
+    :param api_keys: refuse every request but the load balancer's ``GET /health`` unless it
+        carries ``Authorization: Bearer <key>`` with a key whose SHA-256 digest is in
+        ``keys_file``: 401 with a JSON error, counted in the router frontend's denied requests.
+        Default: false (the API is open to whoever reaches the router).
+    :param keys_file: the digests' file, which must exist when HAProxy starts; ``api-keys sync``
+        changes the running router's copy through ``runtime_socket``. Default: :data:`KEYS_FILE`.
+    :param runtime_socket: the runtime API's Unix socket, with ``api_keys``. Default:
+        :data:`RUNTIME_SOCKET`.
+    :param load_balancer_authentication: with ``api_keys``, also accept requests without an
+        ``Authorization`` header that carry ``x-amzn-oidc-identity``: the load balancer signed
+        their user in (OIDC or Cognito) and sends every request with ``Authorization: Bearer``
+        here unauthenticated. Default: false.
+    :param log_target: where HAProxy sends its log lines: a syslog socket, or ``stdout format
+        raw`` (as in tests). Default: :data:`LOG_TARGET`.
+
+    Every request but ``/health`` is answered 404 unless its path is one of the engine's
+    ``api_routes``; the replicas never receive a client's ``Authorization`` header or the load
+    balancer's OIDC tokens.
 
     Raises :class:`~neuron_serving.plan.ServingConfigError` naming each bad argument.
     """
@@ -79,6 +128,14 @@ def render_router_config(
         problems.add("metrics_port", metrics_port, "must be a TCP port from 1 to 65535")
     elif metrics_port == plan.router_port or metrics_port in {r.port for r in plan.replicas}:
         problems.add("metrics_port", metrics_port, "must differ from the router and replica ports")
+    for name, path in (("keys_file", keys_file), ("runtime_socket", runtime_socket)):
+        if not isinstance(path, str) or not path.startswith("/") or _has_space_or_quote(path):
+            problems.add(name, path, "must be an absolute path without spaces or quotes")
+    if not isinstance(log_target, str) or not log_target or "\n" in log_target:
+        problems.add("log_target", log_target, "must be a syslog address or 'stdout format raw'")
+    if load_balancer_authentication and not api_keys:
+        problems.add("load_balancer_authentication", load_balancer_authentication,
+                     "applies only with api_keys: without them the router checks nothing")
     if user is not None and (not user or not user.replace("-", "").replace("_", "").isalnum()):
         problems.add("user", user, "must be a plain user name such as 'haproxy', or None")
     problems.raise_if_any()
@@ -98,8 +155,21 @@ def render_router_config(
         stream_timeout_s=STREAM_TIMEOUT_SECONDS,
         keep_alive_timeout_s=STREAM_TIMEOUT_SECONDS + KEEP_ALIVE_MARGIN_SECONDS,
         user=user,
+        api_keys=api_keys,
+        keys_file=keys_file,
+        runtime_socket=runtime_socket,
+        load_balancer_authentication=load_balancer_authentication,
+        log_target=log_target,
+        realm=REALM,
+        unauthorized=UNAUTHORIZED_BODY,
+        not_found=NOT_FOUND_BODY,
+        public_routes=engine.api_routes,
     )
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _has_space_or_quote(text: str) -> bool:
+    return any(c.isspace() or c in "'\"" for c in text)

@@ -1,0 +1,258 @@
+"""API keys at the router: the real HAProxy with the rendered config (``api_keys=True``) in front of
+fake replicas, and the host's real ``api-keys sync`` (userdata/api_keys.py) reading the keys' secret
+with the real AWS CLI from moto's Secrets Manager on loopback, then switching the running router's
+keys through its runtime API."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from routersim import Router, generate, http_request, make_plan
+
+from neuron_serving.plan.engines import engine
+from neuron_serving.render.metrics import LOG_KINDS, MonitoringOptions
+from neuron_serving.render.monitoring import render_publisher_config
+from neuron_serving.render.router import NOT_FOUND_BODY, UNAUTHORIZED_BODY, render_router_config
+from neuron_serving.userdata import api_keys
+from tests.harness.aws import AwsEmulator
+
+StartRouter = Callable[..., Router]
+SYNC = Path(api_keys.__file__)
+PUBLISHER = SYNC.parent / "publish_metrics.py"
+ALICE, BOB = api_keys.new_key(), api_keys.new_key()
+
+
+@pytest.fixture
+def keys_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "keys"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def secure_router(start_router: StartRouter, keys_dir: Path) -> Callable[..., Router]:
+    """A router with API keys whose key file holds the digests of ``keys`` when it starts, logging
+    every request line to its log file."""
+
+    def start(*keys: str, **kwargs: Any) -> Router:
+        (keys_dir / "api-keys.sha256").write_text(api_keys.keys_file_text([api_keys.digest(k) for k in keys]))
+        kwargs.setdefault("replicas", 1)
+        return start_router(api_keys=True, keys_file=str(keys_dir / "api-keys.sha256"),
+                            runtime_socket=str(keys_dir / "admin.sock"), log_target="stdout format raw", **kwargs)
+
+    return start
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_a_request_without_a_key_gets_401_with_a_json_error_and_a_bearer_challenge(secure_router) -> None:
+    router = secure_router(ALICE)
+
+    resp = router.request("POST", "/generate", generate())
+
+    assert resp.status == 401
+    assert resp.headers["content-type"] == "application/json"
+    assert resp.headers["www-authenticate"] == 'Bearer realm="neuron-serving"'
+    assert json.loads(resp.body) == json.loads(UNAUTHORIZED_BODY)
+    assert json.loads(resp.body)["error"]["code"] == "invalid_api_key"
+    assert resp.replica is None
+    assert all(not fake.served for fake in router.replicas.values())
+
+
+@pytest.mark.parametrize("authorization", [f"Bearer {BOB}", f"Basic {ALICE}", ALICE, "Bearer ", f"Bearer {ALICE}x"])
+def test_a_wrong_key_or_scheme_gets_401(secure_router, authorization: str) -> None:
+    router = secure_router(ALICE)
+
+    resp = router.request("POST", "/generate", generate(), headers={"Authorization": authorization})
+
+    assert resp.status == 401, resp
+    assert all(not fake.served for fake in router.replicas.values())
+
+
+def test_a_known_key_streams_tokens_and_the_replica_never_sees_the_key(secure_router) -> None:
+    router = secure_router(ALICE, BOB)
+
+    resp = router.request("POST", "/generate_stream", generate(4), headers={"Authorization": f"bearer {BOB}"})
+
+    assert resp.status == 200
+    assert resp.headers["content-type"] == "text/event-stream"
+    assert resp.body.count(b"data:") == 4
+    (served,) = router.replicas["replica-0"].served
+    assert "authorization" not in dict(served.headers)
+
+
+def test_health_is_public_and_every_non_api_route_is_404_even_with_a_key(secure_router) -> None:
+    router = secure_router(ALICE)
+
+    assert router.request("GET", "/health").status == 200
+    for path in ("/metrics", "/docs", "/api-doc/openapi.json", "/tokenize", "/", "/generate/../metrics",
+                 "/v1/chat%2Fcompletions"):
+        resp = router.request("GET", path, headers=bearer(ALICE))
+        assert (path, resp.status, json.loads(resp.body)) == (path, 404, json.loads(NOT_FOUND_BODY))
+    # Without a key, the same paths say nothing about which routes exist.
+    assert router.request("GET", "/metrics").status == 401
+
+
+@pytest.mark.parametrize("name", ["tgi", "vllm"])
+def test_every_api_route_of_the_engine_reaches_a_replica_with_a_key(secure_router, name: str) -> None:
+    serving = engine(name)
+    router = secure_router(ALICE, serving=serving)
+
+    for route in serving.api_routes:
+        resp = router.request("POST", route, {"prompt": "Hi", "max_tokens": 1, "inputs": "Hi"}, headers=bearer(ALICE))
+        assert resp.replica == "replica-0", (route, resp)
+
+
+def test_refused_requests_are_counted_in_the_router_frontend_denied_requests(secure_router) -> None:
+    router = secure_router(ALICE)
+
+    for headers in ({}, bearer(BOB), bearer(ALICE)):
+        router.request("POST", "/generate", generate(), headers=headers)
+
+    metrics = http_request(router.metrics_port, "GET", "/metrics").body.decode()
+    assert 'haproxy_frontend_requests_denied_total{proxy="router"} 2' in metrics
+
+
+def test_the_publisher_turns_the_routers_refusals_into_unauthorized_requests(secure_router) -> None:
+    router = secure_router(ALICE)
+    plan = make_plan(1)
+    options = MonitoringOptions(service="s", log_groups=dict.fromkeys(LOG_KINDS, "g"))
+    config = json.loads(render_publisher_config(plan, engine("tgi"), options))
+    spec = importlib.util.spec_from_file_location("publish_metrics_auth", PUBLISHER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    publisher = module.Publisher(config, "s", "i-1")
+
+    def scrape() -> list[float]:
+        page = http_request(router.metrics_port, "GET", "/metrics").body.decode()
+        events = publisher.collect(None, {}, page, None, 1_000)
+        return [e["UnauthorizedRequests"] for e in events if "UnauthorizedRequests" in e]
+
+    router.request("POST", "/generate", generate())
+    assert scrape() == []  # a counter's first reading is the baseline
+    for headers in ({}, bearer(BOB), bearer(ALICE), {}):
+        router.request("POST", "/generate", generate(), headers=headers)
+    assert scrape() == [3]
+
+
+def test_no_key_appears_in_any_log_line_the_router_writes(secure_router) -> None:
+    router = secure_router(ALICE)
+    for key in (ALICE, BOB):
+        router.request("POST", "/generate", generate(), headers=bearer(key))
+        router.request("POST", "/generate_stream", generate(2), headers=bearer(key))
+        router.request("GET", "/metrics", headers=bearer(key))
+    router.stop()
+
+    log = router.log_path.read_text()
+    assert log.count("POST /generate ") == 2 and log.count("GET /metrics ") == 2, log
+    assert ALICE not in log and BOB not in log
+    assert api_keys.digest(ALICE) not in log
+
+
+def test_with_load_balancer_authentication_a_signed_in_browser_passes_but_a_bad_key_does_not(secure_router) -> None:
+    router = secure_router(ALICE, load_balancer_authentication=True)
+    signed_in = {"x-amzn-oidc-identity": "user-1", "x-amzn-oidc-data": "header.payload.signature",
+                 "x-amzn-oidc-accesstoken": "token"}
+
+    assert router.request("POST", "/generate", generate(), headers=signed_in).status == 200
+    assert router.request("POST", "/generate", generate(), headers={**signed_in, **bearer(BOB)}).status == 401
+    assert router.request("POST", "/generate", generate(), headers={**signed_in, **bearer(ALICE)}).status == 200
+    assert router.request("POST", "/generate", generate()).status == 401
+    for served in router.replicas["replica-0"].served:
+        assert not {"authorization", "x-amzn-oidc-data", "x-amzn-oidc-accesstoken"} & dict(served.headers).keys()
+
+
+def test_the_router_refuses_load_balancer_authentication_without_api_keys() -> None:
+    with pytest.raises(ValueError, match=r"load_balancer_authentication \(True\) applies only with api_keys"):
+        render_router_config(make_plan(1), load_balancer_authentication=True)
+
+
+# --- keys changed in the secret, while the router runs -----------------------------------------------------
+
+
+@pytest.fixture
+def aws(tmp_path: Path) -> Iterator[AwsEmulator]:
+    with AwsEmulator(tmp_path / "aws") as emulator:
+        yield emulator
+
+
+def sync(aws: AwsEmulator, secret: str, keys_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``api-keys sync`` as the host's timer runs it: the real AWS CLI, the router's socket."""
+    bin_dir = keys_dir.parent / "aws-bin"
+    AwsEmulator.link_cli(bin_dir)
+    env = {**os.environ, **aws.env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run([sys.executable, str(SYNC), "sync", "--secret", secret, "--region", aws.region,
+                           "--keys-file", str(keys_dir / "api-keys.sha256"), "--socket", str(keys_dir / "admin.sock")],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def put_keys(aws: AwsEmulator, secret: str, keys: dict[str, str]) -> None:
+    aws.client("secretsmanager").put_secret_value(SecretId=secret, SecretString=json.dumps(keys))
+
+
+def test_keys_added_revoked_and_rotated_in_the_secret_take_effect_without_restarting_the_router(
+    secure_router, aws: AwsEmulator, keys_dir: Path,
+) -> None:
+    secret = aws.create_secret("neuron-serving/api-keys", json.dumps({"alice": api_keys.stored(ALICE)}))
+    router = secure_router(ALICE)
+    first = sync(aws, secret, keys_dir)
+    assert (first.returncode, first.stdout) == (0, ""), first.stderr  # nothing changed
+    pid = router.process.pid
+
+    def status(key: str) -> int:
+        return router.request("POST", "/generate", generate(), headers=bearer(key)).status
+
+    assert (status(ALICE), status(BOB)) == (200, 401)
+    put_keys(aws, secret, {"alice": api_keys.stored(ALICE), "bob": BOB})  # added, as the key itself
+    added = sync(aws, secret, keys_dir)
+    assert (added.returncode, added.stdout) == (0, "api-keys: 2 key(s) in force: alice, bob\n")
+    assert (status(ALICE), status(BOB)) == (200, 200)
+    rotated = api_keys.new_key()
+    put_keys(aws, secret, {"alice": api_keys.stored(rotated), "bob": BOB})  # alice's key rotated
+    assert sync(aws, secret, keys_dir).returncode == 0
+    assert (status(ALICE), status(rotated), status(BOB)) == (401, 200, 200)
+    put_keys(aws, secret, {"alice": api_keys.stored(rotated)})  # bob's key revoked
+    assert sync(aws, secret, keys_dir).returncode == 0
+    assert (status(rotated), status(BOB)) == (200, 401)
+    assert router.process.pid == pid and router.process.poll() is None
+    for run in (first, added):
+        assert ALICE not in run.stdout + run.stderr and BOB not in run.stdout + run.stderr
+
+
+def test_an_unreadable_secret_leaves_the_keys_in_force(secure_router, aws: AwsEmulator, keys_dir: Path) -> None:
+    router = secure_router(ALICE)
+
+    result = sync(aws, "no-such-secret", keys_dir)
+
+    assert result.returncode == 1
+    assert "could not read secret no-such-secret" in result.stderr
+    assert "the keys in force are unchanged" in result.stderr
+    assert router.request("POST", "/generate", generate(), headers=bearer(ALICE)).status == 200
+
+
+def test_entries_that_are_not_keys_are_ignored_by_name_never_by_value(aws: AwsEmulator, keys_dir: Path) -> None:
+    short = "too-short-to-be-a-key"
+    secret = aws.create_secret("keys", json.dumps({"ok": api_keys.stored(ALICE), "short": short,
+                                                   "bad digest": "sha256:XYZ", "number": 7}))
+
+    result = sync(aws, secret, keys_dir)
+
+    assert result.returncode == 0
+    assert result.stdout == "api-keys: 1 key(s) in force: ok\n"
+    assert "key 'short' ignored" in result.stderr and "key 'bad digest' ignored" in result.stderr
+    assert "key 'number' ignored: it must be a string" in result.stderr
+    assert short not in result.stderr
+    assert (keys_dir / "api-keys.sha256").read_text() == api_keys.digest(ALICE) + "\n"
+    assert oct((keys_dir / "api-keys.sha256").stat().st_mode & 0o777) == "0o600"

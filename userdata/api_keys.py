@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""The API keys of a neuron-serving endpoint: the secret that holds them, and on the host, the
+sync that hands the router their digests.
+
+**The secret** (Secrets Manager) is a JSON object mapping each key's name to the key's SHA-256
+digest, written ``sha256:<64 hex digits>``: what ``neuron-serving api-key create`` stores, so the
+key itself is printed once and kept nowhere. A value may also be a key itself (at least
+:data:`MIN_KEY_LENGTH` printable characters without spaces), for keys made elsewhere; the host
+hashes it. ``{}`` is a valid secret with no key: every request is refused.
+
+**The router** (HAProxy) compares the SHA-256 of the ``Authorization: Bearer`` token with the
+digests in :data:`KEYS_FILE`; neither the keys nor the secret's text are ever on the host's disk.
+
+**On the host**, ``api-keys sync`` (run by the boot script before the router starts, then every
+minute by ``neuron-serving-api-keys.timer``) reads the secret with the AWS CLI, whose output comes
+through a pipe (never an argument, a file or a log line); writes the digests to the key file when
+they changed; and hands them to the running router through its runtime API (``prepare acl``,
+``add acl``, ``commit acl``: one atomic switch, no reload, no connection dropped). A secret that
+cannot be read leaves the keys in force unchanged and exits non-zero.
+
+Standard library only: the host's python3, and the ``neuron-serving`` CLI imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import secrets
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+
+KEY_PREFIX = "nsk-"
+"""Keys made by :func:`new_key` start with this, so secret scanners and people recognise them."""
+
+MIN_KEY_LENGTH = 32
+"""The shortest key a secret may hold as is: 32 characters of a random key are ~190 bits."""
+
+KEYS_FILE = "/etc/haproxy/api-keys.sha256"
+"""The router's key file: one lowercase hex SHA-256 digest per line."""
+
+RUNTIME_SOCKET = "/run/haproxy/admin.sock"
+"""The router's runtime API socket, root only. Debian's and Ubuntu's haproxy package creates
+/run/haproxy at boot (its /usr/lib/tmpfiles.d/haproxy.conf)."""
+
+DIGEST_PREFIX = "sha256:"
+_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
+
+
+def new_key() -> str:
+    """A new random key: :data:`KEY_PREFIX` and 256 bits, URL-safe base64."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def digest(key: str) -> str:
+    """The lowercase hex SHA-256 of ``key``, as the router computes it from the header."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def stored(key: str) -> str:
+    """How the secret stores ``key``: its digest."""
+    return DIGEST_PREFIX + digest(key)
+
+
+def check_name(name: str) -> str | None:
+    """Why ``name`` cannot name a key, or ``None``."""
+    if not _NAME.fullmatch(name):
+        return "must be 1 to 64 letters, digits and ._@+- starting with a letter or digit"
+    return None
+
+
+def parse_secret(text: str) -> tuple[dict[str, str], list[str]]:
+    """The secret's keys as name -> digest, and a problem for each entry that is not a key.
+
+    Problems name the entry, never its value.
+    """
+    try:
+        entries = json.loads(text)
+    except ValueError:
+        return {}, ["the secret is not JSON: it must be an object mapping key names to keys or their digests"]
+    if not isinstance(entries, dict):
+        return {}, ["the secret must be a JSON object mapping key names to keys or their digests"]
+    keys: dict[str, str] = {}
+    problems = []
+    for name, value in entries.items():
+        why = check_name(name)
+        if why is None and not isinstance(value, str):
+            why = "must be a string"
+        elif why is None:
+            found = _DIGEST.fullmatch(value)
+            if found:
+                keys[name] = found.group(1)
+                continue
+            if value.startswith(DIGEST_PREFIX):
+                why = "must be sha256: and 64 lowercase hex digits"
+            elif len(value) < MIN_KEY_LENGTH or not value.isprintable() or any(c.isspace() for c in value):
+                why = f"must be a key of at least {MIN_KEY_LENGTH} printable characters without spaces, or its digest"
+            else:
+                keys[name] = digest(value)
+                continue
+        problems.append(f"key {name[:64]!r} ignored: it {why}")
+    return keys, problems
+
+
+def read_secret(secret_id: str, region: str, aws: str = "aws") -> str:
+    """The secret's text, read with the AWS CLI; raises ``RuntimeError`` with the CLI's error."""
+    result = subprocess.run(
+        [aws, "secretsmanager", "get-secret-value", "--region", region, "--secret-id", secret_id,
+         "--query", "SecretString", "--output", "text"],
+        capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0:
+        error = result.stderr.strip().splitlines()
+        raise RuntimeError(f"could not read secret {secret_id}: {error[-1] if error else f'exit {result.returncode}'}")
+    return result.stdout.rstrip("\n")
+
+
+def keys_file_text(digests: Sequence[str]) -> str:
+    """The key file's content: one digest per line, sorted."""
+    return "".join(f"{d}\n" for d in sorted(set(digests)))
+
+
+def write_keys_file(path: str, text: str) -> None:
+    """Replace ``path`` atomically with ``text``, readable by root only (HAProxy reads it as root,
+    before dropping its privileges)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fd = os.open(f"{path}.new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as new:
+        new.write(text)
+    os.replace(f"{path}.new", path)
+
+
+def _runtime(sock_path: str, command: str) -> str:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(sock_path)
+        sock.sendall(command.encode() + b"\n")
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
+def update_router(sock_path: str, keys_file: str, digests: Sequence[str]) -> None:
+    """Switch the running router's copy of ``keys_file`` to ``digests`` in one step.
+
+    The runtime API's ``prepare acl`` opens a new, empty version of the file's entries, ``add
+    acl @<version>`` fills it and ``commit acl`` makes it the one in force (HAProxy 2.4+,
+    management guide, section 9.3).
+    """
+    answer = _runtime(sock_path, f"prepare acl {keys_file}")
+    found = re.search(r"New version created: (\d+)", answer)
+    if not found:
+        raise RuntimeError(f"the router refused prepare acl: {answer.strip()}")
+    version = found.group(1)
+    for d in sorted(set(digests)):
+        answer = _runtime(sock_path, f"add acl @{version} {keys_file} {d}")
+        if answer.strip():
+            raise RuntimeError(f"the router refused add acl: {answer.strip()}")
+    answer = _runtime(sock_path, f"commit acl @{version} {keys_file}")
+    if answer.strip():
+        raise RuntimeError(f"the router refused commit acl: {answer.strip()}")
+
+
+def sync(secret_id: str, region: str, keys_file: str = KEYS_FILE, sock_path: str = RUNTIME_SOCKET,
+         aws: str = "aws") -> int:
+    """Bring the key file and the running router in line with the secret; the exit status."""
+    try:
+        keys, problems = parse_secret(read_secret(secret_id, region, aws))
+    except RuntimeError as err:
+        print(f"api-keys: {err}; the keys in force are unchanged", file=sys.stderr)
+        return 1
+    for line in problems:
+        print(f"api-keys: {line}", file=sys.stderr)
+    text = keys_file_text(list(keys.values()))
+    try:
+        with open(keys_file) as current:
+            if current.read() == text:
+                return 0
+    except FileNotFoundError:
+        pass
+    # The router first: the file changes only once the router has the new keys, so a failed
+    # update is retried on the next run.
+    if os.path.exists(sock_path):
+        try:
+            update_router(sock_path, keys_file, list(keys.values()))
+        except (OSError, RuntimeError) as err:
+            print(f"api-keys: {err}; the router keeps its keys", file=sys.stderr)
+            return 1
+    write_keys_file(keys_file, text)
+    names = ", ".join(sorted(keys)) or "none, so every request is refused"
+    print(f"api-keys: {len(keys)} key(s) in force: {names}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="api-keys", description="Hand the secret's API keys to the router.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("sync", help="update the router's keys from the secret")
+    run.add_argument("--secret", default=os.environ.get("API_KEYS_SECRET"), help="secret name or ARN")
+    run.add_argument("--region", default=os.environ.get("REGION"))
+    run.add_argument("--keys-file", default=KEYS_FILE)
+    run.add_argument("--socket", default=RUNTIME_SOCKET)
+    args = parser.parse_args(argv)
+    if not args.secret or not args.region:
+        parser.error("--secret and --region (or API_KEYS_SECRET and REGION) are required")
+    root = os.environ.get("NEURON_SERVING_ROOT", "")
+    return sync(args.secret, args.region, root + args.keys_file, root + args.socket)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -22,11 +22,13 @@ def test_defaults_need_no_context():
 
 def test_command_line_strings_become_typed_values():
     settings = _settings(tensor_parallel="4", batch_size="8", sequence_length="8192", max_input_tokens="6000",
-                         internet_facing="true", allowed_cidrs="203.0.113.0/24, 198.51.100.7/32")
+                         internet_facing="true", allowed_cidrs="203.0.113.0/24, 198.51.100.7/32",
+                         certificate_arn="arn:aws:acm:us-east-1:111122223333:certificate/abc")
     assert settings.request.tensor_parallel == 4
     assert (settings.request.batch_size, settings.request.sequence_length) == (8, 8192)
     assert settings.request.max_input_tokens == 6000
     assert settings.internet_facing is True
+    assert settings.api_keys is True
     assert settings.allowed_cidrs == ("203.0.113.0/24", "198.51.100.7/32")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,11 +29,25 @@ DEFAULT_INSTANCE_TYPE = "inf2.24xlarge"
 CONTEXT_KEYS = (
     "model_id", "model_revision", "model_config", "instance_type", "tensor_parallel", "batch_size", "sequence_length",
     "max_input_tokens", "dtype", "hf_token_secret", "engine", "image", "ami_id", "dlami_parameter",
-    "internet_facing", "allowed_cidrs", "certificate_arn", "fleet", "min_capacity", "max_capacity",
+    "internet_facing", "allowed_cidrs", "certificate_arn", "api_keys", "api_keys_secret", "oidc_issuer",
+    "oidc_client_id", "oidc_client_secret", "oidc_authorization_endpoint", "oidc_token_endpoint",
+    "oidc_user_info_endpoint", "oidc_scope", "rate_limit", "permissions_boundary", "role_path", "fleet",
+    "min_capacity", "max_capacity",
     "desired_capacity", "warm_pool", "scale_down_schedule", "scale_up_schedule", "target_requests_per_minute",
     "prebuilt_export", "boot_timeout_minutes", "target_in_flight_requests", "log_retention_days", "alarm_email",
     "alarm_5xx_percent", "alarm_p99_latency_seconds", "alarm_disk_percent",
 )
+
+OIDC_KEYS = ("oidc_issuer", "oidc_client_id", "oidc_client_secret", "oidc_authorization_endpoint",
+             "oidc_token_endpoint", "oidc_user_info_endpoint")
+"""What the load balancer's OIDC sign-in needs: all of them, or none."""
+
+RATE_LIMIT_RANGE = (10, 2_000_000_000)
+"""An AWS WAF rate-based rule's limit: 10 to 2e9 requests per evaluation window (WAFV2 API,
+RateBasedStatement.Limit)."""
+
+_ROLE_PATH = re.compile(r"/(?:[\x21-\x7e]{0,510}/)?")
+"""IAM's pattern for a path: / alone, or /.../ of printable ASCII, at most 512 characters."""
 
 FLEET_KINDS = ("instance", "asg")
 FLEET_ONLY_KEYS = ("min_capacity", "max_capacity", "desired_capacity", "warm_pool", "scale_down_schedule",
@@ -60,7 +75,27 @@ class StackSettings:
     :param internet_facing: an internet-facing load balancer. Default: false (internal).
     :param allowed_cidrs: CIDRs that may reach the endpoint. Default: the VPC's CIDR when
         internal; required when internet-facing.
-    :param certificate_arn: an ACM certificate for an HTTPS listener. Default: HTTP only.
+    :param certificate_arn: an ACM certificate for an HTTPS listener, with HTTP redirected to it.
+        Required when internet-facing (prompts never cross the internet in clear text).
+        Default: HTTP only (internal endpoints).
+    :param api_keys: clients must send ``Authorization: Bearer <key>`` with a key of the stack's
+        keys secret, checked by each host's router (see ``neuron-serving api-key``).
+        Default: true when internet-facing, false when internal.
+    :param api_keys_secret: name or ARN of an existing secret holding the keys (a JSON object of
+        name to key digest). Default: a new secret, created empty, output as ``ApiKeysSecretArn``.
+    :param oidc_issuer: with the other ``oidc_*`` settings, browser users sign in at the load
+        balancer (OIDC, which Cognito user pools also speak) on the HTTPS listener; requests with
+        ``Authorization: Bearer`` skip the sign-in and need an API key. Default: no sign-in.
+    :param oidc_client_secret: name of the Secrets Manager secret holding the OIDC client
+        secret (resolved by CloudFormation at deploy time, never in the template).
+    :param oidc_scope: Default: ``openid``.
+    :param rate_limit: requests per client IP per 5 minutes above which an AWS WAF web ACL on
+        the load balancer blocks the IP (429) until its rate falls. About $5 a month for the web ACL,
+        $1 for the rule and $0.60 per million requests. Default: no rate limit.
+    :param permissions_boundary: name or ARN of a managed policy set as the permissions
+        boundary of every role the stack creates. Default: none.
+    :param role_path: the IAM path of every role the stack creates, such as ``/neuron/``.
+        Default: ``/``.
     :param fleet: ``instance`` (one EC2 instance) or ``asg`` (an Auto Scaling group).
         Default: ``instance``.
     :param min_capacity: fleet only. Default: 1.
@@ -95,6 +130,12 @@ class StackSettings:
     internet_facing: bool = False
     allowed_cidrs: tuple[str, ...] = field(default=())
     certificate_arn: str | None = None
+    api_keys: bool = False
+    api_keys_secret: str | None = None
+    oidc: dict[str, str] = field(default_factory=dict)
+    rate_limit: int | None = None
+    permissions_boundary: str | None = None
+    role_path: str | None = None
     fleet: str = "instance"
     min_capacity: int = 1
     max_capacity: int = 2
@@ -127,6 +168,7 @@ class StackSettings:
             max_input_tokens=reader.optional_integer("max_input_tokens"),
             dtype=reader.text("dtype", ServingRequest.dtype),
         )
+        internet_facing = reader.boolean("internet_facing", False)
         settings = cls(
             request=request,
             model_revision=reader.optional_text("model_revision"),
@@ -135,9 +177,16 @@ class StackSettings:
             hf_token_secret=reader.optional_text("hf_token_secret"),
             ami_id=reader.optional_text("ami_id"),
             dlami_parameter=reader.optional_text("dlami_parameter"),
-            internet_facing=reader.boolean("internet_facing", False),
+            internet_facing=internet_facing,
             allowed_cidrs=reader.cidrs("allowed_cidrs"),
             certificate_arn=reader.optional_text("certificate_arn"),
+            api_keys=reader.boolean("api_keys", internet_facing),
+            api_keys_secret=reader.optional_text("api_keys_secret"),
+            oidc={k.removeprefix("oidc_"): v for k in (*OIDC_KEYS, "oidc_scope")
+                  if (v := reader.optional_text(k)) is not None},
+            rate_limit=reader.optional_integer("rate_limit"),
+            permissions_boundary=reader.optional_text("permissions_boundary"),
+            role_path=reader.optional_text("role_path"),
             fleet=reader.text("fleet", "instance"),
             min_capacity=reader.integer("min_capacity", cls.min_capacity),
             max_capacity=reader.integer("max_capacity", cls.max_capacity),
@@ -162,6 +211,7 @@ class StackSettings:
                 if get(key) not in (None, ""):
                     problems.add(key, get(key), f"does not apply to engine {settings.engine}; it applies to engine "
                                  + ", ".join(e.name for e in ENGINES.values() if key not in e.unused_settings))
+        _check_endpoint(settings, problems)
         if settings.fleet not in FLEET_KINDS:
             problems.add("fleet", settings.fleet, f"must be one of {', '.join(FLEET_KINDS)}")
         elif settings.fleet == "instance":
@@ -183,6 +233,51 @@ class StackSettings:
                          "(CloudFormation waits at most 12 hours for signals)")
         problems.raise_if_any()
         return settings
+
+
+def _check_endpoint(settings: StackSettings, problems: Problems) -> None:
+    """Who may use the endpoint, and how."""
+    given = [k for k in OIDC_KEYS if k.removeprefix("oidc_") in settings.oidc]
+    if settings.internet_facing and not settings.certificate_arn:
+        problems.add("certificate_arn", None, "is required when internet_facing is true: an internet-facing "
+                     "endpoint serves HTTPS only (HTTP redirects to it), so prompts and keys never cross the "
+                     "internet in clear text; give an ACM certificate ARN of the endpoint's domain")
+    elif settings.certificate_arn and not _CERTIFICATE.fullmatch(settings.certificate_arn):
+        problems.add("certificate_arn", settings.certificate_arn,
+                     "must be an ACM certificate ARN such as arn:aws:acm:us-east-1:111122223333:certificate/<id>")
+    if settings.internet_facing and not settings.api_keys and not given:
+        problems.add("api_keys", False, "cannot be false when internet_facing is true unless browser users sign in "
+                     "with oidc_*: an internet-facing endpoint never serves anyone who is not authenticated")
+    if given and len(given) < len(OIDC_KEYS):
+        for key in OIDC_KEYS:
+            if key not in given:
+                problems.add(key, None, f"is required with {', '.join(given)}: the load balancer's OIDC sign-in "
+                             f"needs {', '.join(OIDC_KEYS)}")
+    if given and not settings.certificate_arn:
+        problems.add("certificate_arn", None, "is required with oidc_*: a load balancer signs users in on an "
+                     "HTTPS listener only")
+    for key in ("oidc_issuer", "oidc_authorization_endpoint", "oidc_token_endpoint", "oidc_user_info_endpoint"):
+        value = settings.oidc.get(key.removeprefix("oidc_"))
+        if value is not None and not value.startswith("https://"):
+            problems.add(key, value, "must be an https:// URL")
+    if settings.api_keys_secret and not settings.api_keys:
+        problems.add("api_keys_secret", settings.api_keys_secret, "applies only with api_keys=true")
+    low, high = RATE_LIMIT_RANGE
+    if settings.rate_limit is not None and not low <= settings.rate_limit <= high:
+        problems.add("rate_limit", settings.rate_limit, f"must be {low} to {high} requests per client IP per "
+                     "5 minutes (AWS WAF's rate-based rule limits)")
+    if settings.role_path is not None and not _ROLE_PATH.fullmatch(settings.role_path):
+        problems.add("role_path", settings.role_path, "must start and end with / (such as /neuron/), with at most "
+                     "512 printable ASCII characters")
+    boundary = settings.permissions_boundary
+    if boundary is not None and not (_POLICY_ARN.fullmatch(boundary) or _POLICY_NAME.fullmatch(boundary)):
+        problems.add("permissions_boundary", boundary, "must be a managed policy's name or its ARN "
+                     "(arn:aws:iam::111122223333:policy/<name>)")
+
+
+_CERTIFICATE = re.compile(r"arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[A-Za-z0-9-]+")
+_POLICY_ARN = re.compile(r"arn:aws[a-z-]*:iam::(\d{12}|aws):policy/[\w+=,.@/-]+")
+_POLICY_NAME = re.compile(r"[\w+=,.@-]{1,128}")
 
 
 class _Reader:

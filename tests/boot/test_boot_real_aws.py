@@ -6,12 +6,16 @@ the boot scripts make, made for real. The docker CLI is the real one too (tests/
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 from bootsim import FAKE_HF_TOKEN, HOOK, SIGNAL, SMALL_MODEL, Host, make_plan
 
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
-from neuron_serving.render.boot import SIGNAL_ID_LIMIT, BootOptions, render_boot_script
+from neuron_serving.render.boot import API_KEYS_UNIT, RUN_REPLICA, SIGNAL_ID_LIMIT, BootOptions, render_boot_script
+from neuron_serving.render.router import KEYS_FILE
+from neuron_serving.userdata import api_keys
 from tests.harness.aws import AwsEmulator
 
 MakeHost = Callable[..., Host]
@@ -102,3 +106,55 @@ def test_a_failure_signal_carries_its_reason_within_the_apis_limit(
     unique_id = str(signal["UniqueId"])
     assert unique_id.startswith(f"{host.instance_id} export-model: neuronx-cc: error")
     assert len(unique_id) <= SIGNAL_ID_LIMIT
+
+
+def test_api_keys_reach_the_router_as_digests_and_no_secret_reaches_an_argument_a_log_or_a_replica(
+    aws_host: Callable[[int], Host], aws: AwsEmulator,
+) -> None:
+    alice, bob = api_keys.new_key(), api_keys.new_key()
+    keys = aws.create_secret("neuron-serving/api-keys", json.dumps({"alice": api_keys.stored(alice), "bob": bob}))
+    token = aws.create_secret("neuron-serving/hf-token", FAKE_HF_TOKEN)
+    aws.put_s3_uri("s3://assets/api_keys.py", Path(api_keys.__file__).read_bytes())
+    plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
+    options = BootOptions(hf_token_secret=token, api_keys_secret=keys, api_keys_program="s3://assets/api_keys.py",
+                          signal=SIGNAL)
+    host = aws_host(1)
+
+    result = host.boot(render_boot_script(plan, options))
+
+    assert result.returncode == 0, result.stdout
+    assert "api-keys: 2 key(s) in force: alice, bob" in result.stdout
+    keys_file = host.path(KEYS_FILE)
+    assert keys_file.read_text() == api_keys.keys_file_text([api_keys.digest(alice), api_keys.digest(bob)])
+    assert keys_file.stat().st_mode & 0o777 == 0o600
+    assert f"-f {KEYS_FILE}" in host.path("/etc/haproxy/haproxy.cfg").read_text()
+    systemctl = host.calls("systemctl")
+    assert ["enable", f"{API_KEYS_UNIT}.timer"] in systemctl
+    assert systemctl.index(["start", f"{API_KEYS_UNIT}.timer"]) > systemctl.index(["restart", "haproxy"])
+    for replica in plan.replicas:
+        assert host.run(RUN_REPLICA, str(replica.index)).returncode == 0
+    # Nothing secret in any argument, log, file the host wrote but the two that must hold them, or
+    # a replica's environment.
+    written = [p for p in host.root.rglob("*") if p.is_file() and p != host.path("/etc/neuron-serving/hf-token.env")]
+    for secret in (alice, bob, FAKE_HF_TOKEN):
+        assert secret not in result.stdout + host.calls_log.read_text()
+        assert all(secret not in p.read_text(errors="replace") for p in written), secret
+        replicas = [c for c in host.containers() if str(c.get("name")).startswith("replica-")]
+        assert replicas and all(secret not in " ".join(c["Env"]) for c in replicas)
+    assert all(key not in json.dumps(c) for c in host.containers() for key in (alice, bob))
+
+
+def test_a_boot_whose_api_keys_cannot_be_read_fails_naming_the_step(
+    aws_host: Callable[[int], Host], aws: AwsEmulator,
+) -> None:
+    aws.put_s3_uri("s3://assets/api_keys.py", Path(api_keys.__file__).read_bytes())
+    options = BootOptions(api_keys_secret="missing", api_keys_program="s3://assets/api_keys.py", signal=SIGNAL)
+    host = aws_host(1)
+
+    result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL), options))
+
+    assert result.returncode != 0
+    assert "could not read secret missing" in result.stdout
+    [signal] = _ok(aws, "SignalResource")
+    assert (signal["Status"], str(signal["UniqueId"]).split(":")[0]) == ("FAILURE", f"{host.instance_id} api-keys")
+    assert not host.path(KEYS_FILE).exists()

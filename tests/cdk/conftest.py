@@ -19,6 +19,8 @@ from neuron_serving import NeuronLlamaStack, StackSettings
 ROOT = Path(__file__).resolve().parents[2]
 FEATURE_FLAGS = json.loads((ROOT / "cdk.json").read_text())["context"]
 
+CERTIFICATE = "arn:aws:acm:us-east-1:111122223333:certificate/abc"
+
 # The configurations whose templates are snapshotted and linted.
 SNAPSHOT_CONFIGS: dict[str, dict[str, Any]] = {
     "default": {},
@@ -27,7 +29,7 @@ SNAPSHOT_CONFIGS: dict[str, dict[str, Any]] = {
     "trn1_32xlarge": {"instance_type": "trn1.32xlarge", "model_id": "meta-llama/Llama-3.1-8B-Instruct",
                       "tensor_parallel": "8", "batch_size": "32", "internet_facing": "true",
                       "allowed_cidrs": "203.0.113.0/24",
-                      "certificate_arn": "arn:aws:acm:us-east-1:111122223333:certificate/abc"},
+                      "certificate_arn": CERTIFICATE},
     "fleet": {"fleet": "asg", "min_capacity": "2", "max_capacity": "4"},
     "fleet_warm_pool_scheduled": {"fleet": "asg", "min_capacity": "1", "max_capacity": "3", "warm_pool": "true",
                                   "scale_down_schedule": "0 20 * * 1-5", "scale_up_schedule": "0 7 * * 1-5"},

@@ -19,6 +19,7 @@ from neuron_serving import (
     neuron_dlami,
 )
 from neuron_serving.cdk.artifact_cache import CACHE_OBJECT_ACTIONS
+from neuron_serving.cdk.instance import SESSION_MANAGER_ACTIONS
 from neuron_serving.plan import ServingRequest, plan_serving
 from neuron_serving.plan.timing import boot_minutes, longest_generation_seconds
 from neuron_serving.render.boot import render_boot_script
@@ -202,11 +203,12 @@ def test_host_may_use_only_the_cache_prefix_and_signal_its_own_stack(synth):
     listing = by_action[json.dumps("s3:ListBucket")]
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["exports/*"]}}
     assert by_action[json.dumps("cloudformation:SignalResource")]["Resource"] == {"Ref": "AWS::StackId"}
-    # Beyond the cache and the signal: shipping logs, and fetching the metrics publisher.
+    # Beyond the cache and the signal: shipping logs, fetching the metrics publisher, Session Manager.
     assert set(by_action) - {json.dumps(sorted(CACHE_OBJECT_ACTIONS)), json.dumps("s3:ListBucket"),
                              json.dumps("cloudformation:SignalResource")} == {
         json.dumps(["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]),
-        json.dumps("s3:GetObject")}
+        json.dumps("s3:GetObject"), json.dumps("ssm:UpdateInstanceInformation"),
+        json.dumps(list(SESSION_MANAGER_ACTIONS))}
 
 
 def test_boot_script_gets_the_cache_uri(synth):

@@ -5,11 +5,12 @@ import json
 import pytest
 
 from neuron_serving import ServingConfigError
+from neuron_serving.cdk.instance import SESSION_MANAGER_ACTIONS
 from neuron_serving.plan import ServingRequest, plan_serving
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
 from neuron_serving.plan.timing import longest_generation_seconds
 
-from .conftest import SNAPSHOT_CONFIGS, synthesize
+from .conftest import CERTIFICATE, SNAPSHOT_CONFIGS, synthesize
 
 
 def _outputs(synth):
@@ -124,9 +125,10 @@ def test_instance_role_has_session_manager_the_cache_and_its_signal_only(synth):
              if r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"].get("Service")
              == "ec2.amazonaws.com"]
     (role,) = roles
-    assert json.dumps(role["ManagedPolicyArns"]).count("AmazonSSMManagedInstanceCore") == 1
+    assert "ManagedPolicyArns" not in role
     actions = sorted(json.dumps(s["Action"]) for s in _host_statements(template))
     assert actions == sorted(json.dumps(a) for a in (
+        "ssm:UpdateInstanceInformation", list(SESSION_MANAGER_ACTIONS),
         ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:PutObject"], "s3:ListBucket",
         "cloudformation:SignalResource", ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
         "s3:GetObject"))
@@ -178,17 +180,17 @@ def test_no_ingress_from_anywhere_by_default(synth):
 
 
 def test_internet_facing_is_open_only_to_the_listed_cidrs(synth):
-    template = synth(internet_facing="true", allowed_cidrs="203.0.113.0/24,2001:db8::/32")
+    template = synth(internet_facing="true", allowed_cidrs="203.0.113.0/24,2001:db8::/32", certificate_arn=CERTIFICATE)
     assert template.only("AWS::ElasticLoadBalancingV2::LoadBalancer")["Scheme"] == "internet-facing"
     ingress = [rule for sg in template.resources("AWS::EC2::SecurityGroup").values()
                for rule in sg["Properties"].get("SecurityGroupIngress", [])]
     assert sorted((r.get("CidrIp") or r.get("CidrIpv6"), r["FromPort"]) for r in ingress) == [
-        ("2001:db8::/32", 80), ("203.0.113.0/24", 80)]
+        ("2001:db8::/32", 80), ("2001:db8::/32", 443), ("203.0.113.0/24", 80), ("203.0.113.0/24", 443)]
 
 
 def test_internet_facing_without_allowed_cidrs_fails_naming_allowed_cidrs():
     with pytest.raises(ValueError, match=r"^allowed_cidrs \(\[\]\) must list who may connect"):
-        synthesize({"internet_facing": "true"})
+        synthesize({"internet_facing": "true", "certificate_arn": CERTIFICATE})
 
 
 def test_alb_idle_timeout_covers_the_longest_generation_and_drops_invalid_headers_and_logs_access(synth):

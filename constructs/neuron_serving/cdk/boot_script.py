@@ -29,6 +29,9 @@ from ..render.monitoring import PUBLISHER_SOURCE
 from .artifact_cache import EXPORTS_PREFIX, NeuronArtifactCache
 from .monitoring import NeuronServingMonitoring
 
+API_KEYS_SOURCE = "api_keys.py"
+"""The key sync's file in ``neuron_serving.userdata``."""
+
 
 class NeuronBootScript(Construct):
     """User data that exports the model once (or fetches it) and starts the plan's replicas
@@ -58,6 +61,14 @@ class NeuronBootScript(Construct):
         monitoring's log groups; :meth:`grant_boot` grants that too. Default: no monitoring.
     :param warm_pool_hook: the launch lifecycle hook the host completes when prepared for (or
         started from) a warm pool. Default: none.
+    :param api_keys_secret: the secret of the endpoint's API keys (a JSON object of key name to
+        key digest; see ``neuron-serving api-key``): each host's router then refuses requests
+        without a known ``Authorization: Bearer`` key, and picks up keys added, rotated or revoked
+        in the secret within about a minute. :meth:`grant_boot` grants reading it.
+        Default: no API keys (whoever reaches the router may use the model).
+    :param load_balancer_authentication: with ``api_keys_secret``, the routers also accept the
+        requests the load balancer signed in (OIDC), which it sends without an ``Authorization``
+        header. Default: false.
     :param boot_timeout: how long a host may take to serve. Default: estimated from the model
         (image pull, export unless prebuilt, load; see ``plan.timing``).
     """
@@ -78,6 +89,8 @@ class NeuronBootScript(Construct):
         warm_pool_hook: WarmPoolHook | None = None,
         boot_timeout: Duration | None = None,
         monitoring: NeuronServingMonitoring | None = None,
+        api_keys_secret: secretsmanager.ISecret | None = None,
+        load_balancer_authentication: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
         self.plan = plan
@@ -99,6 +112,13 @@ class NeuronBootScript(Construct):
             if monitoring is not None
             else None
         )
+        self.api_keys_secret = api_keys_secret
+        # The key sync is too large for the user data beside the rest, like the publisher.
+        self.api_keys_program = (
+            s3_assets.Asset(self, "ApiKeysProgram", path=str(files("neuron_serving.userdata") / API_KEYS_SOURCE))
+            if api_keys_secret is not None
+            else None
+        )
         self.boot_timeout: Duration = boot_timeout or Duration.minutes(
             boot_minutes(plan, exports=prebuilt_export is None)
         )
@@ -107,27 +127,20 @@ class NeuronBootScript(Construct):
                 problem("boot_timeout_minutes", self.boot_timeout.to_minutes(), f"must be 1 to "
                         f"{MAX_CLOUDFORMATION_MINUTES} (CloudFormation waits at most 12 hours for signals)")
             ])
-        secret_id = None
-        if hf_token_secret is not None:
-            # The complete ARN identifies the secret exactly; a secret imported by name has only
-            # a partial ARN (a deploy-time token), and the name is then the plain identifier.
-            arn, name = hf_token_secret.secret_arn, hf_token_secret.secret_name
-            secret_id = arn if not Token.is_unresolved(arn) or Token.is_unresolved(name) else name
         self.options = BootOptions(
             engine=engine,
             image=self.image,
-            hf_token_secret=secret_id,
+            hf_token_secret=_secret_id(hf_token_secret),
+            api_keys_secret=_secret_id(api_keys_secret),
+            api_keys_program=_asset_uri(self.api_keys_program),
+            load_balancer_authentication=load_balancer_authentication,
             artifact_cache=artifact_cache.uri if artifact_cache else None,
             prebuilt_export=prebuilt_export,
             model_revision=model_revision,
             signal=signal,
             warm_pool_hook=warm_pool_hook,
             monitoring=monitoring.boot_options if monitoring else None,
-            metrics_publisher=(
-                f"s3://{self.metrics_publisher.s3_bucket_name}/{self.metrics_publisher.s3_object_key}"
-                if self.metrics_publisher
-                else None
-            ),
+            metrics_publisher=_asset_uri(self.metrics_publisher),
         )
         self.script: str = render_boot_script(plan, self.options)
         """The rendered boot script (tokens, if any, unresolved)."""
@@ -141,12 +154,14 @@ class NeuronBootScript(Construct):
             self.hf_token_secret.grant_read(grantee)
         if self.monitoring is not None:
             self.monitoring.grant_publish(grantee)
-        if self.metrics_publisher is not None:
-            asset = self.metrics_publisher
-            iam.Grant.add_to_principal(
-                grantee=grantee, actions=["s3:GetObject"],
-                resource_arns=[asset.bucket.arn_for_objects(asset.s3_object_key)],
-            )
+        if self.api_keys_secret is not None:
+            self.api_keys_secret.grant_read(grantee)
+        for asset in (self.metrics_publisher, self.api_keys_program):
+            if asset is not None:
+                iam.Grant.add_to_principal(
+                    grantee=grantee, actions=["s3:GetObject"],
+                    resource_arns=[asset.bucket.arn_for_objects(asset.s3_object_key)],
+                )
         stack = Stack.of(self)
         if self.artifact_cache is not None:
             self.artifact_cache.grant_cache(grantee)
@@ -201,6 +216,19 @@ class NeuronBootScript(Construct):
                 f"autoScalingGroupName/{self.warm_pool_hook.group_name}",
                 "the group's id is assigned at creation; the resource names the one group by name",
             )
+
+
+def _secret_id(secret: secretsmanager.ISecret | None) -> str | None:
+    """How the host names ``secret``: the complete ARN identifies it exactly; a secret imported
+    by name has only a partial ARN (a deploy-time token), and the name is then the identifier."""
+    if secret is None:
+        return None
+    arn, name = secret.secret_arn, secret.secret_name
+    return arn if not Token.is_unresolved(arn) or Token.is_unresolved(name) else name
+
+
+def _asset_uri(asset: s3_assets.Asset | None) -> str | None:
+    return f"s3://{asset.s3_bucket_name}/{asset.s3_object_key}" if asset is not None else None
 
 
 def _acknowledge_prefix(stack: Stack, resource: str, reason: str) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from aws_cdk import Acknowledgment, Duration, Stack, Token, Validations
+from aws_cdk import Acknowledgment, Duration, SecretValue, Stack, Token, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_wafv2 as wafv2
 
 from constructs import Construct
 
@@ -18,6 +20,34 @@ from ..render.router import STREAM_TIMEOUT_SECONDS
 from .buckets import log_bucket
 
 DEFAULT_IDLE_TIMEOUT = Duration.seconds(300)
+RATE_LIMIT_WINDOW_SECONDS = 300
+"""The window of the rate-based rule's count (AWS WAF: 60, 120, 300 or 600 seconds)."""
+API_KEY_RULE_PRIORITY = 10
+
+
+@dataclass(frozen=True)
+class OidcSignIn:
+    """Browser sign-in at the load balancer with an OpenID Connect provider (Cognito user pools
+    are one: issuer ``https://cognito-idp.<region>.amazonaws.com/<pool id>``, endpoints under the
+    pool's domain, ``/oauth2/authorize``, ``/oauth2/token`` and ``/oauth2/userInfo``).
+
+    :param issuer: the provider's issuer URL.
+    :param client_id: the load balancer's OAuth client id.
+    :param client_secret: its client secret, such as ``SecretValue.secrets_manager(name)``
+        (resolved at deploy time, never in the template).
+    :param authorization_endpoint: the provider's authorization endpoint.
+    :param token_endpoint: its token endpoint.
+    :param user_info_endpoint: its user info endpoint.
+    :param scope: the scopes asked for. Default: ``openid``.
+    """
+
+    issuer: str
+    client_id: str
+    client_secret: SecretValue
+    authorization_endpoint: str
+    token_endpoint: str
+    user_info_endpoint: str
+    scope: str = "openid"
 ACCESS_LOG_PREFIX = "alb"
 
 
@@ -25,16 +55,26 @@ class NeuronServingEndpoint(Construct):
     """An ALB that spreads requests over Neuron hosts by least outstanding requests.
 
     Secure by default: internal, reachable only from the VPC's CIDR; internet-facing only when
-    asked and then only from ``allowed_cidrs`` (an unauthenticated LLM endpoint is never opened
-    to the whole internet by default); HTTPS when a certificate is given, with HTTP redirected to
-    it; access logs to an encrypted, SSL-only bucket; invalid header fields dropped.
+    asked, then only from ``allowed_cidrs`` and only over HTTPS; HTTPS when a certificate is given,
+    with HTTP redirected to it and a TLS 1.2+ policy; access logs to an encrypted, SSL-only
+    bucket; invalid header fields dropped. The API keys are checked by each host's router
+    (:class:`NeuronBootScript`'s ``api_keys_secret``), not here.
 
     :param vpc: the VPC of the load balancer and the hosts.
     :param target_port: the hosts' router port.
     :param internet_facing: place the load balancer in public subnets. Default: false.
     :param allowed_cidrs: who may connect. Default: the VPC's CIDR; required when
         ``internet_facing``.
-    :param certificate: an ACM certificate for an HTTPS listener. Default: HTTP only.
+    :param certificate: an ACM certificate for an HTTPS listener. Required when
+        ``internet_facing``. Default: HTTP only.
+    :param oidc: browser users sign in at the HTTPS listener before their requests are
+        forwarded; needs ``certificate``. Default: no sign-in.
+    :param api_keys: the routers check API keys: with ``oidc``, requests that carry
+        ``Authorization: Bearer`` are forwarded without the sign-in, for the routers to check
+        their key. Default: false.
+    :param rate_limit: block a client IP that sends more than this many requests in 5 minutes,
+        with an AWS WAF web ACL on the load balancer (about $5 a month for the web ACL, $1 for the
+        rule and $0.60 per million requests). Default: no rate limit.
     :param idle_timeout: how long a connection may stay silent, which bounds the time to the
         first streamed token and between non-streamed responses. At most 900 seconds, the
         on-host router's own timeout. Default: 300 seconds.
@@ -53,6 +93,9 @@ class NeuronServingEndpoint(Construct):
         internet_facing: bool = False,
         allowed_cidrs: Sequence[str] = (),
         certificate: elbv2.IListenerCertificate | None = None,
+        oidc: OidcSignIn | None = None,
+        api_keys: bool = False,
+        rate_limit: int | None = None,
         idle_timeout: Duration = DEFAULT_IDLE_TIMEOUT,
         deregistration_delay: Duration = DEFAULT_IDLE_TIMEOUT,
         access_logs_bucket: s3.IBucket | None = None,
@@ -66,6 +109,15 @@ class NeuronServingEndpoint(Construct):
                 "must list who may connect when internet_facing is true "
                 "(an unauthenticated LLM endpoint is never opened to everyone by default)",
             )
+        if internet_facing and certificate is None:
+            problems.add("certificate", None, "is required when internet_facing is true: an internet-facing endpoint "
+                         "serves HTTPS only, so prompts and keys never cross the internet in clear text")
+        if oidc is not None and certificate is None:
+            problems.add("certificate", None, "is required with oidc: a load balancer signs users in on an HTTPS "
+                         "listener only")
+        if rate_limit is not None and not 10 <= rate_limit <= 2_000_000_000:
+            problems.add("rate_limit", rate_limit, "must be 10 to 2000000000 requests per 5 minutes "
+                         "(AWS WAF's rate-based rule limits)")
         networks = []
         for cidr in allowed_cidrs:
             try:
@@ -130,6 +182,7 @@ class NeuronServingEndpoint(Construct):
         )
         self.target_port = target_port
         if certificate:
+            forward = elbv2.ListenerAction.forward([self.target_group])
             self.listener = self.load_balancer.add_listener(
                 "Https",
                 port=443,
@@ -137,8 +190,27 @@ class NeuronServingEndpoint(Construct):
                 certificates=[certificate],
                 ssl_policy=elbv2.SslPolicy.RECOMMENDED_TLS,
                 open=False,
-                default_target_groups=[self.target_group],
+                default_action=forward if oidc is None else elbv2.ListenerAction.authenticate_oidc(
+                    issuer=oidc.issuer,
+                    client_id=oidc.client_id,
+                    client_secret=oidc.client_secret,
+                    authorization_endpoint=oidc.authorization_endpoint,
+                    token_endpoint=oidc.token_endpoint,
+                    user_info_endpoint=oidc.user_info_endpoint,
+                    scope=oidc.scope,
+                    next=forward,
+                ),
             )
+            if oidc is not None and api_keys:
+                # ALB header conditions compare case-insensitively, with * as a wildcard (ELBv2 API,
+                # HttpHeaderConditionConfig). Every request without a bearer token passes the sign-in;
+                # every request with one goes to the routers, which refuse it unless its key is known.
+                self.listener.add_action(
+                    "ApiKeyClients",
+                    priority=API_KEY_RULE_PRIORITY,
+                    conditions=[elbv2.ListenerCondition.http_header("Authorization", ["Bearer *"])],
+                    action=forward,
+                )
             for peer in peers:
                 self.load_balancer.connections.allow_from(peer, ec2.Port.tcp(80), "redirect to HTTPS")
             self.load_balancer.add_redirect(source_port=80, target_port=443, open=False)
@@ -150,9 +222,40 @@ class NeuronServingEndpoint(Construct):
                 open=False,
                 default_target_groups=[self.target_group],
             )
+        self.web_acl = self._rate_limit(rate_limit) if rate_limit is not None else None
         scheme = "https" if certificate else "http"
         self.url: str = f"{scheme}://{self.load_balancer.load_balancer_dns_name}"
         """The endpoint's base URL."""
+
+    def _rate_limit(self, limit: int) -> wafv2.CfnWebACL:
+        name = f"{Stack.of(self).stack_name}-{self.node.id}-rate"
+        visibility = wafv2.CfnWebACL.VisibilityConfigProperty(
+            cloud_watch_metrics_enabled=True, sampled_requests_enabled=True, metric_name=name)
+        acl = wafv2.CfnWebACL(
+            self,
+            "RateLimit",
+            scope="REGIONAL",
+            default_action=wafv2.CfnWebACL.DefaultActionProperty(allow={}),
+            visibility_config=visibility,
+            custom_response_bodies={"rate-limited": wafv2.CfnWebACL.CustomResponseBodyProperty(
+                content_type="APPLICATION_JSON",
+                content='{"error":{"message":"Rate limit exceeded: slow down and retry","type":"requests",'
+                        '"code":"rate_limit_exceeded"}}')},
+            rules=[wafv2.CfnWebACL.RuleProperty(
+                name="requests-per-client-ip",
+                priority=0,
+                statement=wafv2.CfnWebACL.StatementProperty(
+                    rate_based_statement=wafv2.CfnWebACL.RateBasedStatementProperty(
+                        aggregate_key_type="IP", limit=limit, evaluation_window_sec=RATE_LIMIT_WINDOW_SECONDS)),
+                action=wafv2.CfnWebACL.RuleActionProperty(block=wafv2.CfnWebACL.BlockActionProperty(
+                    custom_response=wafv2.CfnWebACL.CustomResponseProperty(
+                        response_code=429, custom_response_body_key="rate-limited"))),
+                visibility_config=visibility,
+            )],
+        )
+        wafv2.CfnWebACLAssociation(self, "RateLimitAssociation", resource_arn=self.load_balancer.load_balancer_arn,
+                                   web_acl_arn=acl.attr_arn)
+        return acl
 
     def _log_access_logs(self, prefix: str) -> None:
         # ApplicationLoadBalancer.log_access_logs needs a region to pick the ELB account of the

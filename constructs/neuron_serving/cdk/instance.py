@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import jsii
-from aws_cdk import CfnCreationPolicy, CfnResourceSignal, Duration, Tags
+from aws_cdk import Acknowledgment, CfnCreationPolicy, CfnResourceSignal, Duration, Stack, Tags, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 
@@ -13,7 +13,15 @@ from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan
 from .boot_script import NeuronBootScript
 
-SESSION_MANAGER_POLICY = "AmazonSSMManagedInstanceCore"
+SESSION_MANAGER_ACTIONS = (
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+)
+"""Session Manager's channels, which name no resource (AWS Systems Manager user guide, "Step 2:
+Verify or add instance permissions for Session Manager": the minimal instance profile policy,
+without session logging to S3 or KMS-encrypted sessions)."""
 
 
 @jsii.implements(ec2.IConnectable, iam.IGrantable)
@@ -25,6 +33,13 @@ class NeuronServingLaunchTemplate(Construct):
     credentials), an encrypted gp3 root volume, Session Manager access, no key pair and no
     inbound rule of its own.
 
+    The role gets what Session Manager needs and nothing more: ``ssm:UpdateInstanceInformation``
+    on instances of the stack's account and region, and the four ``ssmmessages`` channel
+    actions. Not the AWS-managed ``AmazonSSMManagedInstanceCore``, which also lets the host read
+    every Parameter Store parameter of the account (``ssm:GetParameter`` and
+    ``ssm:GetParameters`` on ``*``), fetch SSM documents and report inventory and patches; Run
+    Command and State Manager therefore do not reach these hosts.
+
     :param vpc: the VPC of the security group.
     :param boot_script: the user data and the plan it realises.
     :param machine_image: the AMI. Use ``neuron_dlami(...)`` or ``PinnedLinuxImage``.
@@ -33,6 +48,7 @@ class NeuronServingLaunchTemplate(Construct):
     :param security_group: Default: a new group allowing all outbound traffic (image and model
         downloads) and no inbound traffic.
     :param role: Default: a new role with Session Manager access and what the boot script needs.
+    :param session_manager: grant the role what Session Manager sessions need. Default: true.
     """
 
     def __init__(
@@ -46,6 +62,7 @@ class NeuronServingLaunchTemplate(Construct):
         root_volume_gib: int | None = None,
         security_group: ec2.ISecurityGroup | None = None,
         role: iam.IRole | None = None,
+        session_manager: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         plan = boot_script.plan
@@ -62,8 +79,27 @@ class NeuronServingLaunchTemplate(Construct):
             "Role",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             description=f"Neuron serving host ({plan.instance.name}, {plan.model_id})",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(SESSION_MANAGER_POLICY)],
         )
+        if session_manager:
+            stack = Stack.of(self)
+            self.role.add_to_principal_policy(iam.PolicyStatement(
+                actions=["ssm:UpdateInstanceInformation"],
+                resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*")],
+            ))
+            self.role.add_to_principal_policy(iam.PolicyStatement(actions=list(SESSION_MANAGER_ACTIONS),
+                                                                  resources=["*"]))
+            Validations.of(stack).acknowledge(
+                Acknowledgment(
+                    id="AwsSolutions-IAM5[Resource::*]",
+                    reason="Session Manager's ssmmessages channel actions name no resource type (Service "
+                    "Authorization Reference, Amazon Message Gateway Service)",
+                ),
+                Acknowledgment(
+                    id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:"
+                    "instance/*]",
+                    reason="The SSM agent registers the instance it runs on, whose id is assigned at launch",
+                ),
+            )
         boot_script.grant_boot(self.role)
         self.security_group: ec2.ISecurityGroup = security_group or ec2.SecurityGroup(
             self,

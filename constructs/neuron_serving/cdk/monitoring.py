@@ -308,6 +308,7 @@ class NeuronServingMonitoring(Construct):
                 self.metric("ReplicasUp", statistic="Sum", label="replicas up"),
                 self.metric("Requests", statistic="Sum", label="requests"),
                 self.metric("RequestFailures", statistic="Sum", label="failed requests"),
+                self.metric("UnauthorizedRequests", statistic="Sum", label="refused: no or unknown API key"),
             ]),
         )
 

@@ -5,14 +5,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Acknowledgment, CfnOutput, CfnResource, Duration, Stack, Validations
+import jsii
+from aws_cdk import (
+    Acknowledgment,
+    Aspects,
+    CfnOutput,
+    CfnResource,
+    Duration,
+    IAspect,
+    SecretValue,
+    Stack,
+    Validations,
+)
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_elasticloadbalancingv2_targets as targets
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from ..plan.engines import check_dlami_parameter
 from ..plan.layout import ServingPlan, plan_serving
@@ -23,9 +35,9 @@ from ..settings import StackSettings
 from .artifact_cache import NeuronArtifactCache
 from .boot_script import NeuronBootScript
 from .buckets import log_bucket
-from .endpoint import NeuronServingEndpoint
+from .endpoint import NeuronServingEndpoint, OidcSignIn
 from .fleet import NeuronServingFleet
-from .instance import SESSION_MANAGER_POLICY, NeuronServingInstance, NeuronServingLaunchTemplate
+from .instance import NeuronServingInstance, NeuronServingLaunchTemplate
 from .machine_image import PinnedLinuxImage, neuron_dlami
 from .monitoring import AlarmThresholds, NeuronServingMonitoring
 
@@ -60,12 +72,22 @@ class NeuronLlamaStack(Stack):
         self.plan: ServingPlan = plan_serving(settings.request)
         self.vpc = vpc or self._new_vpc()
 
-        secret = None
-        if settings.hf_token_secret:
-            secret = (
-                secretsmanager.Secret.from_secret_complete_arn(self, "HfToken", settings.hf_token_secret)
-                if settings.hf_token_secret.startswith("arn:")
-                else secretsmanager.Secret.from_secret_name_v2(self, "HfToken", settings.hf_token_secret)
+        secret = self._import_secret("HfToken", settings.hf_token_secret) if settings.hf_token_secret else None
+        self.api_keys_secret: secretsmanager.ISecret | None = None
+        """The endpoint's API keys, with ``api_keys``."""
+        if settings.api_keys:
+            self.api_keys_secret = (
+                self._import_secret("ApiKeys", settings.api_keys_secret)
+                if settings.api_keys_secret
+                else secretsmanager.Secret(
+                    self,
+                    "ApiKeys",
+                    # Fixed text: CloudFormation writes the initial value again whenever a property
+                    # of this resource changes, which would drop every key added since.
+                    description="API keys of a neuron-serving endpoint: a JSON object of key name to "
+                    "sha256:<digest>; manage them with neuron-serving api-key",
+                    secret_string_value=SecretValue.unsafe_plain_text("{}"),
+                )
             )
         fleet = settings.fleet == "asg"
         # The ALB's access logs and the cache's S3 access logs share one bucket.
@@ -93,6 +115,8 @@ class NeuronLlamaStack(Stack):
             engine=settings.engine,
             image=settings.image,
             hf_token_secret=secret,
+            api_keys_secret=self.api_keys_secret,
+            load_balancer_authentication=bool(settings.oidc),
             artifact_cache=self.artifact_cache,
             prebuilt_export=settings.prebuilt_export,
             model_revision=settings.model_revision,
@@ -131,6 +155,9 @@ class NeuronLlamaStack(Stack):
             internet_facing=settings.internet_facing,
             allowed_cidrs=settings.allowed_cidrs or self._default_cidrs(vpc),
             certificate=certificate,
+            oidc=self._oidc(),
+            api_keys=settings.api_keys,
+            rate_limit=settings.rate_limit,
             idle_timeout=Duration.seconds(min(max(longest, 300), STREAM_TIMEOUT_SECONDS)),
             deregistration_delay=Duration.seconds(min(max(longest, 300), 3600)),
             access_logs_bucket=self.logs_bucket,
@@ -172,8 +199,36 @@ class NeuronLlamaStack(Stack):
             desired_capacity=self.fleet.metric_desired_capacity() if self.fleet is not None else None,
             boot_minutes=boot_minutes(self.plan, exports=False),
         )
+        if settings.permissions_boundary:
+            boundary = settings.permissions_boundary
+            iam.PermissionsBoundary.of(self).apply(
+                iam.ManagedPolicy.from_managed_policy_arn(self, "PermissionsBoundary", boundary)
+                if boundary.startswith("arn:")
+                else iam.ManagedPolicy.from_managed_policy_name(self, "PermissionsBoundary", boundary)
+            )
+        if settings.role_path:
+            Aspects.of(self).add(RolePath(settings.role_path))
         self._outputs()
         self._acknowledge()
+
+    def _import_secret(self, construct_id: str, name_or_arn: str) -> secretsmanager.ISecret:
+        if name_or_arn.startswith("arn:"):
+            return secretsmanager.Secret.from_secret_complete_arn(self, construct_id, name_or_arn)
+        return secretsmanager.Secret.from_secret_name_v2(self, construct_id, name_or_arn)
+
+    def _oidc(self) -> OidcSignIn | None:
+        oidc = self.settings.oidc
+        if not oidc:
+            return None
+        return OidcSignIn(
+            issuer=oidc["issuer"],
+            client_id=oidc["client_id"],
+            client_secret=SecretValue.secrets_manager(oidc["client_secret"]),
+            authorization_endpoint=oidc["authorization_endpoint"],
+            token_endpoint=oidc["token_endpoint"],
+            user_info_endpoint=oidc["user_info_endpoint"],
+            scope=oidc.get("scope", "openid"),
+        )
 
     def _default_cidrs(self, given_vpc: ec2.IVpc | None) -> tuple[str, ...]:
         # Internal endpoints default to the stack's own VPC (a literal CIDR, which cdk-nag can
@@ -228,6 +283,10 @@ class NeuronLlamaStack(Stack):
             value=f"{plan.instance.name} {plan.model_id}: {plan.describe()}",
             description="Each replica's Neuron devices, cores and host port",
         )
+        if self.api_keys_secret is not None:
+            CfnOutput(self, "ApiKeysSecretArn", value=self.api_keys_secret.secret_arn,
+                      description="The API keys' secret: neuron-serving api-key create <name> --stack "
+                      f"{self.stack_name} prints a new key once; clients send Authorization: Bearer <key>")
         if self.instance is not None:
             CfnOutput(
                 self,
@@ -244,12 +303,14 @@ class NeuronLlamaStack(Stack):
             )
 
     def _acknowledge(self) -> None:
-        Validations.of(self.launch_template.role).acknowledge(
-            Acknowledgment(
-                id=f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{SESSION_MANAGER_POLICY}]",
-                reason="Session Manager access; the AWS-maintained policy tracks the SSM agent's needs",
+        if isinstance(self.api_keys_secret, secretsmanager.Secret):
+            Validations.of(self.api_keys_secret).acknowledge(
+                Acknowledgment(
+                    id="AwsSolutions-SMG4",
+                    reason="The secret holds digests of keys only their clients know; operators rotate a key with "
+                    "neuron-serving api-key rotate, which a rotation function could not do for them",
+                )
             )
-        )
         if self.instance is not None:
             Validations.of(self.instance).acknowledge(
                 Acknowledgment(
@@ -265,3 +326,18 @@ class NeuronLlamaStack(Stack):
                 "cache; logging it into itself would loop",
             )
         )
+
+
+@jsii.implements(IAspect)
+class RolePath:
+    """Puts every IAM role of a scope under one path, including those of aws-cdk-lib's own
+    custom resource providers (plain ``AWS::IAM::Role`` resources)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def visit(self, node: IConstruct) -> None:
+        if isinstance(node, iam.CfnRole):
+            node.path = self.path
+        elif isinstance(node, CfnResource) and node.cfn_resource_type == "AWS::IAM::Role":
+            node.add_property_override("Path", self.path)

@@ -133,6 +133,9 @@ WAIT_READY = f"{BIN}/wait-ready"
 COMPLETE_LIFECYCLE = f"{BIN}/complete-lifecycle"
 START_MONITORING = f"{BIN}/start-monitoring"
 METRICS_UNIT = "neuron-serving-metrics"
+API_KEYS = f"{BIN}/api-keys"
+API_KEYS_UNIT = "neuron-serving-api-keys"
+"""The oneshot service that runs ``api-keys sync``, and its timer's name."""
 REPLICA_UNIT = "neuron-replica"
 """The systemd template unit of the replicas: ``neuron-replica@N`` runs replica N."""
 REPLICA_ENV = "/etc/neuron-serving/replica.env"
@@ -251,6 +254,17 @@ class BootOptions:
         role needs logs:CreateLogStream, logs:PutLogEvents and logs:DescribeLogStreams on the
         groups (the agent and docker create the streams); the host downloads the CloudWatch
         agent from its region's S3 when the image lacks it. Default: no monitoring.
+    :param api_keys_secret: name or ARN of the Secrets Manager secret of the endpoint's API keys
+        (``neuron_serving/userdata/api_keys.py`` describes it; a CDK token is fine). The router
+        then refuses every request without a known key, and ``api-keys sync`` keeps its keys in
+        line with the secret: before the router starts (a secret that cannot be read fails the
+        boot), then every minute (``neuron-serving-api-keys.timer``). The instance role needs
+        secretsmanager:GetSecretValue on it. Default: no API keys.
+    :param api_keys_program: required with ``api_keys_secret``: the S3 URI of
+        ``userdata/api_keys.py``, which the host downloads as ``/opt/neuron-serving/bin/api-keys``
+        (the user data has no room for it); the instance role needs s3:GetObject on it.
+    :param load_balancer_authentication: with ``api_keys_secret``, the router also accepts
+        requests that the load balancer signed in (see ``render_router_config``). Default: false.
     :param metrics_publisher: required with monitoring: the S3 URI of the metrics publisher
         (``userdata/publish_metrics.py``), which the host downloads: at about 7 KB compressed it
         would not fit in the user data beside the rest. The bucket and key may be CDK tokens (a
@@ -268,6 +282,9 @@ class BootOptions:
     warm_pool_hook: WarmPoolHook | None = None
     monitoring: MonitoringOptions | None = None
     metrics_publisher: str | None = None
+    api_keys_secret: str | None = None
+    api_keys_program: str | None = None
+    load_balancer_authentication: bool = False
 
     def __post_init__(self) -> None:
         problems = Problems()
@@ -321,6 +338,16 @@ class BootOptions:
             if not key:
                 problems.add("metrics_publisher", publisher, "must be the S3 URI of an object, such as "
                              "s3://bucket/publish_metrics.py, without spaces, or None")
+        keys, program = self.api_keys_secret, self.api_keys_program
+        if keys is not None and (not isinstance(keys, str) or not keys or _has_space(keys)):
+            problems.add("api_keys_secret", keys, "must be a secret name or ARN without spaces, or None")
+        if (keys is None) != (program is None):
+            problems.add("api_keys_program", program, "must be given with api_keys_secret, and only with it: the "
+                         "host downloads the key sync from it")
+        elif program is not None and not (_s3_parts(program) or (None, None))[1]:
+            problems.add("api_keys_program", program, "must be the S3 URI of an object, such as s3://bucket/api_keys.py")
+        if self.load_balancer_authentication and keys is None:
+            problems.add("load_balancer_authentication", True, "applies only with api_keys_secret")
         problems.raise_if_any()
 
 
@@ -388,6 +415,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     cache = _s3_parts(options.artifact_cache) if prebuilt is None else None
     signal, hook, monitoring = options.signal, options.warm_pool_hook, options.monitoring
     s3 = cache is not None or prebuilt_s3 is not None
+    api_keys = options.api_keys_secret is not None
     log_groups = monitoring.log_groups if monitoring else {}
     # Values that may be deploy-time tokens go to stack.env, which the boot script writes as is;
     # everything else is bundled and compressed at synth.
@@ -401,6 +429,8 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         "SERVICE": monitoring.service if monitoring else None,
         **{log_group_variable(kind): log_groups.get(kind) for kind in LOG_KINDS},
         "PUBLISHER": options.metrics_publisher,
+        "API_KEYS_SECRET": options.api_keys_secret,
+        "API_KEYS_PROGRAM": options.api_keys_program,
     }
     files = {
         EXPORT_MODEL: _rendered(
@@ -435,8 +465,13 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
             "neuron-replica@.service.j2", engine=engine.title, ready_unit=hook is not None),
         REPLICA_ENV: common_env,
         "/etc/neuron-serving/replicas.table": replica_table,
-        "/etc/haproxy/haproxy.cfg.new": _without_comments(render_router_config(plan, engine)),
+        "/etc/haproxy/haproxy.cfg.new": _without_comments(render_router_config(
+            plan, engine, api_keys=api_keys, load_balancer_authentication=options.load_balancer_authentication)),
     }
+    if api_keys:
+        for kind in ("service", "timer"):
+            files[f"/etc/systemd/system/{API_KEYS_UNIT}.{kind}"] = _rendered(
+                f"{API_KEYS_UNIT}.{kind}.j2", program=API_KEYS, unit=API_KEYS_UNIT)
     if signal is not None or hook is not None:
         files[WAIT_READY] = _rendered("wait-ready.sh.j2", seconds=READY_WAIT_SECONDS, router_port=plan.router_port,
                                       health_path=engine.health_path, probe_path=probe.path, probe_body=probe.body)
@@ -463,7 +498,10 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         named_settings=named_settings,
         replicas=_replicas(plan),
         router_port=plan.router_port,
-        metadata=s3 or signal is not None or hook is not None or monitoring is not None,
+        metadata=s3 or api_keys or signal is not None or hook is not None or monitoring is not None,
+        api_keys=api_keys,
+        api_keys_program=API_KEYS,
+        api_keys_unit=API_KEYS_UNIT,
         signal=signal,
         signal_id_limit=SIGNAL_ID_LIMIT,
         hook=hook,

@@ -91,7 +91,7 @@ class ServingImage:
 
     :param reference: the image reference pulled and run: a tag whose tools the library knows,
         or, for an image the user pinned, that tag followed by ``@sha256:<digest>``
-        (:meth:`Engine.serving_image`).
+        (:meth:`Engine.image`).
     :param optimum_neuron: the optimum-neuron version inside, which exports and loads the model.
     :param model_types: the ``model_type`` values its optimum-neuron exports and serves for text
         generation.
@@ -202,8 +202,8 @@ class Engine(ABC):
     title: str
     """The engine's name in documentation and on the dashboard."""
     images: tuple[ServingImage, ...]
-    """The images whose tools the boot script is written and tested against; the first is the
-    default."""
+    """The images whose tools the boot script is written and tested against, by tag; the first is
+    the default. Each may be pinned to a digest (:meth:`image`)."""
     container_port: int
     """The port the server listens on inside its container."""
     max_concurrent_requests: int

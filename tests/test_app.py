@@ -68,3 +68,13 @@ def test_cdk_synth_with_an_unknown_engine_fails_naming_engine(cdk_synth, tmp_pat
     assert result.returncode != 0
     assert "NeuronLlamaStack: engine ('nonsense') must be one of tgi, vllm" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_cdk_synth_with_a_digest_but_no_tag_fails_asking_for_the_tag(cdk_synth, tmp_path):
+    digest = "sha256:" + "0123456789abcdef" * 4
+    result = cdk_synth(tmp_path, f"image=ghcr.io/huggingface/text-generation-inference@{digest}")
+    assert result.returncode != 0
+    assert (f"NeuronLlamaStack: image ('ghcr.io/huggingface/text-generation-inference@{digest}') pins a digest "
+            "without a tag") in result.stderr
+    assert f"include the tag: ghcr.io/huggingface/text-generation-inference:3.3.5-neuron@{digest}" in result.stderr
+    assert "Traceback" not in result.stderr

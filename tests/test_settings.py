@@ -80,3 +80,30 @@ def test_a_setting_the_engine_has_no_use_for_is_refused_naming_it_and_the_engine
                                                  r"it applies to engine tgi$"):
         _settings(engine="vllm", max_input_tokens="3000")
     assert _settings(engine="tgi", max_input_tokens="3000").request.max_input_tokens == 3000
+
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+"""A well-formed digest (not the image's real one: the tests pull nothing)."""
+
+
+def test_an_image_pinned_to_a_digest_is_kept_as_given():
+    image = f"ghcr.io/huggingface/optimum-neuron-vllm:0.4.5@{DIGEST}"
+    assert _settings(engine="vllm", image=f" {image} ").image == image
+
+
+@pytest.mark.parametrize(("context", "expected"), [
+    ({"image": "ghcr.io/huggingface/text-generation-inference:3.3.5-neuron@sha256:ABC"},
+     "image ('ghcr.io/huggingface/text-generation-inference:3.3.5-neuron@sha256:ABC') has a malformed digest "
+     "('sha256:ABC'): a pinned image is a known image followed by @sha256:<64 lowercase hex digits>"),
+    ({"image": f"ghcr.io/huggingface/text-generation-inference@{DIGEST}"},
+     f"image ('ghcr.io/huggingface/text-generation-inference@{DIGEST}') pins a digest without a tag"),
+    ({"image": f"ghcr.io/huggingface/text-generation-inference:3.3.4-neuron@{DIGEST}"},
+     f"image ('ghcr.io/huggingface/text-generation-inference:3.3.4-neuron@{DIGEST}') is not a TGI serving image"),
+    ({"engine": "vllm", "image": f"ghcr.io/huggingface/text-generation-inference:3.3.5-neuron@{DIGEST}"},
+     f"image ('ghcr.io/huggingface/text-generation-inference:3.3.5-neuron@{DIGEST}') is not a vLLM serving image"),
+])
+def test_a_bad_image_is_refused_naming_image_with_the_other_problems(context, expected):
+    with pytest.raises(ServingConfigError) as err:
+        _settings(batch_size="x", **context)
+    assert len(err.value.problems) == 2
+    assert err.value.problems[1].startswith(expected)

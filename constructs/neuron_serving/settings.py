@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .plan.engines import DEFAULT_ENGINE, ENGINES
-from .plan.errors import Problems
+from .plan.errors import Problems, ServingConfigError
 from .plan.layout import ServingRequest
 from .plan.timing import MAX_CLOUDFORMATION_MINUTES
 
@@ -64,8 +64,11 @@ class StackSettings:
         outliving the weights it was built from. Default: none (the repository's default
         branch at export time).
     :param engine: the serving engine, ``tgi`` or ``vllm``. Default: ``tgi``.
-    :param image: the serving image, one of the engine's known images. Default: the engine's
-        default image.
+    :param image: the serving image: one of the engine's known images, whose tools the boot
+        script is written for, optionally pinned to a digest (``<known image>@sha256:<64
+        lowercase hex digits>``). A pinned image is pulled and run by its digest, and the digest
+        is part of the export's cache key. A digest without the known tag is refused: the tag
+        says which tools the image carries. Default: the engine's default image, by its tag.
     :param hf_token_secret: name or ARN of a Secrets Manager secret holding a Hugging Face
         token, for gated models. Default: none.
     :param ami_id: a pinned AMI id instead of the DLAMI parameter. Default: none.
@@ -207,6 +210,11 @@ class StackSettings:
         if settings.engine not in ENGINES:
             problems.add("engine", settings.engine, f"must be one of {', '.join(ENGINES)}")
         else:
+            if settings.image is not None:
+                try:
+                    ENGINES[settings.engine].image(settings.image)
+                except ServingConfigError as error:
+                    problems.add_all(error.problems)
             for key in ENGINES[settings.engine].unused_settings:
                 if get(key) not in (None, ""):
                     problems.add(key, get(key), f"does not apply to engine {settings.engine}; it applies to engine "

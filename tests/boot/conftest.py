@@ -21,10 +21,12 @@ from tests.harness.dockerd import FakeDockerd
 
 @pytest.fixture
 def make_host(tmp_path: Path) -> Iterator[Callable[..., Host]]:
-    """``make_host(devices, missing=())``: a fresh simulated host with ``/dev/neuron0..N-1``.
+    """``make_host(devices, missing=(), images=None)``: a fresh simulated host with ``/dev/neuron0..N-1``.
 
     ``missing`` names stubbed tools the host lacks; such a host's ``PATH`` is the remaining stubs
     and ``/usr/bin:/bin`` only, so that the test machine's own tools cannot stand in for them.
+    ``images``: the images its Docker engine holds before any pull (default: every image, so
+    that ``docker run`` never pulls).
     Hosts of one test share one fake S3; host N has the instance id ``i-<N in 17 digits>``.
     """
     count = 0
@@ -37,7 +39,7 @@ def make_host(tmp_path: Path) -> Iterator[Callable[..., Host]]:
     publisher.parent.mkdir(parents=True)
     shutil.copyfile(PUBLISHER_SOURCE, publisher)
 
-    def make(devices: int, missing: tuple[str, ...] = ()) -> Host:
+    def make(devices: int, missing: tuple[str, ...] = (), images: tuple[str, ...] | None = None) -> Host:
         nonlocal count
         count += 1
         base = tmp_path / f"host{count}"
@@ -57,7 +59,8 @@ def make_host(tmp_path: Path) -> Iterator[Callable[..., Host]]:
             path = [str(stubs), os.path.dirname(sys.executable), "/usr/bin:/bin"]
         calls_log = base / "calls.jsonl"
         inside = ServingImage()
-        engine = FakeDockerd(record_path=base / "docker.jsonl", behaviour=inside, device_root=root).start()
+        engine = FakeDockerd(record_path=base / "docker.jsonl", behaviour=inside, images=images,
+                             device_root=root).start()
         engines.append(engine)
         env = {
             "PATH": os.pathsep.join(path),

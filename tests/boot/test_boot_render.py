@@ -28,6 +28,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from neuron_serving.plan import ServingConfigError, ServingPlan
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
+from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5
 from neuron_serving.render.boot import (
     SIGNAL_ID_LIMIT,
     USER_DATA_LIMIT_BYTES,
@@ -55,6 +56,9 @@ FLEET = {"artifact_cache": CACHE_TOKEN, "signal": SIGNAL, "warm_pool_hook": HOOK
 """Every fleet option on, the cache bucket, the service, the log groups and the publisher's copy
 in S3 unresolved CDK tokens as the stack passes them, the model pinned to a commit."""
 
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+"""A pinned image's digest: it is in the script twice, so the largest configurations pin one."""
+
 OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
     "trn1.32xlarge-tp2-secret-arn-fleet": ("trn1.32xlarge-tp2-secret-arn", FLEET),
     "inf2.48xlarge-tp2-secret-arn-fleet": ("inf2.48xlarge-tp2-secret-arn", FLEET),
@@ -73,6 +77,13 @@ OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
         {"engine": "vllm", "monitoring": MONITORING, "metrics_publisher": PUBLISHER_URI, "signal": SIGNAL},
     ),
     "trn1.32xlarge-tp2-secret-arn-vllm-fleet": ("trn1.32xlarge-tp2-secret-arn", {"engine": "vllm", **FLEET}),
+    "trn1.32xlarge-tp2-secret-arn-fleet-pinned": (
+        "trn1.32xlarge-tp2-secret-arn", {**FLEET, "image": f"{TGI_3_3_5.reference}@{DIGEST}"},
+    ),
+    "trn1.32xlarge-tp2-secret-arn-vllm-fleet-pinned": (
+        "trn1.32xlarge-tp2-secret-arn",
+        {"engine": "vllm", **FLEET, "image": f"{OPTIMUM_NEURON_VLLM_0_4_5.reference}@{DIGEST}"},
+    ),
 }
 
 EMBEDDED_FILE = re.compile(r"^put (\S+) \d+ <<'EOF'\n(.*?)^EOF$", re.MULTILINE | re.DOTALL)
@@ -136,7 +147,9 @@ def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
 
 
 @pytest.mark.parametrize("config", ["trn1.32xlarge-tp2-secret-arn", "inf2.48xlarge-tp2-secret-arn",
-                                    "trn1.32xlarge-tp2-secret-arn-fleet", "inf2.48xlarge-tp2-secret-arn-fleet"])
+                                    "trn1.32xlarge-tp2-secret-arn-fleet", "inf2.48xlarge-tp2-secret-arn-fleet",
+                                    "trn1.32xlarge-tp2-secret-arn-fleet-pinned",
+                                    "trn1.32xlarge-tp2-secret-arn-vllm-fleet-pinned"])
 def test_largest_configurations_stay_well_under_the_user_data_limit(config: str) -> None:
     plan, script = rendered(config)
     size = len(script.encode())

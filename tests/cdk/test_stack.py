@@ -113,6 +113,23 @@ def test_user_data_is_the_rendered_boot_script(synth):
     assert {"Ref": bucket} in pieces
 
 
+PINNED_TGI = f"{TGI_3_3_5.reference}@sha256:{'0123456789abcdef' * 4}"
+
+
+def test_a_pinned_image_is_the_serving_image_output_and_what_the_hosts_pull(synth):
+    template = synth(image=PINNED_TGI)
+    template.template.has_output("ServingImage", {
+        "Value": PINNED_TGI, "Description": "The TGI image: optimum-neuron 0.3.0, Neuron SDK 2.24"})
+    pieces = template.only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
+    assert f"IMAGE={PINNED_TGI}\n" in pieces[0]
+
+
+def test_a_malformed_digest_fails_synthesis_naming_image():
+    with pytest.raises(ServingConfigError, match=r"^image \('ghcr.io/huggingface/text-generation-inference:3.3.5-"
+                       r"neuron@sha256:ABC'\) has a malformed digest"):
+        synthesize({"image": f"{TGI_3_3_5.reference}@sha256:ABC"})
+
+
 def _host_statements(template):
     return [s for p in template.resources("AWS::IAM::Policy").values()
             if any("Host" in r["Ref"] for r in p["Properties"]["Roles"])

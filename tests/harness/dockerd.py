@@ -229,8 +229,13 @@ def _as_bytes(data: bytes | str) -> bytes:
 def normalize_image(ref: str) -> str:
     """A reference in full, as the engine stores it: ``alpine`` -> ``docker.io/library/alpine:latest``,
     ``ghcr.io/org/x:1`` unchanged (the distribution/reference rules: the first component is a registry if it
-    has a ``.`` or ``:`` or is ``localhost``)."""
+    has a ``.`` or ``:`` or is ``localhost``). A reference with a tag and a digest is the digest's:
+    ``ghcr.io/org/x:1@sha256:...`` -> ``ghcr.io/org/x@sha256:...`` (moby v28.2.2 ``reference/store.go``,
+    ``Get``: "If reference contains both tag and digest, only lookup by digest")."""
     name, at, digest = ref.partition("@")
+    if at:
+        head, slash, last = name.rpartition("/")
+        name = head + slash + last.partition(":")[0]
     first, slash, rest = name.partition("/")
     if slash and ("." in first or ":" in first or first == "localhost"):
         domain, path = first, rest
@@ -768,7 +773,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(EngineError(500, error), image=full)
             return
         path_part = full.split("/", 1)[1].split("@")[0].rsplit(":", 1)[0]
-        digest = "sha256:" + hashlib.sha256(full.encode()).hexdigest()
+        # A pull by digest gets that content; a pull by tag, whatever the tag points to.
+        digest = tag if tag.startswith("sha256:") else "sha256:" + hashlib.sha256(full.encode()).hexdigest()
         layer = digest[7:19]
         done = "Image is up to date for" if was_present else "Downloaded newer image for"
         messages: list[dict[str, Any]] = [{"status": f"Pulling from {path_part}", "id": tag or "latest"}]

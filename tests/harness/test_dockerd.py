@@ -190,6 +190,25 @@ def test_run_pulls_a_missing_image(docker_cli: str, tmp_path: Path) -> None:
     assert [p["image"] for p in dockerd.pulls(tmp_path / "docker.jsonl")] == [IMAGE]
 
 
+def test_a_reference_with_a_tag_and_a_digest_is_pulled_and_run_by_the_digest(docker_cli: str, tmp_path: Path) -> None:
+    digest = "sha256:" + "0123456789abcdef" * 4
+    pinned, other = f"{IMAGE}@{digest}", f"{IMAGE}@sha256:{'f' * 64}"
+    record = tmp_path / "docker.jsonl"
+    with FakeDockerd(record_path=record, images=[IMAGE]) as fake:
+        pull = docker(docker_cli, fake, "pull", pinned)
+        assert pull.returncode == 0, pull.stderr
+        assert f"Digest: {digest}" in pull.stdout
+        assert docker(docker_cli, fake, "run", "--rm", pinned).returncode == 0
+        # The tag's image is present, but not this digest's: run pulls it, by its digest.
+        assert docker(docker_cli, fake, "run", "--rm", other).returncode == 0
+    # docker/cli v28.2.2 vendor/github.com/docker/docker/client/image_pull.go: the name, and the digest as the
+    # tag; the reference's own tag is not sent.
+    assert [r["query"] for r in dockerd.requests(record, "POST", "/images/create")] == [
+        {"fromImage": "ghcr.io/huggingface/neuronx-tgi", "tag": d} for d in (digest, "sha256:" + "f" * 64)]
+    creates = dockerd.requests(record, "POST", "/containers/create")
+    assert [(r["body"]["Image"], r["status"]) for r in creates] == [(pinned, 201), (other, 404), (other, 201)]
+
+
 def test_rm_f_of_a_missing_container(docker_cli: str, engine: FakeDockerd) -> None:
     result = docker(docker_cli, engine, "rm", "-f", "replica-0")
     # docker/cli v28.2.2 cli/command/container/rm.go: with -f, "not found" is printed but is no failure
@@ -279,3 +298,4 @@ def test_host_path_maps_through_the_deepest_bind() -> None:
     assert dockerd.normalize_image("alpine") == "docker.io/library/alpine:latest"
     assert dockerd.familiar_image("docker.io/library/alpine:latest") == "alpine:latest"
     assert dockerd.normalize_image("localhost:5000/x@sha256:ab") == "localhost:5000/x@sha256:ab"
+    assert dockerd.normalize_image("localhost:5000/x:1@sha256:ab") == "localhost:5000/x@sha256:ab"

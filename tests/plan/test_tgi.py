@@ -1,8 +1,11 @@
-"""TGI settings: all six static-shape settings, explicitly, for every replica."""
+"""TGI: all six static-shape settings, explicitly, for every replica; the export key; the images it
+accepts (its known tag, pinned to a digest or not)."""
 
 import dataclasses
 
-from neuron_serving.plan import ServingRequest, plan_serving
+import pytest
+
+from neuron_serving.plan import ServingConfigError, ServingRequest, plan_serving
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5, tgi_settings
 
 
@@ -53,3 +56,81 @@ def test_export_key_is_a_safe_directory_name():
     key = TGI.export_key(_plan(model_id="NousResearch/Meta-Llama-3-8B-Instruct"), TGI_3_3_5)
     assert key.startswith("v3-tgi-meta-llama-3-8b-instruct-tp8-b8-s4096-bf16-")
     assert all(c.isalnum() or c == "-" for c in key)
+
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+"""A well-formed digest (not the image's real one: the tests pull nothing)."""
+
+
+def test_a_known_tag_pinned_to_a_digest_keeps_the_tags_facts_and_is_run_by_the_pinned_reference():
+    pinned = TGI.image(f"{TGI_3_3_5.reference}@{DIGEST}")
+    assert pinned.reference == f"{TGI_3_3_5.reference}@{DIGEST}"
+    assert dataclasses.replace(pinned, reference=TGI_3_3_5.reference) == TGI_3_3_5
+    assert TGI.image(TGI_3_3_5.reference) is TGI_3_3_5
+    assert TGI.serving_image(_plan(), f"{TGI_3_3_5.reference}@{DIGEST}") == pinned
+
+
+def test_the_export_key_changes_with_the_digest_and_an_unpinned_tag_keeps_its_key():
+    tag = TGI.export_key(_plan(), TGI_3_3_5)
+    pinned = TGI.export_key(_plan(), TGI.image(f"{TGI_3_3_5.reference}@{DIGEST}"))
+    other = TGI.export_key(_plan(), TGI.image(f"{TGI_3_3_5.reference}@sha256:{'f' * 64}"))
+    assert len({tag, pinned, other}) == 3
+    assert pinned == TGI.export_key(_plan(), TGI.image(f"{TGI_3_3_5.reference}@{DIGEST}"))
+    assert pinned.rsplit("-", 1)[0] == tag.rsplit("-", 1)[0]
+
+
+@pytest.mark.parametrize("digest", [
+    "sha256:" + "0123456789ABCDEF" * 4,
+    "sha256:" + "0123456789abcdef" * 3,
+    "sha256:" + "0123456789abcdef" * 4 + "0",
+    "sha512:" + "0123456789abcdef" * 8,
+    "md5:" + "0123456789abcdef" * 2,
+    "0123456789abcdef" * 4,
+    "",
+    f"{DIGEST}@{DIGEST}",
+])
+def test_a_malformed_digest_is_refused_naming_image_and_the_form_allowed(digest):
+    reference = f"{TGI_3_3_5.reference}@{digest}"
+    with pytest.raises(ServingConfigError) as error:
+        TGI.image(reference)
+    assert str(error.value) == (
+        f"image ({reference!r}) has a malformed digest ({digest!r}): a pinned image is a known image followed by "
+        "@sha256:<64 lowercase hex digits>, such as "
+        "ghcr.io/huggingface/text-generation-inference:3.3.5-neuron@sha256:<64 lowercase hex digits>")
+
+
+def test_a_digest_without_the_tag_is_refused_asking_for_the_known_tag():
+    reference = f"ghcr.io/huggingface/text-generation-inference@{DIGEST}"
+    with pytest.raises(ServingConfigError) as error:
+        TGI.image(reference)
+    assert str(error.value) == (
+        f"image ({reference!r}) pins a digest without a tag, which does not say whose export and serving tools the "
+        f"image carries; include the tag: ghcr.io/huggingface/text-generation-inference:3.3.5-neuron@{DIGEST}")
+
+
+def test_a_digest_of_an_unknown_repository_without_a_tag_names_the_known_images():
+    with pytest.raises(ServingConfigError, match=r"^image \('localhost:5000/tgi@sha256:[0-9a-f]{64}'\) pins a digest "
+                       r"without a tag, .*; include the tag: ghcr.io/huggingface/text-generation-inference:"
+                       r"3.3.5-neuron, then @sha256:[0-9a-f]{64}$"):
+        TGI.image(f"localhost:5000/tgi@{DIGEST}")
+
+
+@pytest.mark.parametrize("reference", [
+    f"ghcr.io/huggingface/text-generation-inference:3.3.4-neuron@{DIGEST}",
+    f"example.com/huggingface/text-generation-inference:3.3.5-neuron@{DIGEST}",
+    "ghcr.io/huggingface/text-generation-inference:latest",
+])
+def test_an_unknown_tag_with_or_without_a_digest_is_refused_naming_the_known_images(reference):
+    with pytest.raises(ServingConfigError) as error:
+        TGI.image(reference)
+    assert str(error.value) == (
+        f"image ({reference!r}) is not a TGI serving image this library knows the export and serving tools of; "
+        "known: ghcr.io/huggingface/text-generation-inference:3.3.5-neuron "
+        "(each may be pinned by digest: <image>@sha256:<64 lowercase hex digits>)")
+
+
+def test_a_pinned_image_still_refuses_a_model_its_optimum_neuron_cannot_export():
+    with pytest.raises(ServingConfigError, match=r"^model_id \('mistralai/Mistral-7B-Instruct-v0.3'\) is a mistral "
+                       r"model, which optimum-neuron 0.3.0 in ghcr.io/huggingface/text-generation-inference:3.3.5-"
+                       r"neuron@sha256:[0-9a-f]{64} cannot export"):
+        TGI.serving_image(_plan(model_id="mistralai/Mistral-7B-Instruct-v0.3"), f"{TGI_3_3_5.reference}@{DIGEST}")

@@ -1,5 +1,6 @@
 """The vLLM engine: what each replica is told, what its export must hold, and what it refuses."""
 
+import dataclasses
 import json
 
 import pytest
@@ -103,8 +104,35 @@ def test_a_config_without_a_dtype_is_refused_naming_model_config(tmp_path):
 def test_the_tgi_image_is_not_a_vllm_image():
     with pytest.raises(ServingConfigError, match=r"^image \('ghcr.io/huggingface/text-generation-inference:3.3.5-"
                                                  r"neuron'\) is not a vLLM serving image .*; known: ghcr.io/"
-                                                 r"huggingface/optimum-neuron-vllm:0.4.5$"):
+                                                 r"huggingface/optimum-neuron-vllm:0.4.5 \(each may be pinned by "
+                                                 r"digest: <image>@sha256:<64 lowercase hex digits>\)$"):
         VLLM.serving_image(_plan(), TGI_3_3_5.reference)
+
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+"""A well-formed digest (not the image's real one: the tests pull nothing)."""
+
+
+def test_the_vllm_image_pinned_to_a_digest_is_served_by_the_pinned_reference_with_the_tags_facts():
+    pinned = VLLM.serving_image(_plan(), f"{OPTIMUM_NEURON_VLLM_0_4_5.reference}@{DIGEST}")
+    assert pinned.reference == f"ghcr.io/huggingface/optimum-neuron-vllm:0.4.5@{DIGEST}"
+    assert dataclasses.replace(pinned, reference=OPTIMUM_NEURON_VLLM_0_4_5.reference) == OPTIMUM_NEURON_VLLM_0_4_5
+    assert VLLM.export_key(_plan(), pinned) != VLLM.export_key(_plan(), OPTIMUM_NEURON_VLLM_0_4_5)
+
+
+def test_the_tgi_image_pinned_to_a_digest_is_not_a_vllm_image_either():
+    with pytest.raises(ServingConfigError, match=r"^image \('ghcr.io/huggingface/text-generation-inference:3.3.5-"
+                                                 r"neuron@sha256:[0-9a-f]{64}'\) is not a vLLM serving image .*; "
+                                                 r"known: ghcr.io/huggingface/optimum-neuron-vllm:0.4.5 \(each may be "
+                                                 r"pinned"):
+        VLLM.serving_image(_plan(), f"{TGI_3_3_5.reference}@{DIGEST}")
+
+
+def test_a_vllm_digest_without_the_tag_is_refused_asking_for_the_vllm_tag():
+    with pytest.raises(ServingConfigError, match=r"^image \('ghcr.io/huggingface/optimum-neuron-vllm@sha256:[0-9a-f]"
+                                                 r"{64}'\) pins a digest without a tag, .*; include the tag: "
+                                                 r"ghcr.io/huggingface/optimum-neuron-vllm:0.4.5@sha256:[0-9a-f]{64}$"):
+        VLLM.image(f"ghcr.io/huggingface/optimum-neuron-vllm@{DIGEST}")
 
 
 def test_each_engine_has_a_source_for_every_replica_metric_of_the_catalog():

@@ -44,7 +44,10 @@ class NeuronBootScript(Construct):
     :param engine: the serving engine: ``tgi`` or ``vllm`` (see :mod:`neuron_serving.plan.engines`).
         Default: ``tgi``.
     :param image: the serving image, one the engine's tools are known for; the export runs
-        inside it so that compiler versions match. Default: the engine's default image.
+        inside it so that compiler versions match. Pin it with a digest after the known
+        reference (``<known image>@sha256:<64 lowercase hex digits>``): hosts then pull and run
+        that digest, whatever the tag points to later, and the digest is part of the export's
+        cache key. Default: the engine's default image, by its tag.
     :param hf_token_secret: a secret holding a Hugging Face token for gated models. The token is
         read on the host at boot; it never appears in the user data or the template.
         Default: no token.
@@ -99,6 +102,7 @@ class NeuronBootScript(Construct):
         self.serving_image: ServingImage = serving_image(plan, BootOptions(engine=engine, image=image))
         """What the image's tools can do, which the boot script is written for."""
         self.image: str = self.serving_image.reference
+        """The reference hosts pull and run: the image's tag, with its digest when pinned."""
         self.hf_token_secret = hf_token_secret
         self.artifact_cache = artifact_cache
         self.prebuilt_export = prebuilt_export

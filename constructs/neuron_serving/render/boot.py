@@ -224,8 +224,10 @@ class BootOptions:
     :param engine: the serving engine, a key of :data:`~neuron_serving.plan.engines.ENGINES`.
         Default: ``tgi``.
     :param image: the serving image, one of the engine's ``images`` (whose tools the script is
-        written for). The export runs inside it, so the compiler is the one the replicas run
-        with. Default: the engine's first image.
+        written for), optionally pinned to a digest: ``<known image>@sha256:<64 lowercase hex
+        digits>``, which the host then pulls and runs by that digest and which is part of the
+        export key. The export runs inside it, so the compiler is the one the replicas run
+        with. Default: the engine's first image, by its tag.
     :param hf_token_secret: name or ARN of a Secrets Manager secret whose plain-text value is a
         Hugging Face token, for gated models. Only this id is in the user data; the host reads
         the token at boot into a root-only file, which only the Hub download is given (never

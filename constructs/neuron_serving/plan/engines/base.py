@@ -9,7 +9,9 @@ here, its entry in :data:`neuron_serving.plan.engines.ENGINES`, and nothing else
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -68,6 +70,17 @@ def export_files(plan: ServingPlan) -> list[str]:
             *(f"checkpoint/weights/tp{rank}_sharded_checkpoint.safetensors" for rank in range(plan.degree))]
 
 
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+"""The digest that may pin a known image (``<reference>@<digest>``): sha256, the canonical
+algorithm of image content (go-digest's ``Canonical``), hex-encoded in lowercase, 64 digits, as
+``docker images --digests`` and registries print it. docker refuses other encodings itself, at
+the host's pull (opencontainers/go-digest algorithm.go, vendored by docker/cli v28.2.2:
+``^[a-f0-9]{64}$`` for sha256); sha384 and sha512, which docker accepts, are refused here so that
+a pinned image has one spelling."""
+
+PINNED_FORM = "@sha256:<64 lowercase hex digits>"
+"""How a digest follows a known reference, in messages."""
+
 PUBLIC_DLAMI_PARAMETERS = "/aws/service/neuron/dlami/"
 """Where the public parameters of the Neuron DLAMIs live (Neuron DLAMI guide)."""
 
@@ -76,7 +89,9 @@ PUBLIC_DLAMI_PARAMETERS = "/aws/service/neuron/dlami/"
 class ServingImage:
     """What one serving image can do, read from the sources of the versions it bundles.
 
-    :param reference: the image reference.
+    :param reference: the image reference pulled and run: a tag whose tools the library knows,
+        or, for an image the user pinned, that tag followed by ``@sha256:<digest>``
+        (:meth:`Engine.image`).
     :param optimum_neuron: the optimum-neuron version inside, which exports and loads the model.
     :param model_types: the ``model_type`` values its optimum-neuron exports and serves for text
         generation.
@@ -187,8 +202,8 @@ class Engine(ABC):
     title: str
     """The engine's name in documentation and on the dashboard."""
     images: tuple[ServingImage, ...]
-    """The images whose tools the boot script is written and tested against; the first is the
-    default."""
+    """The images whose tools the boot script is written and tested against, by tag; the first is
+    the default. Each may be pinned to a digest (:meth:`image`)."""
     container_port: int
     """The port the server listens on inside its container."""
     max_concurrent_requests: int
@@ -206,14 +221,45 @@ class Engine(ABC):
     def default_image(self) -> ServingImage:
         return self.images[0]
 
-    def serving_image(self, plan: ServingPlan, reference: str) -> ServingImage:
-        """The known image ``reference`` of this engine, which must export and serve ``plan``'s
-        model. Raises :class:`ServingConfigError` naming ``image`` or ``model_id``."""
-        image = next((i for i in self.images if i.reference == reference), None)
+    def image(self, reference: str) -> ServingImage:
+        """The known image ``reference`` names: one of :attr:`images` by its tag, or that tag
+        pinned to a digest (``<tag>@sha256:<64 lowercase hex digits>``). A pinned image has the
+        known tag's facts and the pinned ``reference``, which is what the host pulls and runs.
+        Raises :class:`ServingConfigError` naming ``image``.
+
+        docker pulls and runs ``name:tag@digest`` by the digest alone: the CLI sends the engine
+        the name and the digest, not the tag (docker/cli v28.2.2
+        vendor/github.com/docker/docker/client/image_pull.go: ``getAPITagFromNamedRef`` gives a
+        digested reference's digest as the ``tag`` parameter); the engine pulls that digest (moby v28.2.2
+        api/server/router/image/image_routes.go, ``postImagesCreate``: "The "tag" could actually
+        be a digest") and resolves a reference with both by its digest (moby v28.2.2
+        reference/store.go, ``Get``: "only lookup by digest as it takes precedence over tag"). So
+        the tag only says which image's tools the digest's image carries; the library cannot
+        tell that from a digest alone, and refuses a digest without a tag.
+        """
+        known = ", ".join(i.reference for i in self.images)
+        tagged, at, digest = reference.partition("@")
+        if at and not DIGEST.fullmatch(digest):
+            raise ServingConfigError([problem(
+                "image", reference, f"has a malformed digest ({digest!r}): a pinned image is a known image followed "
+                f"by {PINNED_FORM}, such as {self.default_image.reference}{PINNED_FORM}")])
+        image = next((i for i in self.images if i.reference == tagged), None)
+        if image is None and at and ":" not in tagged.rpartition("/")[2]:
+            same = [f"{i.reference}@{digest}" for i in self.images if i.reference.rpartition(":")[0] == tagged]
+            raise ServingConfigError([problem(
+                "image", reference, "pins a digest without a tag, which does not say whose export and serving tools "
+                f"the image carries; include the tag: {' or '.join(same) or f'{known}, then @{digest}'}")])
         if image is None:
             raise ServingConfigError([problem(
                 "image", reference, f"is not a {self.title} serving image this library knows the export and serving "
-                f"tools of; known: {', '.join(i.reference for i in self.images)}")])
+                f"tools of; known: {known} (each may be pinned by digest: <image>{PINNED_FORM})")])
+        return dataclasses.replace(image, reference=reference) if at else image
+
+    def serving_image(self, plan: ServingPlan, reference: str) -> ServingImage:
+        """The known image ``reference`` of this engine (:meth:`image`: a known tag, optionally
+        pinned to a digest), which must export and serve ``plan``'s model. Raises
+        :class:`ServingConfigError` naming ``image`` or ``model_id``."""
+        image = self.image(reference)
         if plan.model.model_type not in image.model_types:
             raise ServingConfigError([problem(
                 "model_id", plan.model_id, f"is a {plan.model.model_type} model, which optimum-neuron "
@@ -230,7 +276,13 @@ class Engine(ABC):
         """A directory name that changes with everything that changes the compiled artifact: the
         engine, the image (which fixes the optimum-neuron and compiler versions), the model and
         its Hub ``revision`` when one is pinned, the degree, shapes and dtype. Keys start with
-        :data:`KEY_FORMAT` and the engine's name."""
+        :data:`KEY_FORMAT` and the engine's name.
+
+        A pinned image's digest is part of the key, so a pinned deployment never serves an
+        export compiled in another image: an export is only valid for the compiler that made it,
+        and a tag can move (rebuilt with another compiler build, or re-pushed) while the digest
+        cannot. The cost is one more export when a deployment switches between a tag and a pinned
+        digest of the same content; an unpinned tag keeps its key."""
         parts = [KEY_FORMAT, self.name, plan.model_id, image.reference, f"optimum-neuron={image.optimum_neuron}",
                  str(plan.degree), str(plan.batch_size), str(plan.sequence_length), plan.dtype]
         if revision is not None:

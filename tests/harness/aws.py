@@ -632,6 +632,10 @@ def _typed(kind: str, text: str) -> Any:
 class AwsEmulator:
     """moto (S3, Secrets Manager) and the recorder (everything else) for the simulated hosts of one test.
 
+    ``moto_services`` (botocore service names) replaces the services sent to moto; one the recorder would
+    answer (``cloudformation``) then goes to moto instead, e.g. for ``DescribeStacks`` of a stack created in
+    moto with ``Outputs``.
+
     Pass a session-wide :class:`MotoServer` to share one moto process between tests (it is reset when this
     emulator starts), or none to have this emulator run its own.
     """
@@ -644,7 +648,9 @@ class AwsEmulator:
         self.moto_services = tuple(moto_services)
         self._own_moto = moto is None
         self.moto = moto or MotoServer(workdir / "moto.log")
-        self.recorder = Recorder(workdir / "aws-calls.jsonl")
+        # A service given to moto is not also the recorder's, whose endpoint variable would win.
+        self.recorder = Recorder(workdir / "aws-calls.jsonl",
+                                 [s for s in RECORDED_SERVICES if s not in self.moto_services])
         self._clients: dict[str, Any] = {}
 
     def start(self) -> Self:

@@ -35,10 +35,10 @@ def test_plan_with_a_bad_setting_exits_2_naming_it(capsys):
     assert "instance_type ('g5.xlarge') is not a supported Neuron instance type" in capsys.readouterr().err
 
 
-def test_the_console_script_is_installed_and_does_not_start_the_cdk_runtime():
+def test_the_console_script_is_installed_and_does_not_start_the_cdk_runtime_nor_import_boto3():
     result = subprocess.run(
         [sys.executable, "-c", "import sys; from neuron_serving.cli import main; main(['plan']); "
-         "print('jsii' in sys.modules, 'aws_cdk' in sys.modules)"],
+         "print('jsii' in sys.modules, 'aws_cdk' in sys.modules, 'boto3' in sys.modules)"],
         capture_output=True, text=True, check=True,
     )
-    assert result.stdout.splitlines()[-1] == "False False"
+    assert result.stdout.splitlines()[-1] == "False False False"

@@ -1,19 +1,50 @@
-"""``neuron-serving``: inspect layouts before deploying.
+"""``neuron-serving``: inspect layouts before deploying, and manage the endpoint's API keys.
 
 ``neuron-serving plan --model M --instance-type T`` prints every tensor-parallel degree the
 instance accepts, with the replicas it gives and whether the model fits.
+
+``neuron-serving api-key create|rotate|revoke|list`` edits the stack's API keys secret (see
+:mod:`neuron_serving.userdata.api_keys` for its format) with boto3, which only these commands
+import: ``plan`` and the CDK constructs never need it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from .plan.errors import ServingConfigError
 from .plan.instances import INSTANCES
 from .plan.layout import GIB, ServingRequest, degree_options, plan_serving
 from .settings import DEFAULT_INSTANCE_TYPE, DEFAULT_MODEL_ID
+from .userdata.api_keys import DIGEST_PREFIX, check_name, new_key, parse_secret, stored
+
+DEFAULT_STACK = "NeuronLlamaStack"
+"""The stack whose API keys secret the ``api-key`` commands edit, unless ``--stack`` or ``--secret``."""
+
+SECRET_OUTPUT = "ApiKeysSecretArn"
+"""The output (its key, the logical id) of a stack deployed with ``-c api_keys=true``: the secret's ARN."""
+
+SYNC_MINUTES = 2
+"""A change reaches every host within this: each host reads the secret every minute."""
+
+_API_KEY_EPILOG = f"""\
+The secret is found through the stack's {SECRET_OUTPUT} output (cloudformation:DescribeStacks),
+or named with --secret. Every command reads it (secretsmanager:GetSecretValue); create, rotate
+and revoke write a new version (secretsmanager:PutSecretValue), and a secret encrypted with a
+customer managed KMS key also needs kms:Decrypt and kms:GenerateDataKey on that key. Changes
+reach the endpoint within about {SYNC_MINUTES} minutes, without restarts.
+
+Two operators editing keys at once: each change re-reads the secret just before writing and
+stops, writing nothing, when another change came in since it read it; run it again then.
+PutSecretValue itself has no condition on the current version, so a change landing in the
+instant between that check and the write is overwritten: let one operator edit keys at a time.
+"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,7 +58,40 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--max-input-tokens", type=int, default=None)
     plan.add_argument("--dtype", default=ServingRequest.dtype)
     plan.add_argument("--model-config", default=None, help="path to config.json for a model outside the catalog")
+
+    where = argparse.ArgumentParser(add_help=False)
+    source = where.add_mutually_exclusive_group()
+    # No default here: argparse takes a value identical to the default for no value at all, and would
+    # then accept --stack with --secret.
+    source.add_argument("--stack", help=f"stack whose {SECRET_OUTPUT} output names the secret "
+                                        f"(default: {DEFAULT_STACK})")
+    source.add_argument("--secret", help="the secret's name or ARN, instead of finding it through the stack")
+    where.add_argument("--region", help="AWS region (default: boto3's, from AWS_REGION, AWS_DEFAULT_REGION or "
+                                        "the profile)")
+    keys = commands.add_parser("api-key", help="create, rotate, revoke or list the endpoint's API keys",
+                               description="Manage the endpoint's API keys, kept in a Secrets Manager secret.",
+                               epilog=_API_KEY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = keys.add_subparsers(dest="action", required=True)
+    for action, help_text in (
+        ("create", "add a key named NAME; prints the key, once, on stdout"),
+        ("rotate", "replace NAME's key with a new one; prints it, once, on stdout"),
+        ("revoke", "remove NAME's key"),
+    ):
+        command = actions.add_parser(action, parents=[where], help=help_text, description=help_text,
+                                     epilog=_API_KEY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        # Revoking takes any name the secret holds, so that an entry the hosts ignore can be removed too.
+        command.add_argument("name", metavar="NAME", type=str if action == "revoke" else _key_name)
+    actions.add_parser("list", parents=[where], help="the keys' names (never their values)",
+                       description="The keys' names and how each is stored, never their values.",
+                       epilog=_API_KEY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     return parser
+
+
+def _key_name(text: str) -> str:
+    why = check_name(text)
+    if why is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} {why}")
+    return text
 
 
 def _table(rows: Sequence[Sequence[str]]) -> str:
@@ -71,8 +135,201 @@ def plan_command(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+class ApiKeyError(Exception):
+    """A failure of an ``api-key`` command that the user can act on. Its message never holds a key."""
+
+
+@dataclass(frozen=True)
+class _SecretState:
+    """The secret's current version, as read."""
+
+    arn: str
+    version: str
+    entries: dict[str, Any]
+
+
+_CREDENTIAL_CODES = frozenset({
+    "ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId", "UnrecognizedClientException",
+    "SignatureDoesNotMatch", "InvalidSignatureException", "IncompleteSignature",
+})
+
+
+class _Aws:
+    """The AWS calls of the ``api-key`` commands, each turned into an :class:`ApiKeyError` when it fails."""
+
+    def __init__(self, session: Any, stack: str, secret: str | None) -> None:
+        self._session = session
+        self._clients: dict[str, Any] = {}
+        self.stack = stack
+        self.named_secret = secret
+        self.secret_id = secret
+
+    def _call(self, service: str, operation: str, resource: str, **params: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        if service not in self._clients:
+            self._clients[service] = self._session.client(service)
+        client = self._clients[service]
+        try:
+            return getattr(client, operation)(**params)
+        except ClientError as err:
+            action = f"{service}:{client.meta.method_to_api_mapping[operation]}"
+            raise ApiKeyError(self._explain(err, action, resource, client.meta.region_name)) from None
+
+    def _explain(self, err: Any, action: str, resource: str, region: str) -> str:
+        code = err.response.get("Error", {}).get("Code", "")
+        message = err.response.get("Error", {}).get("Message", "")
+        if code in ("AccessDenied", "AccessDeniedException"):
+            return f"access denied: your AWS identity needs {action} on {resource} (AWS: {message})"
+        if code in _CREDENTIAL_CODES:
+            return f"AWS refused the credentials ({code}: {message}): refresh or replace them"
+        if action == "cloudformation:DescribeStacks" and code == "ValidationError" and "does not exist" in message:
+            return (f"stack {self.stack} not found in {region}: name it with --stack, its region with --region, "
+                    "or the secret itself with --secret")
+        if code == "ResourceNotFoundException" and action.startswith("secretsmanager:"):
+            if "staging label" in message or "secret value" in message:
+                return (f"secret {resource} has no value yet: give it an empty set of keys with "
+                        f"`aws secretsmanager put-secret-value --secret-id {resource} --secret-string '{{}}'`")
+            return (f"secret {resource} not found in {region}" + (
+                f" (named by stack {self.stack}'s {SECRET_OUTPUT} output: was it deleted?)" if self.named_secret is None
+                else ": check --secret and --region"))
+        return f"{action} on {resource} failed: {code}: {message}"
+
+    def find_secret(self) -> str:
+        """The secret's name or ARN: ``--secret``, else the stack's :data:`SECRET_OUTPUT` output."""
+        if self.secret_id is not None:
+            return self.secret_id
+        described = self._call("cloudformation", "describe_stacks", self.stack, StackName=self.stack)
+        (stack,) = described["Stacks"]
+        outputs = {o["OutputKey"]: o.get("OutputValue", "") for o in stack.get("Outputs", [])}
+        if outputs.get(SECRET_OUTPUT):
+            self.secret_id = str(outputs[SECRET_OUTPUT])
+            return self.secret_id
+        status = stack.get("StackStatus", "")
+        if status.endswith("_IN_PROGRESS"):
+            raise ApiKeyError(f"stack {self.stack} is {status} and has no {SECRET_OUTPUT} output yet: "
+                              "try again once it is complete")
+        raise ApiKeyError(f"stack {self.stack} has no {SECRET_OUTPUT} output: it was deployed without API keys. "
+                          f"Deploy it with -c api_keys=true (its endpoint then requires a key), or name a secret "
+                          "with --secret")
+
+    def read(self) -> _SecretState:
+        """The secret's current version; refuses one that is not a JSON object."""
+        secret_id = self.find_secret()
+        value = self._call("secretsmanager", "get_secret_value", secret_id, SecretId=secret_id)
+        arn = str(value["ARN"])
+        try:
+            entries = json.loads(value["SecretString"]) if "SecretString" in value else None
+        except ValueError:
+            entries = None
+        if not isinstance(entries, dict):
+            # Says nothing of the value: it may hold keys.
+            raise ApiKeyError(f"secret {arn} is not a JSON object mapping key names to keys or their digests, "
+                              "so the hosts use no key from it and nothing was changed: fix it, or replace it "
+                              "with {} (no key at all: every request is refused)")
+        return _SecretState(arn, str(value["VersionId"]), entries)
+
+    def write(self, read: _SecretState, entries: dict[str, Any]) -> None:
+        """Store ``entries`` as the secret's new current version, unless it changed since ``read``."""
+        current = self._call("secretsmanager", "get_secret_value", read.arn, SecretId=read.arn)
+        if current["VersionId"] != read.version:
+            raise ApiKeyError(f"secret {read.arn} changed while this command ran (another operator?): nothing was "
+                              "written; run the command again")
+        # One token per change: botocore's retries of this call then cannot store it twice, and a retry
+        # after a lost answer finds the version already there instead of failing.
+        self._call("secretsmanager", "put_secret_value", read.arn, SecretId=read.arn,
+                   SecretString=json.dumps(entries), ClientRequestToken=str(uuid.uuid4()))
+
+
+def _show_key(key: str, lines: Sequence[str]) -> None:
+    """The key alone on stdout (``KEY=$(neuron-serving api-key create ci)``); words for people on stderr."""
+    print(key, flush=True)
+    for line in (*lines,
+                 "The key (on stdout) is shown this once: only its SHA-256 digest is stored. Keep it now.",
+                 "Clients send it in the header  Authorization: Bearer <key>",
+                 f"It takes effect within about {SYNC_MINUTES} minutes (each host reads the secret every minute)."):
+        print(line, file=sys.stderr)
+
+
+def _create(aws: _Aws, name: str) -> None:
+    secret = aws.read()
+    if name in secret.entries:
+        raise ApiKeyError(f"a key named {name!r} already exists in {secret.arn}: replace it with "
+                          f"`neuron-serving api-key rotate {name}`")
+    key = new_key()
+    aws.write(secret, {**secret.entries, name: stored(key)})
+    _show_key(key, [f"neuron-serving: created API key {name!r} in {secret.arn}."])
+
+
+def _rotate(aws: _Aws, name: str) -> None:
+    secret = aws.read()
+    if name not in secret.entries:
+        raise ApiKeyError(f"no key named {name!r} in {secret.arn}: create it with "
+                          f"`neuron-serving api-key create {name}`")
+    key = new_key()
+    aws.write(secret, {**secret.entries, name: stored(key)})
+    _show_key(key, [f"neuron-serving: rotated API key {name!r} in {secret.arn}; the old key stops working "
+                    f"within about {SYNC_MINUTES} minutes."])
+
+
+def _revoke(aws: _Aws, name: str) -> None:
+    secret = aws.read()
+    if name not in secret.entries:
+        raise ApiKeyError(f"no key named {name!r} in {secret.arn} (`neuron-serving api-key list` shows the names)")
+    entries = {n: v for n, v in secret.entries.items() if n != name}
+    aws.write(secret, entries)
+    print(f"neuron-serving: revoked API key {name!r} in {secret.arn}; it stops working within about "
+          f"{SYNC_MINUTES} minutes.", file=sys.stderr)
+    if not parse_secret(json.dumps(entries))[0]:
+        print("neuron-serving: no usable key remains: the endpoint will refuse every request.", file=sys.stderr)
+
+
+def _list(aws: _Aws, _name: None) -> None:
+    secret = aws.read()
+    keys, problems = parse_secret(json.dumps(secret.entries))
+    print(f"neuron-serving: {len(keys)} key(s) in {secret.arn}"
+          + ("" if keys else ": the endpoint refuses every request"), file=sys.stderr)
+    width = max((len(name) for name in keys), default=0)
+    for name in keys:
+        how = ("digest" if str(secret.entries[name]).startswith(DIGEST_PREFIX)
+               else "key (hashed on the hosts; rotate it to store only its digest)")
+        print(f"{name:<{width}}  {how}")
+    for problem in problems:
+        print(f"ignored by the hosts: {problem}")
+
+
+_ACTIONS: dict[str, Callable[[_Aws, Any], None]] = {
+    "create": _create, "rotate": _rotate, "revoke": _revoke, "list": _list,
+}
+
+
+def api_key_command(args: argparse.Namespace) -> int:
+    """Run one ``api-key`` action; every failure is a line on stderr and exit status 1, never a traceback."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, NoCredentialsError, NoRegionError
+
+    try:
+        aws = _Aws(boto3.session.Session(region_name=args.region), args.stack or DEFAULT_STACK, args.secret)
+        _ACTIONS[args.action](aws, getattr(args, "name", None))
+    except ApiKeyError as err:
+        problem = str(err)
+    except NoCredentialsError:
+        problem = ("no AWS credentials found: configure them (`aws configure`, `aws sso login`, AWS_PROFILE, or "
+                   "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+    except NoRegionError:
+        problem = "no AWS region: pass --region, or set AWS_REGION or the profile's region"
+    except BotoCoreError as err:
+        problem = f"AWS call failed: {err}"
+    else:
+        return 0
+    print(f"neuron-serving: {problem}", file=sys.stderr)
+    return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "api-key":
+        return api_key_command(args)
     try:
         print(plan_command(args))
     except ServingConfigError as err:

@@ -52,7 +52,8 @@ import threading
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -143,6 +144,28 @@ class MotoServer:
     def reset(self) -> None:
         """Forget every bucket, object and secret (moto's ``POST /moto-api/reset``)."""
         request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST", data=b"")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
+
+    @contextmanager
+    def iam_enforced(self) -> Iterator[None]:
+        """Inside, moto checks every request's signature and IAM permissions, as AWS does: only access keys
+        created in moto's IAM pass, and only for actions their policies allow (moto's ``POST
+        /moto-api/reset-auth``, the server's ``INITIAL_NO_AUTH_ACTION_COUNT``, which is infinite by
+        default: moto allows everything). Set up users, policies and resources before entering.
+
+        moto 5.2.5 answers a denied query-protocol call (CloudFormation) as AWS does (``AccessDenied``), but
+        a denied JSON-protocol call (Secrets Manager) with an XML body botocore reads as the code ``"403"``.
+        """
+        self._reset_auth("0")
+        try:
+            yield
+        finally:
+            self._reset_auth("inf")
+
+    def _reset_auth(self, count: str) -> None:
+        request = urllib.request.Request(f"{self.url}/moto-api/reset-auth", method="POST", data=count.encode(),
+                                         headers={"Content-Type": "text/plain"})
         with urllib.request.urlopen(request, timeout=10) as response:
             assert response.status == 200
 
@@ -632,6 +655,10 @@ def _typed(kind: str, text: str) -> Any:
 class AwsEmulator:
     """moto (S3, Secrets Manager) and the recorder (everything else) for the simulated hosts of one test.
 
+    ``moto_services`` (botocore service names) replaces the services sent to moto; one the recorder would
+    answer (``cloudformation``) then goes to moto instead, e.g. for ``DescribeStacks`` of a stack created in
+    moto with ``Outputs``.
+
     Pass a session-wide :class:`MotoServer` to share one moto process between tests (it is reset when this
     emulator starts), or none to have this emulator run its own.
     """
@@ -644,7 +671,9 @@ class AwsEmulator:
         self.moto_services = tuple(moto_services)
         self._own_moto = moto is None
         self.moto = moto or MotoServer(workdir / "moto.log")
-        self.recorder = Recorder(workdir / "aws-calls.jsonl")
+        # A service given to moto is not also the recorder's, whose endpoint variable would win.
+        self.recorder = Recorder(workdir / "aws-calls.jsonl",
+                                 [s for s in RECORDED_SERVICES if s not in self.moto_services])
         self._clients: dict[str, Any] = {}
 
     def start(self) -> Self:

@@ -10,6 +10,7 @@ pass by not running them.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import urllib.error
@@ -331,6 +332,21 @@ def test_the_env_reaches_loopback_only(emulator: AwsEmulator) -> None:
     with pytest.raises(botocore.exceptions.ClientError):  # moto holds no such bucket: reset between tests
         emulator.client("s3").head_bucket(Bucket="left-over-from-another-test")
 
+
+
+def test_a_service_given_to_moto_reaches_moto_not_the_recorder(tmp_path: Path, moto_server: MotoServer) -> None:
+    with AwsEmulator(tmp_path / "aws", moto_server,
+                     moto_services=("s3", "secretsmanager", "cloudformation")) as emulator:
+        assert emulator.env["AWS_ENDPOINT_URL_CLOUDFORMATION"] == moto_server.url
+        assert emulator.env["AWS_ENDPOINT_URL_AUTO_SCALING"] == emulator.recorder.url
+        template = {"Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+                    "Outputs": {"Answer": {"Value": "42"}}}
+        emulator.client("cloudformation").create_stack(StackName=STACK, TemplateBody=json.dumps(template))
+        result = sh(emulator, f"aws cloudformation describe-stacks --stack-name {STACK} "
+                              f"--query 'Stacks[0].Outputs[0].OutputValue' --output text --region {REGION}")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "42\n"
+        assert emulator.recorder.calls() == []
 
 # --- the recorder's reading of query-protocol forms, without the CLI ---------------------------------------------
 

@@ -18,6 +18,7 @@ from constructs import Construct
 from ..plan.errors import Problems
 from ..render.router import STREAM_TIMEOUT_SECONDS
 from .buckets import log_bucket
+from .scanners import skip_checkov
 
 DEFAULT_IDLE_TIMEOUT = Duration.seconds(300)
 RATE_LIMIT_WINDOW_SECONDS = 300
@@ -215,6 +216,7 @@ class NeuronServingEndpoint(Construct):
                 self.load_balancer.connections.allow_from(peer, ec2.Port.tcp(80), "redirect to HTTPS")
             self.load_balancer.add_redirect(source_port=80, target_port=443, open=False)
         else:
+            # Internal only (an internet-facing endpoint requires a certificate).
             self.listener = self.load_balancer.add_listener(
                 "Http",
                 port=80,
@@ -222,6 +224,11 @@ class NeuronServingEndpoint(Construct):
                 open=False,
                 default_target_groups=[self.target_group],
             )
+            reason = ("An internal load balancer reachable only from the VPC or allowed_cidrs, to which no "
+                      "certificate was given (certificate_arn): HTTPS needs a certificate of a domain the "
+                      "clients resolve. Internet-facing endpoints serve HTTPS only")
+            for check in ("CKV_AWS_2", "CKV_AWS_103"):
+                skip_checkov(self.listener, check, reason)
         self.web_acl = self._rate_limit(rate_limit) if rate_limit is not None else None
         scheme = "https" if certificate else "http"
         self.url: str = f"{scheme}://{self.load_balancer.load_balancer_dns_name}"
@@ -253,6 +260,9 @@ class NeuronServingEndpoint(Construct):
                 visibility_config=visibility,
             )],
         )
+        skip_checkov(acl, "CKV_AWS_192", "This web ACL only limits request rates; no Java runs behind it (HAProxy, "
+                     "the serving engines' Rust and Python servers), so the Log4j rule set would inspect every "
+                     "request at a cost for nothing")
         wafv2.CfnWebACLAssociation(self, "RateLimitAssociation", resource_arn=self.load_balancer.load_balancer_arn,
                                    web_acl_arn=acl.attr_arn)
         return acl

@@ -30,6 +30,7 @@ from ..render.metrics import (
     MonitoringOptions,
     metric,
 )
+from .scanners import LOG_GROUP_KEY_REASON, skip_checkov
 
 RETENTION_DAYS = {
     1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 5: logs.RetentionDays.FIVE_DAYS,
@@ -140,6 +141,8 @@ class NeuronServingMonitoring(Construct):
             kind: logs.LogGroup(self, f"{kind.capitalize()}Logs", retention=RETENTION_DAYS[log_retention_days])
             for kind in LOG_KINDS
         }
+        for group in self.log_groups.values():
+            skip_checkov(group, "CKV_AWS_158", LOG_GROUP_KEY_REASON)
         self.boot_options = MonitoringOptions(
             service=self.service,
             log_groups={kind: group.log_group_name for kind, group in self.log_groups.items()},

@@ -34,12 +34,13 @@ from ..render.router import STREAM_TIMEOUT_SECONDS
 from ..settings import StackSettings
 from .artifact_cache import NeuronArtifactCache
 from .boot_script import NeuronBootScript
-from .buckets import log_bucket
+from .buckets import LOG_BUCKET_REASON, log_bucket
 from .endpoint import NeuronServingEndpoint, OidcSignIn
 from .fleet import NeuronServingFleet
 from .instance import NeuronServingInstance, NeuronServingLaunchTemplate
 from .machine_image import PinnedLinuxImage, neuron_dlami
 from .monitoring import AlarmThresholds, NeuronServingMonitoring
+from .scanners import LOG_GROUP_KEY_REASON, skip_checkov
 
 VPC_CIDR = "10.0.0.0/16"
 INSTANCE_ID = "NeuronServingInstance"
@@ -238,6 +239,8 @@ class NeuronLlamaStack(Stack):
         return (VPC_CIDR,)
 
     def _new_vpc(self) -> ec2.Vpc:
+        flow_logs = logs.LogGroup(self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH)
+        skip_checkov(flow_logs, "CKV_AWS_158", LOG_GROUP_KEY_REASON)
         vpc = ec2.Vpc(
             self,
             "Vpc",
@@ -252,9 +255,7 @@ class NeuronLlamaStack(Stack):
             ],
             flow_logs={
                 "All": ec2.FlowLogOptions(
-                    destination=ec2.FlowLogDestination.to_cloud_watch_logs(
-                        logs.LogGroup(self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH)
-                    ),
+                    destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs),
                     traffic_type=ec2.FlowLogTrafficType.REJECT,
                 )
             },
@@ -266,6 +267,15 @@ class NeuronLlamaStack(Stack):
         handler = provider.node.try_find_child("Handler") if provider else None
         if isinstance(handler, CfnResource):
             handler.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
+            for check, reason in (
+                ("CKV_AWS_115", "aws-cdk-lib's deploy-time handler, invoked only by CloudFormation, once per "
+                 "deployment: no concurrency to reserve"),
+                ("CKV_AWS_116", "Invoked synchronously by CloudFormation, which reports its failures in the stack "
+                 "events: a dead-letter queue would never receive an event"),
+                ("CKV_AWS_117", "Calls only the EC2 API, at deploy time: in a VPC it would need a NAT route to "
+                 "reach it and protect nothing"),
+            ):
+                skip_checkov(handler, check, reason)
         return vpc
 
     def _outputs(self) -> None:
@@ -319,13 +329,15 @@ class NeuronLlamaStack(Stack):
                     "termination protection would block that",
                 )
             )
-        Validations.of(self.logs_bucket).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-S1",
-                reason="This bucket receives the access logs of the load balancer and of the artifact "
-                "cache; logging it into itself would loop",
-            )
-        )
+        if self.artifact_cache is None:
+            # cdk-nag takes a bucket that receives S3 access logs for a log bucket; without the cache
+            # this one receives only the load balancer's.
+            Validations.of(self.logs_bucket).acknowledge(Acknowledgment(id="AwsSolutions-S1",
+                                                                        reason=LOG_BUCKET_REASON))
+        if isinstance(self.api_keys_secret, secretsmanager.Secret):
+            skip_checkov(self.api_keys_secret, "CKV_AWS_149", "Holds digests of the API keys, never a key: "
+                         "Secrets Manager's AWS managed key encrypts it, and a customer managed key would add "
+                         "a key policy to maintain without protecting anything a digest reveals")
 
 
 @jsii.implements(IAspect)

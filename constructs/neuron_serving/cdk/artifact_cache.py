@@ -61,20 +61,26 @@ class NeuronArtifactCache(Construct):
     exporters never publish half an artifact. The key covers model, image (and so compiler),
     degree, batch size, sequence length and dtype.
 
-    **A marker no host can replace.** :meth:`grant_cache` makes ``COMPLETE`` write-once: a host
-    may create it only with ``If-None-Match: *`` and may never delete it. The bucket is
-    versioned: whatever a host overwrites or deletes stays as a noncurrent version for
-    ``noncurrent_version_expiration``, and no host may delete versions or change versioning or
-    lifecycle, so what a rogue host did to a published artifact can be seen and undone.
+    **Artifacts that cannot be poisoned quietly.** ``COMPLETE`` names the upload and lists the
+    SHA-256 of every file in it. A host that downloads serves the upload only if its files are
+    exactly those, with those checksums, and ``check-export`` then passes; otherwise, or when the
+    download fails, it logs why (naming the files that differ) and exports for itself.
+    :meth:`grant_cache` makes the marker write-once: a host may create it only with
+    ``If-None-Match: *`` and may never delete it. The bucket is versioned: whatever a host
+    overwrites or deletes stays as a noncurrent version for ``noncurrent_version_expiration``,
+    and no host may delete versions or change versioning or lifecycle. So a host that turns
+    rogue after a key is published can make the other hosts refuse that key's artifact, never
+    serve its files; until an administrator restores the altered objects' earlier versions or
+    deletes the key, each host that boots exports for itself.
 
     What this does not cover: the first host to publish a key wins. A host compromised before
-    it exports can publish a poisoned export, and every later host serves it. Against that,
-    serve a ``prebuilt_export`` built by a pipeline you trust, pin ``model_revision``, and to
-    force a re-export delete ``exports/<key>/`` (an administrator's step: hosts cannot). The
-    denies are on the host's role, not in the bucket policy: an explicit deny there beats any
-    allow the role gets from elsewhere, while in the bucket policy they would also bind the
-    administrators who must be able to delete a key, and the construct does not know who they
-    are.
+    it exports can publish a poisoned export under a correct manifest, and every later host
+    serves it. Against that, serve a ``prebuilt_export`` built by a pipeline you trust, pin
+    ``model_revision``, and to force a re-export delete ``exports/<key>/`` (an administrator's
+    step: hosts cannot). The denies are on the host's role, not in the bucket policy: an
+    explicit deny there beats any allow the role gets from elsewhere, while in the bucket
+    policy they would also bind the administrators who must be able to delete a key, and the
+    construct does not know who they are.
 
     Encrypted (SSE-S3), SSL only, all public access blocked.
 

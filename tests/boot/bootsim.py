@@ -10,6 +10,7 @@ of one fleet share the artifact cache; each has its own instance id.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -50,6 +51,19 @@ def write_export(directory: Path, plan: ServingPlan, *, degree: int | None = Non
     for name, body in export_files(argv, degree or plan.degree, weights).items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
         (directory / name).write_text(body)
+
+
+def manifest(upload: Path) -> list[str]:
+    """The manifest of an upload, as its publisher lists it in ``COMPLETE``: ``sha256sum``'s line
+    (``<sha256>  <path>``) for each file, the path relative to ``upload``, lines sorted bytewise."""
+    return sorted(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.relative_to(upload).as_posix()}"
+                  for f in upload.rglob("*") if f.is_file())
+
+
+def complete_marker(prefix: str, upload: Path) -> str:
+    """What a publisher writes to ``<key>/COMPLETE`` for the upload ``prefix`` (``exports/<key>/<instance
+    id>``) whose files are those of ``upload``: the prefix, then the manifest."""
+    return "\n".join([prefix, *manifest(upload)]) + "\n"
 
 
 FAKE_HF_TOKEN = _stub_constant("FAKE_HF_TOKEN")

@@ -119,9 +119,10 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer
 
 @pytest.fixture
 def aws(tmp_path: Path, moto_server: MotoServer) -> Iterator[AwsEmulator]:
-    """This test's AWS: moto (S3, Secrets Manager) and the recorder (CloudFormation, Auto Scaling)."""
+    """This test's AWS: moto (S3, Secrets Manager) and the recorder (CloudFormation, Auto Scaling).
+    ``cache-bucket`` is versioned, as the stack's artifact cache is."""
     with AwsEmulator(tmp_path / "aws", moto_server, region=AWS_REGION) as emulator:
-        emulator.create_bucket("cache-bucket")
+        emulator.create_bucket("cache-bucket", versioned=True)
         yield emulator
 
 

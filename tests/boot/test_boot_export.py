@@ -21,6 +21,7 @@ from bootsim import (
     SIGNAL,
     SMALL_MODEL,
     Host,
+    complete_marker,
     make_plan,
     require,
     write_export,
@@ -128,7 +129,8 @@ def test_a_cached_artifact_that_does_not_match_the_plan_is_not_served_and_the_ho
     key = TGI.export_key(plan, TGI_3_3_5)
     bad = host.s3 / "cache-bucket" / "exports" / key / "i-0badbadbadbadbad0"
     write_export(bad, plan, degree=plan.degree, weights=False)
-    (bad.parent / "COMPLETE").write_text(f"exports/{key}/i-0badbadbadbadbad0\n")
+    # Published as it is (the manifest matches), but no export of this plan.
+    (bad.parent / "COMPLETE").write_text(complete_marker(f"exports/{key}/i-0badbadbadbadbad0", bad))
     result = host.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE)))
     assert result.returncode == 0, result.stdout
     assert len(host.exports()) == 1
@@ -149,16 +151,17 @@ def test_a_complete_export_on_disk_that_no_longer_passes_the_check_is_redone(mak
 
 
 def test_artifacts_under_keys_of_earlier_formats_are_never_used(make_host: MakeHost) -> None:
-    # Today's keys start with v3-<engine>-: artifacts published by earlier scripts (v1: compiled
-    # for every core, without weights; v2: keys that did not name the engine) stay where they
-    # are, unread.
+    # Today's keys start with v4-<engine>-: artifacts published by earlier scripts (v1: compiled
+    # for every core, without weights; v2: keys that did not name the engine; v3: a COMPLETE
+    # without a manifest) stay where they are, unread.
     plan = small_plan()
     key = TGI.export_key(plan, TGI_3_3_5)
-    assert key.startswith("v3-tgi-")
+    assert key.startswith("v4-tgi-")
     host = make_host(1)
-    for old in (key.removeprefix("v3-tgi-"), "v2-" + key.removeprefix("v3-tgi-")):
+    unversioned = key.removeprefix("v4-tgi-")
+    for old in (unversioned, "v2-" + unversioned, "v3-tgi-" + unversioned):
         artifact = host.s3 / "cache-bucket" / "exports" / old
-        write_export(artifact / "i-0", plan, weights=old.startswith("v2-"))
+        write_export(artifact / "i-0", plan, weights=old != unversioned)  # v1 exports lacked weights
         (artifact / "COMPLETE").write_text(f"exports/{old}/i-0\n")
     assert host.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE))).returncode == 0
     assert len(host.exports()) == 1

@@ -7,7 +7,19 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from bootsim import BOOT_LOG, CACHE, FAKE_HF_TOKEN, HOOK, MARKER, SIGNAL, SMALL_MODEL, Host, make_plan, write_export
+from bootsim import (
+    BOOT_LOG,
+    CACHE,
+    FAKE_HF_TOKEN,
+    HOOK,
+    MARKER,
+    SIGNAL,
+    SMALL_MODEL,
+    Host,
+    complete_marker,
+    make_plan,
+    write_export,
+)
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
@@ -81,7 +93,9 @@ def test_three_hosts_booting_in_turn_export_once_and_download_twice(make_host: M
     assert [len(downloads(h)) for h in hosts] == [0, 1, 1]
     assert all(has_working_export(h, plan) for h in hosts)
     published = f"exports/{TGI.export_key(plan, TGI_3_3_5)}/{hosts[0].instance_id}"
-    assert (cached(hosts[0], plan) / "COMPLETE").read_text() == f"{published}\n"
+    # COMPLETE names the upload and lists every file of it with its SHA-256.
+    upload = cached(hosts[0], plan) / hosts[0].instance_id
+    assert (cached(hosts[0], plan) / "COMPLETE").read_text() == complete_marker(published, upload)
     assert downloads(hosts[1])[0][-2] == f"s3://cache-bucket/{published}/"
 
 
@@ -95,12 +109,13 @@ def test_two_racing_exporters_leave_one_complete_marker_naming_one_complete_arti
     assert [len(h.exports()) for h in hosts] == [1, 1]
     assert all(has_working_export(h, plan) for h in hosts)
     cache = cached(hosts[0], plan)
-    named = (cache / "COMPLETE").read_text().strip()
+    named = (cache / "COMPLETE").read_text().splitlines()[0]
     winner = named.rsplit("/", 1)[-1]
     assert winner in {h.instance_id for h in hosts}
-    # The winner's artifact is complete; the loser's upload is gone.
+    # The winner's artifact is complete, and its manifest is the winner's; the loser's upload is gone.
     assert sorted(p.name for p in cache.iterdir()) == ["COMPLETE", winner]
     assert host_runs_check(hosts[0], cache / winner)
+    assert (cache / "COMPLETE").read_text() == complete_marker(named, cache / winner)
     loser = next(h for h in hosts if h.instance_id != winner)
     assert "PreconditionFailed" in loser.path("/var/log/neuron-serving/export.log").read_text()
 
@@ -115,7 +130,7 @@ def test_an_artifact_without_its_complete_marker_is_not_used(make_host: MakeHost
     assert result.returncode == 0, result.stdout
     assert len(host.exports()) == 1
     assert downloads(host) == []
-    assert (cached(host, plan) / "COMPLETE").read_text().strip().endswith(f"/{host.instance_id}")
+    assert (cached(host, plan) / "COMPLETE").read_text().splitlines()[0].endswith(f"/{host.instance_id}")
 
 
 def test_a_prebuilt_s3_export_is_downloaded_and_optimum_cli_never_runs(make_host: MakeHost) -> None:

@@ -6,11 +6,15 @@ the boot scripts make, made for real. The docker CLI is the real one too (tests/
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from bootsim import FAKE_HF_TOKEN, HOOK, SIGNAL, SMALL_MODEL, Host, make_plan
+import pytest
+from bootsim import FAKE_HF_TOKEN, HOOK, MARKER, SIGNAL, SMALL_MODEL, Host, make_plan
 
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
 from neuron_serving.render.boot import API_KEYS_UNIT, RUN_REPLICA, SIGNAL_ID_LIMIT, BootOptions, render_boot_script
@@ -20,6 +24,24 @@ from tests.harness.aws import AwsEmulator
 
 MakeHost = Callable[..., Host]
 CACHE = "s3://cache-bucket/exports"
+
+
+BUCKET = "cache-bucket"
+
+
+def _manifest_of_objects(aws: AwsEmulator, prefix: str) -> list[str]:
+    """What a manifest of the objects below ``prefix`` lists: ``sha256sum``'s line for each,
+    key relative to ``prefix``, sorted."""
+    return sorted(f"{hashlib.sha256(aws.get_object(BUCKET, key) or b'').hexdigest()}  {key.removeprefix(prefix)}"
+                  for key in aws.list_objects(BUCKET, prefix))
+
+
+def _published(aws: AwsEmulator, key: str) -> tuple[str, list[str]]:
+    """The upload ``exports/<key>/COMPLETE`` names, and its manifest."""
+    complete = aws.get_object(BUCKET, f"exports/{key}/COMPLETE")
+    assert complete is not None
+    upload, *manifest = complete.decode().splitlines()
+    return upload, manifest
 
 
 def _ok(aws: AwsEmulator, operation: str) -> list[dict[str, object]]:
@@ -38,10 +60,13 @@ def test_a_fleet_exports_once_publishes_to_s3_and_the_next_host_downloads_and_bo
     assert second.boot(script).returncode == 0, second.path("/var/log/neuron-serving/boot.log").read_text()
     assert [len(h.exports()) for h in (first, second)] == [1, 0]
     key = TGI.export_key(plan, TGI_3_3_5)
-    complete = aws.get_object("cache-bucket", f"exports/{key}/COMPLETE")
-    assert complete == f"exports/{key}/{first.instance_id}\n".encode()
-    uploaded = aws.list_objects("cache-bucket", f"exports/{key}/{first.instance_id}/")
-    assert f"exports/{key}/{first.instance_id}/checkpoint/weights/tp0_sharded_checkpoint.safetensors" in uploaded
+    # COMPLETE names the first host's upload and lists every object of it with its SHA-256.
+    upload, manifest = _published(aws, key)
+    assert upload == f"exports/{key}/{first.instance_id}"
+    assert manifest == _manifest_of_objects(aws, f"{upload}/")
+    assert any(line.endswith("  checkpoint/weights/tp0_sharded_checkpoint.safetensors") for line in manifest)
+    assert second.path(f"/var/lib/neuron-serving/exports/{key}/{MARKER}").read_text().startswith(
+        f"downloaded from s3://cache-bucket/{upload}/ at ")
     signals = _ok(aws, "SignalResource")
     assert [(s["Status"], s["UniqueId"]) for s in signals] == [("SUCCESS", first.instance_id),
                                                               ("SUCCESS", second.instance_id)]
@@ -57,9 +82,11 @@ def test_of_two_racing_exporters_the_conditional_write_lets_exactly_one_publish(
     boots = [h.boot_async(script, STUB_EXPORT_SECONDS="2") for h in hosts]
     assert [b.wait(timeout=120) for b in boots] == [0, 0]
     key = TGI.export_key(plan, TGI_3_3_5)
-    winner = aws.get_object("cache-bucket", f"exports/{key}/COMPLETE").decode().strip().rsplit("/", 1)[-1]
+    upload, manifest = _published(aws, key)
+    winner = upload.rsplit("/", 1)[-1]
     prefixes = {k.split("/")[2] for k in aws.list_objects("cache-bucket", f"exports/{key}/")}
     assert prefixes == {"COMPLETE", winner}  # the loser's upload is removed
+    assert manifest == _manifest_of_objects(aws, f"{upload}/")
     loser = next(h for h in hosts if h.instance_id != winner)
     assert "PreconditionFailed" in loser.path("/var/log/neuron-serving/export.log").read_text()
 
@@ -106,6 +133,117 @@ def test_a_failure_signal_carries_its_reason_within_the_apis_limit(
     unique_id = str(signal["UniqueId"])
     assert unique_id.startswith(f"{host.instance_id} export-model: neuronx-cc: error")
     assert len(unique_id) <= SIGNAL_ID_LIMIT
+
+
+TAMPERING = {
+    # What a rogue host may still do to a published upload (its role may put and delete objects
+    # below exports/, though never COMPLETE), each followed by the lines of the comparison that
+    # name the file: the manifest's line, or (indented) the download's.
+    # The compiled graph: check-export requires it but cannot judge its bytes.
+    "changed": ("model.pt", lambda aws, upload: aws.put_object(BUCKET, f"{upload}/model.pt", b"poisoned graph"),
+                {"manifest", "download"}),
+    "added": ("sitecustomize.py", lambda aws, upload: aws.put_object(BUCKET, f"{upload}/sitecustomize.py",
+                                                                     "import os\n"),
+              {"download"}),
+    "removed": ("tokenizer.json", lambda aws, upload: aws.client("s3").delete_object(
+        Bucket=BUCKET, Key=f"{upload}/tokenizer.json"), {"manifest"}),
+}
+
+
+@pytest.mark.parametrize("tampering", TAMPERING)
+def test_an_upload_altered_after_publication_is_refused_naming_the_file_and_the_host_exports_itself(
+    aws_host: Callable[[int], Host], aws: AwsEmulator, tampering: str,
+) -> None:
+    plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
+    script = render_boot_script(plan, BootOptions(artifact_cache=CACHE))
+    first, second = aws_host(1), aws_host(1)
+    assert first.boot(script).returncode == 0, first.path("/var/log/neuron-serving/boot.log").read_text()
+    key = TGI.export_key(plan, TGI_3_3_5)
+    complete = aws.get_object(BUCKET, f"exports/{key}/COMPLETE")
+    upload, manifest = _published(aws, key)
+    name, tamper, columns = TAMPERING[tampering]
+    tamper(aws, upload)
+    result = second.boot(script)
+    assert result.returncode == 0, second.path("/var/log/neuron-serving/boot.log").read_text()
+    # Never served: the second host exported for itself, and said which file differs.
+    assert len(second.exports()) == 1
+    assert second.path(f"/var/lib/neuron-serving/exports/{key}/{MARKER}").read_text().startswith("exported at ")
+    log = second.path("/var/log/neuron-serving/export.log").read_text()
+    assert f"s3://{BUCKET}/{upload}/ differs from the manifest in COMPLETE" in log
+    named = [line for line in log.splitlines() if line.endswith(f"  {name}")]
+    assert {"download" if line.startswith("\t") else "manifest" for line in named} == columns
+    assert f"s3://{BUCKET}/{upload}/ differs from the manifest in COMPLETE; exporting here" in result.stdout
+    # COMPLETE still names the first upload (the second host could not publish), and versioning
+    # kept whatever was overwritten or deleted.
+    assert aws.get_object(BUCKET, f"exports/{key}/COMPLETE") == complete
+    assert "PreconditionFailed" in log
+    assert aws.list_objects(BUCKET, f"exports/{key}/{second.instance_id}/") == []
+    if tampering != "added":
+        original = next(line for line in manifest if line.endswith(f"  {name}")).split()[0]
+        assert hashlib.sha256(aws.versions(BUCKET, f"{upload}/{name}")[-1]).hexdigest() == original
+
+
+def test_an_object_added_outside_the_upload_directory_makes_the_next_host_export_not_fail(
+    aws_host: Callable[[int], Host], aws: AwsEmulator,
+) -> None:
+    # The real CLI will not write "<upload>/../x" outside the download's directory: it skips
+    # the object and exits 2. The host refuses the upload and serves its own export.
+    plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
+    script = render_boot_script(plan, BootOptions(artifact_cache=CACHE))
+    first, second = aws_host(1), aws_host(1)
+    assert first.boot(script).returncode == 0
+    upload, _ = _published(aws, TGI.export_key(plan, TGI_3_3_5))
+    aws.put_object(BUCKET, f"{upload}/../../escape.sh", "echo poisoned\n")
+    result = second.boot(script)
+    assert result.returncode == 0, second.path("/var/log/neuron-serving/boot.log").read_text()
+    assert len(second.exports()) == 1
+    assert f"s3://{BUCKET}/{upload}/ could not be downloaded" in result.stdout
+    assert "File references a parent directory" in second.path("/var/log/neuron-serving/export.log").read_text()
+    assert not any(p.name == "escape.sh" for p in second.root.parent.rglob("*"))
+
+
+def _aws_cli(aws: AwsEmulator, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real AWS CLI, as a host runs it, against this test's emulator."""
+    env = {**os.environ, **aws.env, "AWS_DEFAULT_REGION": aws.region}
+    return subprocess.run([aws.aws_executable(), *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_a_published_marker_cannot_be_replaced_by_another_conditional_write(
+    aws_host: Callable[[int], Host], aws: AwsEmulator, tmp_path: Path,
+) -> None:
+    plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
+    first = aws_host(1)
+    assert first.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE))).returncode == 0
+    key = TGI.export_key(plan, TGI_3_3_5)
+    complete = aws.get_object(BUCKET, f"exports/{key}/COMPLETE")
+    forged = tmp_path / "COMPLETE"
+    forged.write_text(f"exports/{key}/i-0rogue0000000000\n")
+    # The write a host's role allows on a marker (NeuronArtifactCache.grant_cache denies any other).
+    result = _aws_cli(aws, "s3api", "put-object", "--bucket", BUCKET, "--key", f"exports/{key}/COMPLETE",
+                      "--body", str(forged), "--if-none-match", "*")
+    assert result.returncode != 0
+    assert "PreconditionFailed" in result.stderr
+    assert aws.versions(BUCKET, f"exports/{key}/COMPLETE") == [complete]
+
+
+def test_deleting_a_key_lets_the_next_host_export_and_publish_it_again(
+    aws_host: Callable[[int], Host], aws: AwsEmulator,
+) -> None:
+    # The recovery an administrator runs (hosts may not delete markers): in a versioned bucket
+    # the deletes leave delete markers, and a conditional write succeeds over one.
+    plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
+    script = render_boot_script(plan, BootOptions(artifact_cache=CACHE))
+    first, second = aws_host(1), aws_host(1)
+    assert first.boot(script).returncode == 0
+    key = TGI.export_key(plan, TGI_3_3_5)
+    for stale in aws.list_objects(BUCKET, f"exports/{key}/"):
+        aws.client("s3").delete_object(Bucket=BUCKET, Key=stale)
+    assert second.boot(script).returncode == 0, second.path("/var/log/neuron-serving/boot.log").read_text()
+    assert len(second.exports()) == 1
+    upload, manifest = _published(aws, key)
+    assert upload == f"exports/{key}/{second.instance_id}"
+    assert manifest == _manifest_of_objects(aws, f"{upload}/")
+    assert len(aws.versions(BUCKET, f"exports/{key}/COMPLETE")) == 2
 
 
 def test_api_keys_reach_the_router_as_digests_and_no_secret_reaches_an_argument_a_log_or_a_replica(

@@ -70,7 +70,9 @@ def test_a_synthesized_stack_boots_with_the_real_aws_cli_and_docker_cli(
     # the metrics publisher's asset.
     cache = re.search(r"^CACHE_BUCKET=(\S+)$", script, re.M)
     assert cache is not None
-    aws.create_bucket(cache.group(1).strip("'"))
+    name = cache.group(1).strip("'")
+    (bucket,) = [r for n, r in synthesized(**CONFIGS[config]).json["Resources"].items() if n.lower() == name]
+    aws.create_bucket(name, versioned=bucket["Properties"].get("VersioningConfiguration") == {"Status": "Enabled"})
     publisher = re.search(r"^PUBLISHER=(\S+)$", script, re.M)
     if publisher is not None:
         aws.put_s3_uri(publisher.group(1).strip("'"), PUBLISHER_SOURCE.read_bytes())
@@ -80,7 +82,7 @@ def test_a_synthesized_stack_boots_with_the_real_aws_cli_and_docker_cli(
     assert len(host.exports()) == 1
     [final] = [p for p in host.path("/var/lib/neuron-serving/exports").iterdir() if (p / MARKER).is_file()]
     assert host.run(CHECK_EXPORT, str(final)).returncode == 0
-    published = aws.list_objects(cache.group(1).strip("'"), f"exports/{final.name}/")
+    published = aws.list_objects(name, f"exports/{final.name}/")
     assert f"exports/{final.name}/COMPLETE" in published
     [signal] = aws.recorder.calls("SignalResource")
     assert signal.valid and signal.ok and signal.params["Status"] == "SUCCESS"

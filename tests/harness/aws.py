@@ -756,9 +756,15 @@ class AwsEmulator:
                                                   aws_secret_access_key=FAKE_SECRET_KEY)
         return self._clients[service]
 
-    def create_bucket(self, bucket: str) -> None:
-        self.client("s3").create_bucket(Bucket=bucket,
-                                        CreateBucketConfiguration={"LocationConstraint": self.region})
+    def create_bucket(self, bucket: str, *, versioned: bool = False) -> None:
+        """A bucket; ``versioned`` turns versioning on, which moto 5.2.5 implements as S3 does for what the
+        boot scripts do: an overwrite or a delete keeps the earlier version (a delete adds a delete marker),
+        and ``If-None-Match: *`` fails with 412 while the key has a current version and succeeds once a
+        delete marker is current (tried with the real CLI against this server)."""
+        s3 = self.client("s3")
+        s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": self.region})
+        if versioned:
+            s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
 
     def put_object(self, bucket: str, key: str, body: bytes | str) -> None:
         self.client("s3").put_object(Bucket=bucket, Key=key, Body=body.encode() if isinstance(body, str) else body)
@@ -770,6 +776,13 @@ class AwsEmulator:
             return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
         except s3.exceptions.NoSuchKey:
             return None
+
+    def versions(self, bucket: str, key: str) -> list[bytes]:
+        """The bodies of every version of ``key`` (delete markers left out), newest first, as S3 lists them."""
+        s3 = self.client("s3")
+        listed = s3.list_object_versions(Bucket=bucket, Prefix=key).get("Versions", [])
+        return [bytes(s3.get_object(Bucket=bucket, Key=key, VersionId=v["VersionId"])["Body"].read())
+                for v in listed if v["Key"] == key]
 
     def list_objects(self, bucket: str, prefix: str = "") -> list[str]:
         """Every key under ``prefix``, sorted."""

@@ -54,7 +54,7 @@ def test_export_key_changes_with_everything_that_changes_the_artifact():
 
 def test_export_key_is_a_safe_directory_name():
     key = TGI.export_key(_plan(model_id="NousResearch/Meta-Llama-3-8B-Instruct"), TGI_3_3_5)
-    assert key.startswith("v3-tgi-meta-llama-3-8b-instruct-tp8-b8-s4096-bf16-")
+    assert key.startswith("v4-tgi-meta-llama-3-8b-instruct-tp8-b8-s4096-bf16-")
     assert all(c.isalnum() or c == "-" for c in key)
 
 

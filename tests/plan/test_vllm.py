@@ -68,7 +68,7 @@ def test_the_readiness_probe_is_a_one_token_completion_of_the_served_model():
 def test_keys_name_the_engine_so_the_two_engines_never_share_an_artifact():
     plan = _plan()
     tgi, vllm = TGI.export_key(plan, TGI_3_3_5), VLLM.export_key(plan, OPTIMUM_NEURON_VLLM_0_4_5)
-    assert tgi.startswith("v3-tgi-") and vllm.startswith("v3-vllm-") and tgi[7:-16] == vllm[8:-16]
+    assert tgi.startswith("v4-tgi-") and vllm.startswith("v4-vllm-") and tgi[7:-16] == vllm[8:-16]
 
 
 @pytest.mark.parametrize(("fields", "message"), [

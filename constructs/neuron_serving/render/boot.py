@@ -46,10 +46,19 @@ writes as is and the files source.
 
 **Artifact cache.** Exports live in S3 under ``<artifact_cache>/<export key>/``: a host that
 finds ``COMPLETE`` there downloads the upload it names; otherwise it exports, uploads to
-``<instance id>/`` next to it and then creates ``COMPLETE`` (naming that upload) with a
-conditional write (``put-object --if-none-match '*'``) that fails if it already exists. Of
-racing hosts exactly one publishes; the others delete their upload and serve their own export.
-``COMPLETE`` is written last, so an upload without it is never used.
+``<instance id>/`` next to it and then creates ``COMPLETE`` with a conditional write
+(``put-object --if-none-match '*'``) that fails if it already exists. Of racing hosts exactly
+one publishes; the others delete their upload and serve their own export. ``COMPLETE`` is
+written last, so an upload without it is never used. Its first line names the upload; the
+others are its manifest, ``<sha256>  <path>`` per file as ``sha256sum`` prints them, sorted. A
+host that downloads serves the upload only if its files are exactly the manifest's with the
+same checksums, and then only if ``check-export`` passes; otherwise (and when the download
+fails) it logs why, naming the files that differ, and exports for itself. The host role may
+create ``COMPLETE`` but never replace or delete it (the stack's ``NeuronArtifactCache.grant_cache``),
+so whoever alters a published upload makes other hosts export, never serve its files. Files are
+hashed in parallel, one ``sha256sum`` per CPU, so checking takes about as long as hashing the
+largest file, one rank's weight shard: some 20 s for the 8 GB shard of an 8B model at degree 2
+(coreutils' SHA-256 runs at about 370 MB/s per core on the test machine).
 
 **Readiness.** With a :class:`ReadinessSignal`, the host signals SUCCESS once ``wait-ready``
 passes, and FAILURE when any step fails, so a deployment fails within minutes instead of at

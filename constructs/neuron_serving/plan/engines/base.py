@@ -44,10 +44,11 @@ v0.34.4): ``original/`` is excluded by name too."""
 
 CHECKPOINT_EXCLUDED = ("original/*",)
 
-KEY_FORMAT = "v3"
+KEY_FORMAT = "v4"
 """The export key's format. v1 keys named exports made by scripts that compiled for every core
-on the host and exported from a Hub id, without weights; v2 keys did not name the engine. No
-artifact of an older format is ever used again."""
+on the host and exported from a Hub id, without weights; v2 keys did not name the engine; the
+``COMPLETE`` marker of v3 keys named the upload without a manifest of its files (which no host
+can add, markers being write-once). No artifact of an older format is ever used again."""
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 """How optimum-neuron (0.3.0 and 0.4.5) names a dtype in ``neuron_config.json`` and ``config.json``

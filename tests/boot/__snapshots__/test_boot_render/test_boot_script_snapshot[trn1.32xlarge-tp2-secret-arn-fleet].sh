@@ -61,7 +61,7 @@ set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
-key=v3-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-37e6902ffb76f5a7
+key=v4-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-3b6bdb006d46c351
 exports=$R/var/lib/neuron-serving/exports
 final=$exports/$key
 marker=$final/.neuron-serving-complete
@@ -89,17 +89,34 @@ hub() {
 export AWS_DEFAULT_REGION=$REGION
 s3=s3://$CACHE_BUCKET/
 cached=$CACHE_PREFIX$key
+sums() {
+  (cd "$1" && shopt -s globstar dotglob nullglob && set -- && cpus=$(nproc) &&
+    for f in **; do
+      [[ -f $f && $f != "${marker##*/}" ]] || continue
+      sha256sum -- "$f" &
+      set -- "$@" "$!"
+      if (($# >= cpus)); then wait "$1" || exit; shift; fi
+    done &&
+    for job; do wait "$job" || exit; done) | LC_ALL=C sort
+}
 if aws s3 cp "$s3$cached/COMPLETE" "$final.from" >>"$log" 2>&1; then
   from=$(head -n 1 "$final.from")
   [[ $from == "$cached"/?* ]] || fail "COMPLETE names $from"
   from=$s3$from/
   echo "export-model: downloading $from into $final; output in $log"
-  aws s3 sync --only-show-errors "$from" "$final.tmp" >>"$log" 2>&1 || fail "could not download $from"
-  if "$check" "$final.tmp" >>"$log" 2>&1; then
+  if ! aws s3 sync --only-show-errors "$from" "$final.tmp" >>"$log" 2>&1; then
+    why="could not be downloaded (see $log)"
+  elif bad=$(LC_ALL=C comm -3 <(tail -n +2 "$final.from" | LC_ALL=C sort) <(sums "$final.tmp")); [ -n "$bad" ]; then
+    why="differs from the manifest in COMPLETE"
+    printf 'export-model: %s %s; lines only in the manifest, and (indented) only in the download:\n%s\n' \
+      "$from" "$why" "$bad" | tee -a "$log"
+  elif "$check" "$final.tmp" >>"$log" 2>&1; then
     finish "downloaded from $from"
     exit 0
+  else
+    why="is not an export of this plan"
   fi
-  echo "export-model: $from is not an export of this plan; exporting here" | tee -a "$log"
+  echo "export-model: $from $why; exporting here" | tee -a "$log"
   rm -rf "$final.tmp" && mkdir "$final.tmp"
 fi
 model=meta-llama/Llama-3.1-8B-Instruct revision=5f0b02c75b57c5855da9ae460ce51323ea669d8a
@@ -120,9 +137,9 @@ fi
 rm -rf "$final.src"
 finish "exported"
 up=$cached/$INSTANCE_ID
-echo "$up" >"$final.from"
 echo "export-model: publishing $s3$up/"
-if ! aws s3 sync --only-show-errors --exclude "${marker##*/}" "$final" "$s3$up/" >>"$log" 2>&1 ||
+if ! { echo "$up" && sums "$final"; } >"$final.from" ||
+  ! aws s3 sync --only-show-errors --exclude "${marker##*/}" "$final" "$s3$up/" >>"$log" 2>&1 ||
   ! aws s3api put-object --bucket "$CACHE_BUCKET" --key "$cached/COMPLETE" --body "$final.from" \
     --if-none-match '*' >>"$log" 2>&1; then
   echo "export-model: not published (see $log)"
@@ -160,7 +177,7 @@ put /opt/neuron-serving/bin/run-replica 755 <<'EOF'
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 i=${1:?usage: run-replica INDEX}
-key=v3-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-37e6902ffb76f5a7
+key=v4-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-3b6bdb006d46c351
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
 # shellcheck source=/dev/null
@@ -196,7 +213,7 @@ RestartSec=10
 WantedBy=multi-user.target
 EOF
 put /etc/neuron-serving/replica.env 644 <<'EOF'
-MODEL_ID=/models/v3-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-37e6902ffb76f5a7
+MODEL_ID=/models/v4-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-3b6bdb006d46c351
 HF_NUM_CORES=2
 HF_AUTO_CAST_TYPE=bf16
 MAX_BATCH_SIZE=4

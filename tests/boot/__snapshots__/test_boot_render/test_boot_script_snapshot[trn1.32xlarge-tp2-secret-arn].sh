@@ -37,7 +37,7 @@ set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
-key=v3-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-7087b8300845e7cf
+key=v4-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-894dfa46b4fe3585
 exports=$R/var/lib/neuron-serving/exports
 final=$exports/$key
 marker=$final/.neuron-serving-complete
@@ -109,7 +109,7 @@ put /opt/neuron-serving/bin/run-replica 755 <<'EOF'
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 i=${1:?usage: run-replica INDEX}
-key=v3-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-7087b8300845e7cf
+key=v4-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-894dfa46b4fe3585
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
 # shellcheck source=/dev/null
@@ -140,7 +140,7 @@ RestartSec=10
 WantedBy=multi-user.target
 EOF
 put /etc/neuron-serving/replica.env 644 <<'EOF'
-MODEL_ID=/models/v3-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-7087b8300845e7cf
+MODEL_ID=/models/v4-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-894dfa46b4fe3585
 HF_NUM_CORES=2
 HF_AUTO_CAST_TYPE=bf16
 MAX_BATCH_SIZE=4

@@ -143,6 +143,7 @@ COMPLETE_LIFECYCLE = f"{BIN}/complete-lifecycle"
 START_MONITORING = f"{BIN}/start-monitoring"
 METRICS_UNIT = "neuron-serving-metrics"
 API_KEYS = f"{BIN}/api-keys"
+LOAD_API_KEYS = f"{BIN}/load-api-keys"
 API_KEYS_UNIT = "neuron-serving-api-keys"
 """The oneshot service that runs ``api-keys sync``, and its timer's name."""
 REPLICA_UNIT = "neuron-replica"
@@ -480,6 +481,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
             plan, engine, api_keys=api_keys, load_balancer_authentication=options.load_balancer_authentication)),
     }
     if api_keys:
+        files[LOAD_API_KEYS] = _rendered("load-api-keys.sh.j2", program=API_KEYS)
         for kind in ("service", "timer"):
             files[f"/etc/systemd/system/{API_KEYS_UNIT}.{kind}"] = _rendered(
                 f"{API_KEYS_UNIT}.{kind}.j2", program=API_KEYS, unit=API_KEYS_UNIT)
@@ -511,7 +513,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         router_port=plan.router_port,
         metadata=s3 or api_keys or signal is not None or hook is not None or monitoring is not None,
         api_keys=api_keys,
-        api_keys_program=API_KEYS,
+        load_api_keys=LOAD_API_KEYS,
         api_keys_unit=API_KEYS_UNIT,
         signal=signal,
         signal_id_limit=SIGNAL_ID_LIMIT,

@@ -196,7 +196,7 @@ fi
 systemctl enable --now docker
 
 run_step pull-image
-image=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
+image=$(. "$R/etc/neuron-serving/stack.env" && echo "$IMAGE")
 delay=10
 for attempt in $(seq 5); do
   if docker pull "$image"; then break; fi

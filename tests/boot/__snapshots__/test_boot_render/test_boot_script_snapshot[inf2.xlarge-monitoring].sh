@@ -285,7 +285,7 @@ run_step monitoring
   log "WARNING: monitoring not started (exit $?): this host ships no logs or metrics"
 
 run_step pull-image
-image=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
+image=$(. "$R/etc/neuron-serving/stack.env" && echo "$IMAGE")
 delay=10
 for attempt in $(seq 5); do
   if docker pull "$image"; then break; fi

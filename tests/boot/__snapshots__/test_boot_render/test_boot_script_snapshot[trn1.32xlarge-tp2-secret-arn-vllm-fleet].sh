@@ -436,7 +436,7 @@ mv -f "$token_file.new" "$token_file"
 unset token
 
 run_step pull-image
-image=ghcr.io/huggingface/optimum-neuron-vllm:0.4.5
+image=$(. "$R/etc/neuron-serving/stack.env" && echo "$IMAGE")
 delay=10
 for attempt in $(seq 5); do
   if docker pull "$image"; then break; fi

@@ -228,7 +228,7 @@ mv -f "$token_file.new" "$token_file"
 unset token
 
 run_step pull-image
-image=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
+image=$(. "$R/etc/neuron-serving/stack.env" && echo "$IMAGE")
 delay=10
 for attempt in $(seq 5); do
   if docker pull "$image"; then break; fi

@@ -30,6 +30,7 @@ from neuron_serving.plan import ServingConfigError, ServingPlan
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
 from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5
 from neuron_serving.render.boot import (
+    BOOT_STEPS,
     SIGNAL_ID_LIMIT,
     USER_DATA_LIMIT_BYTES,
     BootOptions,
@@ -57,7 +58,11 @@ FLEET = {"artifact_cache": CACHE_TOKEN, "signal": SIGNAL, "warm_pool_hook": HOOK
 in S3 unresolved CDK tokens as the stack passes them, the model pinned to a commit."""
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
-"""A pinned image's digest: it is in the script twice, so the largest configurations pin one."""
+"""A pinned image's digest: a longer image reference, so the largest configurations pin one."""
+
+API_KEYS = {"api_keys_secret": "${Token[TOKEN.901]}", "api_keys_program": "s3://${Token[TOKEN.902]}/${Token[TOKEN.903]}",
+            "load_balancer_authentication": True}
+"""API keys with browser sign-in, the secret and the key sync's copy in S3 as unresolved tokens."""
 
 OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
     "trn1.32xlarge-tp2-secret-arn-fleet": ("trn1.32xlarge-tp2-secret-arn", FLEET),
@@ -83,6 +88,11 @@ OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
     "trn1.32xlarge-tp2-secret-arn-vllm-fleet-pinned": (
         "trn1.32xlarge-tp2-secret-arn",
         {"engine": "vllm", **FLEET, "image": f"{OPTIMUM_NEURON_VLLM_0_4_5.reference}@{DIGEST}"},
+    ),
+    "inf2.24xlarge-tp4-api-keys-signal": ("inf2.24xlarge-tp4", {**API_KEYS, "signal": SIGNAL}),
+    "trn1.32xlarge-tp2-secret-arn-vllm-fleet-pinned-api-keys": (
+        "trn1.32xlarge-tp2-secret-arn",
+        {"engine": "vllm", **FLEET, **API_KEYS, "image": f"{OPTIMUM_NEURON_VLLM_0_4_5.reference}@{DIGEST}"},
     ),
 }
 
@@ -129,14 +139,19 @@ def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
     config: str, shellcheck: str, tmp_path: Path
 ) -> None:
     _, script = rendered(config)
-    files = {"bootstrap": script} | {
-        path: text for path, text in embedded_files(script).items() if text.startswith("#!/bin/bash\n")
+    embedded = embedded_files(script)
+    # The bootstrap sources its steps: they are checked as the one shell that runs them (shellcheck
+    # -x reads a sourced file's definitions but reports nothing in it).
+    sourcing = f'\n. "$R{BOOT_STEPS}"\n'
+    assert script.count(sourcing) == 1
+    files = {"bootstrap": script.replace(sourcing, "\n" + embedded[BOOT_STEPS])} | {
+        path: text for path, text in embedded.items() if text.startswith("#!/bin/bash\n")
     }
     options = OPTION_CONFIGS[config][1] if config in OPTION_CONFIGS else {}
     readiness = {"signal", "warm_pool_hook"} & set(options)
     assert set(files) == SCRIPTS | {f"/opt/neuron-serving/bin/{name}" for name, wanted in [
         ("wait-ready", readiness), ("complete-lifecycle", "warm_pool_hook" in options),
-        ("start-monitoring", "monitoring" in options)] if wanted}
+        ("start-monitoring", "monitoring" in options), ("load-api-keys", "api_keys_secret" in options)] if wanted}
     paths = []
     for name, text in files.items():
         paths.append(tmp_path / name.rsplit("/", 1)[-1])
@@ -149,7 +164,8 @@ def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
 @pytest.mark.parametrize("config", ["trn1.32xlarge-tp2-secret-arn", "inf2.48xlarge-tp2-secret-arn",
                                     "trn1.32xlarge-tp2-secret-arn-fleet", "inf2.48xlarge-tp2-secret-arn-fleet",
                                     "trn1.32xlarge-tp2-secret-arn-fleet-pinned",
-                                    "trn1.32xlarge-tp2-secret-arn-vllm-fleet-pinned"])
+                                    "trn1.32xlarge-tp2-secret-arn-vllm-fleet-pinned",
+                                    "trn1.32xlarge-tp2-secret-arn-vllm-fleet-pinned-api-keys"])
 def test_largest_configurations_stay_well_under_the_user_data_limit(config: str) -> None:
     plan, script = rendered(config)
     size = len(script.encode())
@@ -198,19 +214,22 @@ def test_rendering_is_deterministic() -> None:
 def test_secret_id_is_shell_quoted_so_an_unresolved_cdk_token_stays_one_word() -> None:
     plan = make_plan("inf2.48xlarge", 8)
     script = render_boot_script(plan, BootOptions(hf_token_secret="${Token[TOKEN.123]}"))
-    assert "\nsecret='${Token[TOKEN.123]}'\n" in script
+    assert "\nHF_TOKEN_SECRET='${Token[TOKEN.123]}'\n" in script
+    assert script.count("${Token[TOKEN.123]}") == 1
 
 
-def test_boot_script_embeds_exactly_its_eight_files_each_ending_at_its_heredoc_end() -> None:
+def test_boot_script_embeds_exactly_its_nine_files_each_ending_at_its_heredoc_end() -> None:
     _, script = rendered("inf2.48xlarge-tp8-secret-name")
     files = embedded_files(script)
     assert sorted(files) == ["/etc/haproxy/haproxy.cfg.new", "/etc/neuron-serving/replica.env",
                              "/etc/neuron-serving/replicas.table", "/etc/neuron-serving/stack.env",
-                             "/etc/systemd/system/neuron-replica@.service", "/opt/neuron-serving/bin/check-export",
-                             "/opt/neuron-serving/bin/export-model", "/opt/neuron-serving/bin/run-replica"]
+                             "/etc/systemd/system/neuron-replica@.service", BOOT_STEPS,
+                             "/opt/neuron-serving/bin/check-export", "/opt/neuron-serving/bin/export-model",
+                             "/opt/neuron-serving/bin/run-replica"]
     assert files["/etc/systemd/system/neuron-replica@.service"].rstrip().endswith("WantedBy=multi-user.target")
     # Only stack.env is outside the compressed bundle: it may carry deploy-time values.
-    assert EMBEDDED_FILE.findall(script) == [("/etc/neuron-serving/stack.env", f"IMAGE={TGI_3_3_5.reference}\n")]
+    assert EMBEDDED_FILE.findall(script) == [("/etc/neuron-serving/stack.env", f"IMAGE={TGI_3_3_5.reference}\n"
+                                                                                "HF_TOKEN_SECRET=neuron-serving/hf-token\n")]
 
 
 def test_bundled_files_may_hold_no_deploy_time_value_and_are_executable_only_with_a_shebang() -> None:
@@ -284,7 +303,7 @@ def test_deploy_time_values_stay_one_quoted_word_in_stack_env_and_only_there() -
     script = rendered("trn1.32xlarge-tp2-secret-arn-fleet")[1]
     files = embedded_files(script)
     assert files["/etc/neuron-serving/stack.env"] == (
-        f"IMAGE={TGI_3_3_5.reference}\nCACHE_BUCKET='${{Token[TOKEN.123]}}'\nCACHE_PREFIX=exports/\n"
+        f"IMAGE={TGI_3_3_5.reference}\nHF_TOKEN_SECRET={SECRET_ARN}\nCACHE_BUCKET='${{Token[TOKEN.123]}}'\nCACHE_PREFIX=exports/\n"
         "GROUP_NAME=NeuronLlamaStack-NeuronServingFleet\nHOOK_NAME=neuron-serving-launch\n"
         "SERVICE='${Token[TOKEN.200]}'\nLOG_GROUP_BOOT='${Token[TOKEN.201]}'\n"
         "LOG_GROUP_REPLICAS='${Token[TOKEN.202]}'\nLOG_GROUP_ROUTER='${Token[TOKEN.203]}'\n"

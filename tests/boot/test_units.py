@@ -50,12 +50,15 @@ UNIT_DIR = "/etc/systemd/system"
 REPLICA = "neuron-replica@.service"
 READY = "neuron-serving-ready.service"
 METRICS = "neuron-serving-metrics.service"
+API_KEYS = "neuron-serving-api-keys.service"
+API_KEYS_TIMER = "neuron-serving-api-keys.timer"
 
 HOST_UNITS = {
     "docker.service": "[Service]\nExecStart=/usr/bin/env true\n",
     "haproxy.service": "[Service]\nExecStart=/usr/bin/env true\n",
     **{target: "[Unit]\nDescription=placeholder\n" for target in [
-        "sysinit.target", "basic.target", "shutdown.target", "network-online.target", "multi-user.target"]},
+        "sysinit.target", "basic.target", "shutdown.target", "network-online.target", "multi-user.target",
+        "timers.target", "time-set.target", "time-sync.target"]},
 }
 """The units of the host the rendered units name (Requires=, After=, WantedBy=, default dependencies)."""
 
@@ -110,11 +113,13 @@ def verify(systemd_analyze: str, root: Path, units: list[str]) -> subprocess.Com
 def expected_units(config: str) -> set[str]:
     options = OPTION_CONFIGS[config][1] if config in OPTION_CONFIGS else {}
     return {REPLICA} | ({READY} if "warm_pool_hook" in options else set()) | (
-        {METRICS} if "monitoring" in options else set())
+        {METRICS} if "monitoring" in options else set()) | (
+        {API_KEYS, API_KEYS_TIMER} if "api_keys_secret" in options else set())
 
 
 def test_the_configurations_cover_every_unit_the_boot_writes() -> None:
-    assert set().union(*map(expected_units, [*CONFIGS, *OPTION_CONFIGS])) == {REPLICA, READY, METRICS}
+    assert set().union(*map(expected_units, [*CONFIGS, *OPTION_CONFIGS])) == {
+        REPLICA, READY, METRICS, API_KEYS, API_KEYS_TIMER}
 
 
 @pytest.mark.parametrize("config", [*CONFIGS, *OPTION_CONFIGS])

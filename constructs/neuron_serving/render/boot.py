@@ -135,6 +135,8 @@ HEREDOC_END = "EOF"
 """The terminator of the quoted heredocs that embed rendered files in the boot script."""
 
 BIN = "/opt/neuron-serving/bin"
+BOOT_STEPS = f"{BIN}/boot-steps"
+"""The boot script's steps, which it sources from its compressed bundle (``userdata/boot-steps.sh.j2``)."""
 EXPORT_MODEL = f"{BIN}/export-model"
 CHECK_EXPORT = f"{BIN}/check-export"
 RUN_REPLICA = f"{BIN}/run-replica"
@@ -433,6 +435,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     # everything else is bundled and compressed at synth.
     stack_env: dict[str, str | None] = {
         "IMAGE": image.reference,
+        "HF_TOKEN_SECRET": options.hf_token_secret,
         "PREBUILT": prebuilt,
         "CACHE_BUCKET": cache[0] if cache else None,
         "CACHE_PREFIX": (f"{cache[1]}/" if cache[1] else "") if cache else None,
@@ -493,21 +496,17 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         files["/etc/systemd/system/neuron-serving-ready.service"] = _rendered("neuron-serving-ready.service.j2")
     if monitoring is not None:
         files.update(_monitoring_files(plan, engine, monitoring))
-    script = render(
-        "bootstrap.sh.j2",
-        description=Unquoted(_describe(plan)),
+    # The steps are bundled (compressed), so they hold no deploy-time value: those are in stack.env.
+    steps = dict(
         devices=plan.instance.devices,
         instance_type=plan.instance.name,
-        hf_token_secret=options.hf_token_secret,
+        hf_token_secret=options.hf_token_secret is not None,
         token_file=TOKEN_FILE,
-        image=image.reference,
         replica_unit=REPLICA_UNIT,
         replica_env=REPLICA_ENV,
         driver_below=image.driver_below,
         runtime=image.neuron_runtime,
         pull_attempts=options.pull_attempts,
-        stack_env=Unquoted("".join(f"{k}={shlex.quote(v)}\n" for k, v in stack_env.items() if v is not None)),
-        bundle=Unquoted(_packed(bundle(files))),
         named_settings=named_settings,
         replicas=_replicas(plan),
         router_port=plan.router_port,
@@ -516,12 +515,22 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         load_api_keys=LOAD_API_KEYS,
         api_keys_unit=API_KEYS_UNIT,
         signal=signal,
-        signal_id_limit=SIGNAL_ID_LIMIT,
         hook=hook,
         heartbeat_seconds=hook.heartbeat_interval_seconds if hook else None,
         wait_ready=files.get(WAIT_READY),
         monitoring=monitoring is not None,
         start_monitoring=START_MONITORING,
+    )
+    files[BOOT_STEPS] = _rendered("boot-steps.sh.j2", **steps)
+    script = render(
+        "bootstrap.sh.j2",
+        description=Unquoted(_describe(plan)),
+        stack_env=Unquoted("".join(f"{k}={shlex.quote(v)}\n" for k, v in stack_env.items() if v is not None)),
+        bundle=Unquoted(_packed(bundle(files))),
+        boot_steps=BOOT_STEPS,
+        signal=signal,
+        signal_id_limit=SIGNAL_ID_LIMIT,
+        hook=hook,
     )
     return _without_comments(script, keep_header=True)
 

@@ -29,6 +29,7 @@ put() {
 }
 put /etc/neuron-serving/stack.env 644 <<'EOF'
 IMAGE=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
+HF_TOKEN_SECRET=neuron-serving/hf-token
 EOF
 files=$(base64 -d <<'EOF' | gunzip
 put /opt/neuron-serving/bin/export-model 755 <<'EOF'
@@ -159,9 +160,10 @@ EOF
 put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'
 <render_router_config(plan) without its comment lines>
 EOF
-EOF
-)
-eval "$files"
+put /opt/neuron-serving/bin/boot-steps 644 <<'EOF'
+# shellcheck shell=bash
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
 
 run_step check-devices
 neuron-ls || log "neuron-ls failed (exit $?)"
@@ -173,7 +175,7 @@ if [ "$last" != 11 ] || [ ${#devs[@]} != 12 ]; then
 fi
 driver=$(dpkg-query -W -f '${Version}' aws-neuronx-dkms 2>/dev/null) || driver=
 if [ -n "$driver" ] && dpkg --compare-versions "$driver" ge 2.29; then
-  die "the Neuron driver (aws-neuronx-dkms $driver) rejects the Neuron runtime 2.26.42 of $(grep -m 1 ^IMAGE= "$R/etc/neuron-serving/stack.env"); launch an AMI with a driver below 2.29 (dlami_parameter, ami_id)"
+  die "the Neuron driver (aws-neuronx-dkms $driver) rejects the Neuron runtime 2.26.42 of $IMAGE; launch an AMI with a driver below 2.29 (dlami_parameter, ami_id)"
 fi
 
 run_step install-tools
@@ -198,7 +200,7 @@ fi
 systemctl enable --now docker
 
 run_step hf-token
-secret=neuron-serving/hf-token
+secret=$HF_TOKEN_SECRET
 if [[ $secret == arn:* ]]; then
   IFS=: read -r _ _ _ region _ <<<"$secret"
 else
@@ -215,7 +217,7 @@ mv -f "$token_file.new" "$token_file"
 unset token
 
 run_step pull-image
-image=$(. "$R/etc/neuron-serving/stack.env" && echo "$IMAGE")
+image=$IMAGE
 delay=10
 for attempt in $(seq 5); do
   if docker pull "$image"; then break; fi
@@ -250,3 +252,9 @@ mv -f "$R/etc/haproxy/haproxy.cfg.new" "$R/etc/haproxy/haproxy.cfg"
 systemctl enable haproxy
 systemctl restart haproxy
 log "boot complete: 3 replicas behind the router on port 8080"
+EOF
+EOF
+)
+eval "$files"
+# shellcheck source=/dev/null
+. "$R/opt/neuron-serving/bin/boot-steps"

@@ -157,9 +157,10 @@ EOF
 put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'
 <render_router_config(plan) without its comment lines>
 EOF
-EOF
-)
-eval "$files"
+put /opt/neuron-serving/bin/boot-steps 644 <<'EOF'
+# shellcheck shell=bash
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
 
 run_step check-devices
 neuron-ls || log "neuron-ls failed (exit $?)"
@@ -171,7 +172,7 @@ if [ "$last" != 0 ] || [ ${#devs[@]} != 1 ]; then
 fi
 driver=$(dpkg-query -W -f '${Version}' aws-neuronx-dkms 2>/dev/null) || driver=
 if [ -n "$driver" ] && dpkg --compare-versions "$driver" ge 2.29; then
-  die "the Neuron driver (aws-neuronx-dkms $driver) rejects the Neuron runtime 2.26.42 of $(grep -m 1 ^IMAGE= "$R/etc/neuron-serving/stack.env"); launch an AMI with a driver below 2.29 (dlami_parameter, ami_id)"
+  die "the Neuron driver (aws-neuronx-dkms $driver) rejects the Neuron runtime 2.26.42 of $IMAGE; launch an AMI with a driver below 2.29 (dlami_parameter, ami_id)"
 fi
 
 run_step install-tools
@@ -196,7 +197,7 @@ fi
 systemctl enable --now docker
 
 run_step pull-image
-image=$(. "$R/etc/neuron-serving/stack.env" && echo "$IMAGE")
+image=$IMAGE
 delay=10
 for attempt in $(seq 5); do
   if docker pull "$image"; then break; fi
@@ -231,3 +232,9 @@ mv -f "$R/etc/haproxy/haproxy.cfg.new" "$R/etc/haproxy/haproxy.cfg"
 systemctl enable haproxy
 systemctl restart haproxy
 log "boot complete: 1 replica behind the router on port 8080"
+EOF
+EOF
+)
+eval "$files"
+# shellcheck source=/dev/null
+. "$R/opt/neuron-serving/bin/boot-steps"

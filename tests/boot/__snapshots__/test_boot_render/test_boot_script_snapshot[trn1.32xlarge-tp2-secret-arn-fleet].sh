@@ -43,6 +43,7 @@ put() {
 }
 put /etc/neuron-serving/stack.env 644 <<'EOF'
 IMAGE=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
+HF_TOKEN_SECRET=arn:aws:secretsmanager:eu-west-1:123456789012:secret:neuron-serving/hf-token-AbCdEf
 CACHE_BUCKET='${Token[TOKEN.123]}'
 CACHE_PREFIX=exports/
 GROUP_NAME=NeuronLlamaStack-NeuronServingFleet
@@ -361,9 +362,10 @@ EOF
 put /etc/neuron-serving/cloudwatch-agent.json.in 644 <<'EOF'
 {"agent":{"run_as_user":"root"},"logs":{"logs_collected":{"files":{"collect_list":[{"file_path":"/var/log/neuron-serving/boot.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/boot"},{"file_path":"/var/log/neuron-serving/export.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/export"},{"file_path":"/var/log/neuron-serving/ready.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/ready"},{"file_path":"/var/log/haproxy.log","log_group_name":"@LOG_GROUP_ROUTER@","log_stream_name":"{instance_id}"},{"file_path":"/var/log/neuron-serving/metrics.emf","log_group_name":"@LOG_GROUP_METRICS@","log_stream_name":"{instance_id}"}]}}}}
 EOF
-EOF
-)
-eval "$files"
+put /opt/neuron-serving/bin/boot-steps 644 <<'EOF'
+# shellcheck shell=bash
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
 
 run_step metadata
 imds=$(curl -sSf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' http://169.254.169.254/latest/api/token)
@@ -393,7 +395,7 @@ if [ "$last" != 15 ] || [ ${#devs[@]} != 16 ]; then
 fi
 driver=$(dpkg-query -W -f '${Version}' aws-neuronx-dkms 2>/dev/null) || driver=
 if [ -n "$driver" ] && dpkg --compare-versions "$driver" ge 2.29; then
-  die "the Neuron driver (aws-neuronx-dkms $driver) rejects the Neuron runtime 2.26.42 of $(grep -m 1 ^IMAGE= "$R/etc/neuron-serving/stack.env"); launch an AMI with a driver below 2.29 (dlami_parameter, ami_id)"
+  die "the Neuron driver (aws-neuronx-dkms $driver) rejects the Neuron runtime 2.26.42 of $IMAGE; launch an AMI with a driver below 2.29 (dlami_parameter, ami_id)"
 fi
 
 run_step install-tools
@@ -422,7 +424,7 @@ run_step monitoring
   log "WARNING: monitoring not started (exit $?): this host ships no logs or metrics"
 
 run_step hf-token
-secret=arn:aws:secretsmanager:eu-west-1:123456789012:secret:neuron-serving/hf-token-AbCdEf
+secret=$HF_TOKEN_SECRET
 region=$REGION
 [[ $secret != arn:* ]] || IFS=: read -r _ _ _ region _ <<<"$secret"
 token=$(aws secretsmanager get-secret-value --region "$region" --secret-id "$secret" --query SecretString --output text)
@@ -435,7 +437,7 @@ mv -f "$token_file.new" "$token_file"
 unset token
 
 run_step pull-image
-image=$(. "$R/etc/neuron-serving/stack.env" && echo "$IMAGE")
+image=$IMAGE
 delay=10
 for attempt in $(seq 5); do
   if docker pull "$image"; then break; fi
@@ -481,3 +483,9 @@ run_step wait-ready
 signal SUCCESS "$INSTANCE_ID"
 "$bin/complete-lifecycle" CONTINUE
 log "boot complete: 16 replicas behind the router on port 8080"
+EOF
+EOF
+)
+eval "$files"
+# shellcheck source=/dev/null
+. "$R/opt/neuron-serving/bin/boot-steps"

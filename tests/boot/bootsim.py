@@ -14,10 +14,12 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from inside import ServingImage, export_files
@@ -220,6 +222,72 @@ class Host:
 
     def started_units(self) -> list[str]:
         return [a[-1] for a in self.calls("systemctl") if a[:2] == ["enable", "--now"]]
+
+
+AGENT_CTL = "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
+"""The CloudWatch agent's control script, which the apt-get stub installs from the agent's package."""
+
+AGENT_DEB = "amazon-cloudwatch-agent.deb"
+AGENT_KEY = "amazon-cloudwatch-agent.gpg"
+"""The names of the CloudWatch agent's package and of AWS's key file, under which the curl stub
+serves them (with the package's signature, ``.deb.sig``) from ``$STUB_AGENT_FILES``."""
+
+Key = Literal["pinned", "other"]
+"""One of :class:`SigningKeys`."""
+
+FAKE_AGENT_PACKAGE = b"!<arch>\ndebian-binary   fake amazon-cloudwatch-agent package\n"
+
+
+class SigningKeys:
+    """Two throwaway OpenPGP keys (ed25519, no passphrase) the real gpg makes in a directory of
+    their own: ``pinned`` stands for AWS's CloudWatch agent key (tests render its fingerprint as
+    the one the host trusts), ``other`` for anyone else's. :meth:`close` stops the gpg-agent that
+    signing started."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        home.mkdir(mode=0o700)
+        self.pinned = self._new_key("Test CloudWatch Agent")
+        self.other = self._new_key("Someone Else")
+
+    def _gpg(self, *args: str) -> str:
+        gpg = require(shutil.which("gpg"), "install Debian's gnupg")
+        return subprocess.run([gpg, "--homedir", str(self.home), "--batch", "--quiet", *args],
+                              capture_output=True, text=True, check=True).stdout
+
+    def _new_key(self, name: str) -> str:
+        status = self._gpg("--status-fd", "1", "--passphrase", "", "--quick-gen-key", name, "ed25519", "sign", "never")
+        [fingerprint] = re.findall(r"^\[GNUPG:\] KEY_CREATED P ([0-9A-F]{40})$", status, re.MULTILINE)
+        return fingerprint
+
+    def fingerprint(self, key: Key) -> str:
+        return self.pinned if key == "pinned" else self.other
+
+    def agent_files(self, directory: Path, *, signer: Key | None = "pinned", key_file: tuple[Key, ...] = ("pinned",),
+                    package: bytes = FAKE_AGENT_PACKAGE) -> dict[str, str]:
+        """Write into ``directory`` what AWS's buckets hold: :data:`FAKE_AGENT_PACKAGE`, its
+        detached signature by ``signer`` (``pinned`` or ``other``; None: no signature) and a key
+        file holding the keys ``key_file`` names (armored, as gpg exports them); then replace the package with
+        ``package``. Returns the knob that makes the curl stub serve them."""
+        directory.mkdir(parents=True, exist_ok=True)
+        deb = directory / AGENT_DEB
+        deb.write_bytes(FAKE_AGENT_PACKAGE)
+        if signer is not None:
+            self._gpg("--yes", "--local-user", self.fingerprint(signer), "--output", f"{deb}.sig",
+                      "--detach-sign", str(deb))
+        (directory / AGENT_KEY).write_text(self._gpg("--armor", "--export", *map(self.fingerprint, key_file)))
+        deb.write_bytes(package)
+        return {"STUB_AGENT_FILES": str(directory)}
+
+    def close(self) -> None:
+        subprocess.run(["gpgconf", "--kill", "all"], env={**os.environ, "GNUPGHOME": str(self.home)}, check=False)
+
+
+def install_agent(host: Host) -> None:
+    """The CloudWatch agent as an image that ships it has it."""
+    ctl = host.path(AGENT_CTL)
+    ctl.parent.mkdir(parents=True)
+    ctl.symlink_to(STUBS / "amazon-cloudwatch-agent-ctl")
 
 
 def require(tool: str | Path | None, install: str) -> str:

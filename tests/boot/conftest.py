@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from bootsim import MODEL, PUBLISHER_SOURCE, PUBLISHER_URI, STUBS, Host, make_plan, require
+from bootsim import MODEL, PUBLISHER_SOURCE, PUBLISHER_URI, STUBS, Host, SigningKeys, make_plan, require
 from inside import ServingImage
 
 from neuron_serving.plan import ServingPlan
@@ -97,6 +97,14 @@ def booted(make_host: Callable[..., Host]) -> Callable[..., tuple[Host, ServingP
         return host, plan, script
 
     return boot
+
+
+@pytest.fixture(scope="session")
+def agent_keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKeys]:
+    """A test's stand-in for AWS's CloudWatch agent key, and another key (bootsim.SigningKeys)."""
+    keys = SigningKeys(tmp_path_factory.mktemp("agent-keys") / "gnupg")
+    yield keys
+    keys.close()
 
 
 @pytest.fixture

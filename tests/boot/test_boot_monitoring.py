@@ -1,19 +1,24 @@
-"""Monitoring on a simulated host: the CloudWatch agent, the metrics publisher and the replicas'
-logs, and a monitoring failure that must not fail the boot."""
+"""Monitoring on a simulated host: the CloudWatch agent (installed only once AWS's signature of it
+verifies, with the real gpg and gpgv), the metrics publisher and the replicas' logs, and a
+monitoring failure that must not fail the boot."""
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import stat
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from bootsim import (
+    AGENT_CTL,
+    AGENT_DEB,
     BOOT_LOG,
     HOOK,
     LOG_GROUPS,
@@ -25,12 +30,16 @@ from bootsim import (
     SIGNAL,
     SMALL_MODEL,
     Host,
+    SigningKeys,
+    install_agent,
     make_plan,
 )
+from test_boot_render import embedded_files
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.engines.tgi import TGI
-from neuron_serving.render.boot import RUN_REPLICA, BootOptions, render_boot_script
+from neuron_serving.render.boot import RUN_REPLICA, START_MONITORING, BootOptions, render_boot_script
+from neuron_serving.render.metrics import AGENT_KEY_FINGERPRINT
 from neuron_serving.render.monitoring import (
     AGENT_CONFIG,
     NEURON_MONITOR_CONFIG,
@@ -46,38 +55,63 @@ MONITORED: dict[str, Any] = {"monitoring": MONITORING, "metrics_publisher": PUBL
 MONITORED_AT_SYNTH: dict[str, Any] = {"monitoring": MONITORING_TOKENS, "metrics_publisher": PUBLISHER_TOKEN}
 """Monitoring options with deploy-time values resolved, and as the stack passes them at synth."""
 
-AGENT_CTL = "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
 METRICS_UNIT = "neuron-serving-metrics"
 AGENT_PACKAGE = ("https://s3.us-east-2.amazonaws.com/amazoncloudwatch-agent-us-east-2/ubuntu/amd64/latest/"
                  "amazon-cloudwatch-agent.deb")
+AGENT_KEY_URL = "https://s3.amazonaws.com/amazoncloudwatch-agent/assets/amazon-cloudwatch-agent.gpg"
+"""Where the host gets the package's signature and AWS's key (the CloudWatch user guide,
+"Verifying the signature of the CloudWatch agent package")."""
+REFUSED = "CloudWatch agent not installed: "
 
 
 def small_plan() -> ServingPlan:
     return make_plan("inf2.xlarge", model_id=SMALL_MODEL)
 
 
-def monitored_boot(make_host: MakeHost, plan: ServingPlan | None = None, **knobs: str) -> tuple[Host, ServingPlan]:
-    """A host after a successful boot with monitoring."""
+def pinning(keys: SigningKeys, **options: Any) -> BootOptions:
+    """Monitoring as the stack configures it, but trusting the test's stand-in for AWS's key."""
+    monitoring = replace(MONITORING, agent_key_fingerprint=keys.pinned)
+    return BootOptions(monitoring=monitoring, metrics_publisher=PUBLISHER_URI, **options)
+
+
+def serve_agent(host: Host, keys: SigningKeys, **files: Any) -> dict[str, str]:
+    """The knob that makes the curl stub serve this host the agent's files (SigningKeys.agent_files)."""
+    return keys.agent_files(host.root.parent / "agent-files", **files)
+
+
+def monitored_boot(make_host: MakeHost, keys: SigningKeys, plan: ServingPlan | None = None,
+                   **knobs: str) -> tuple[Host, ServingPlan]:
+    """A host after a successful boot with monitoring, the agent's package signed by the pinned key."""
     plan = plan or small_plan()
     host = make_host(plan.instance.devices)
-    result = host.boot(render_boot_script(plan, BootOptions(**MONITORED)), **knobs)
+    result = host.boot(render_boot_script(plan, pinning(keys)), **serve_agent(host, keys), **knobs)
     assert result.returncode == 0, result.stdout
     return host, plan
-
-
-def install_agent(host: Host) -> None:
-    """The CloudWatch agent as an image that ships it has it."""
-    ctl = host.path(AGENT_CTL)
-    ctl.parent.mkdir(parents=True)
-    ctl.symlink_to(Path(__file__).parent / "stubs" / "amazon-cloudwatch-agent-ctl")
 
 
 def fetch_configs(host: Host) -> list[list[str]]:
     return [argv for cmd, argv in host.entries() if cmd == "amazon-cloudwatch-agent-ctl"]
 
 
-def test_the_publisher_and_its_configs_are_written_as_rendered(make_host: MakeHost) -> None:
-    host, plan = monitored_boot(make_host)
+def agent_installs(host: Host) -> list[list[str]]:
+    return [a for a in host.calls("apt-get") if "install" in a and any(w.endswith(AGENT_DEB) for w in a)]
+
+
+def assert_refused(host: Host, result: subprocess.CompletedProcess[str], reason: str) -> None:
+    """The agent was not installed, for ``reason``, and the host serves without monitoring."""
+    assert result.returncode == 0, result.stdout
+    log = host.path(BOOT_LOG).read_text()
+    assert REFUSED + reason in log
+    assert "WARNING: monitoring not started (exit 1)" in log
+    assert agent_installs(host) == []
+    assert not host.path(AGENT_CTL).exists()
+    assert fetch_configs(host) == []
+    assert METRICS_UNIT not in host.started_units()
+    assert host.started_units()[-1] == "neuron-replica@0"
+
+
+def test_the_publisher_and_its_configs_are_written_as_rendered(make_host: MakeHost, agent_keys: SigningKeys) -> None:
+    host, plan = monitored_boot(make_host, agent_keys)
     publisher = host.path(PUBLISHER)
     assert publisher.read_text() == PUBLISHER_SOURCE.read_text()
     assert stat.S_IMODE(publisher.stat().st_mode) == 0o755
@@ -87,8 +121,10 @@ def test_the_publisher_and_its_configs_are_written_as_rendered(make_host: MakeHo
     assert host.path(NEURON_MONITOR_CONFIG).read_text() == render_neuron_monitor_config(plan)
 
 
-def test_the_agent_config_names_the_stack_log_groups_and_is_valid_json(make_host: MakeHost) -> None:
-    host, _ = monitored_boot(make_host)
+def test_the_agent_config_names_the_stack_log_groups_and_is_valid_json(
+    make_host: MakeHost, agent_keys: SigningKeys,
+) -> None:
+    host, _ = monitored_boot(make_host, agent_keys)
     text = host.path(AGENT_CONFIG).read_text()
     assert "@" not in text
     collect = json.loads(text)["logs"]["logs_collected"]["files"]["collect_list"]
@@ -101,18 +137,104 @@ def test_the_agent_config_names_the_stack_log_groups_and_is_valid_json(make_host
     }
 
 
-def test_a_missing_agent_is_downloaded_from_the_instance_region_installed_and_given_our_config(
-    make_host: MakeHost,
+def test_a_missing_agent_is_downloaded_from_the_instance_region_verified_installed_and_given_our_config(
+    make_host: MakeHost, agent_keys: SigningKeys,
 ) -> None:
-    host, _ = monitored_boot(make_host)
-    [download] = [a for a in host.calls("curl") if a[-1] == AGENT_PACKAGE]
-    deb = download[download.index("-o") + 1]
-    assert "--retry" in download
-    installs = [a for a in host.calls("apt-get") if "install" in a]
-    assert installs == [["-o", "DPkg::Lock::Timeout=600", "install", "-y", "-q", deb]]
-    assert not Path(deb).exists()  # removed once installed
+    host, _ = monitored_boot(make_host, agent_keys)
+    downloads = {a[-1]: a[a.index("-o") + 1] for a in host.calls("curl") if "amazoncloudwatch-agent" in a[-1]}
+    assert list(downloads) == [AGENT_PACKAGE, f"{AGENT_PACKAGE}.sig", AGENT_KEY_URL]
+    assert all("--retry" in a for a in host.calls("curl") if a[-1] in downloads)
+    deb = downloads[AGENT_PACKAGE]
+    assert [a for a in host.calls("apt-get") if "install" in a] == [
+        ["-o", "DPkg::Lock::Timeout=600", "install", "-y", "-q", deb]]
+    assert not any(Path(path).exists() for path in downloads.values())  # removed once installed
+    assert REFUSED not in host.path(BOOT_LOG).read_text()
     assert fetch_configs(host) == [
         ["-a", "fetch-config", "-m", "ec2", "-s", "-c", f"file:{host.path(AGENT_CONFIG)}"]]
+
+
+def test_the_verification_keeps_its_keyring_in_a_directory_it_removes_and_never_in_roots(
+    make_host: MakeHost, agent_keys: SigningKeys,
+) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    tmp = host.root.parent / "tmp"
+    tmp.mkdir()
+    result = host.boot(render_boot_script(plan, pinning(agent_keys)), TMPDIR=str(tmp), **serve_agent(host, agent_keys))
+    assert result.returncode == 0, result.stdout
+    assert agent_installs(host) and list(tmp.iterdir()) == []
+    assert not (Path(host.env["HOME"]) / ".gnupg").exists()
+
+
+def test_a_tampered_package_is_refused_and_not_installed(make_host: MakeHost, agent_keys: SigningKeys) -> None:
+    host = make_host(1)
+    files = serve_agent(host, agent_keys, package=b"!<arch>\ndebian-binary   something else\n")
+    result = host.boot(render_boot_script(small_plan(), pinning(agent_keys)), **files)
+    assert_refused(host, result, f"{AGENT_PACKAGE}.sig is no good signature by {agent_keys.pinned}")
+    assert "BAD signature" in host.path(BOOT_LOG).read_text()  # gpgv's own words
+
+
+def test_a_signature_by_another_key_is_refused_though_gpgv_calls_it_good(
+    make_host: MakeHost, agent_keys: SigningKeys,
+) -> None:
+    """The key file holds the pinned key and another, which signed the package: gpgv finds the
+    signature good and exits 0, but it is not the pinned key's."""
+    host = make_host(1)
+    files = serve_agent(host, agent_keys, signer="other", key_file=("pinned", "other"))
+    result = host.boot(render_boot_script(small_plan(), pinning(agent_keys)), **files)
+    assert_refused(host, result, f"{AGENT_PACKAGE}.sig is no good signature by {agent_keys.pinned}")
+    assert 'Good signature from "Someone Else"' in host.path(BOOT_LOG).read_text()
+
+
+def test_a_key_file_without_the_pinned_fingerprint_is_refused(make_host: MakeHost, agent_keys: SigningKeys) -> None:
+    host = make_host(1)
+    files = serve_agent(host, agent_keys, signer="other", key_file=("other",))
+    result = host.boot(render_boot_script(small_plan(), pinning(agent_keys)), **files)
+    assert_refused(host, result, f"{AGENT_KEY_URL} holds no key {agent_keys.pinned}")
+
+
+def test_a_package_without_a_signature_is_refused(make_host: MakeHost, agent_keys: SigningKeys) -> None:
+    host = make_host(1)
+    result = host.boot(render_boot_script(small_plan(), pinning(agent_keys)),
+                       **serve_agent(host, agent_keys, signer=None))
+    assert result.returncode == 0, result.stdout
+    log = host.path(BOOT_LOG).read_text()
+    assert "curl: (22) The requested URL returned error: 404" in log
+    assert "WARNING: monitoring not started (exit 22)" in log
+    assert agent_installs(host) == [] and not host.path(AGENT_CTL).exists()
+    assert host.started_units()[-1] == "neuron-replica@0"
+
+
+def test_a_host_without_gpg_installs_it_before_verifying(make_host: MakeHost, agent_keys: SigningKeys) -> None:
+    """As on minimal Ubuntu images: the PATH holds every tool of the test machine's but gpg, which
+    the apt-get stub then puts on it."""
+    gpg = shutil.which("gpg")
+    assert gpg is not None
+    host = make_host(1)
+    tools = host.root.parent / "usr-bin"
+    tools.mkdir()
+    for directory in host.env["PATH"].split(os.pathsep)[1:]:
+        for tool in Path(directory).iterdir() if Path(directory).is_dir() else ():
+            if tool.name != "gpg" and not (tools / tool.name).exists():
+                (tools / tool.name).symlink_to(tool)
+    host.env["PATH"] = os.pathsep.join([host.env["PATH"].split(os.pathsep)[0], str(tools)])
+    assert shutil.which("gpg", path=host.env["PATH"]) is None
+    result = host.boot(render_boot_script(small_plan(), pinning(agent_keys)), STUB_GPG=gpg, STUB_APT_BIN=str(tools),
+                       **serve_agent(host, agent_keys))
+    assert result.returncode == 0, result.stdout
+    apt = [a[2:] for a in host.calls("apt-get")]
+    assert apt[:2] == [["update", "-q"], ["install", "-y", "-q", "gpg"]]
+    assert agent_installs(host) and fetch_configs(host)
+
+
+def test_by_default_the_host_trusts_only_the_key_aws_documents() -> None:
+    """The fingerprint the CloudWatch user guide gives ("Verifying the signature of the CloudWatch
+    agent package"): 9376 16F3 450B 7D80 6CBD 9725 D581 6730 3B78 9C72."""
+    documented = "9376 16F3 450B 7D80 6CBD 9725 D581 6730 3B78 9C72"
+    assert documented.replace(" ", "") == AGENT_KEY_FINGERPRINT
+    assert MONITORING.agent_key_fingerprint == AGENT_KEY_FINGERPRINT
+    script = embedded_files(render_boot_script(small_plan(), BootOptions(**MONITORED)))[START_MONITORING]
+    assert f"key={AGENT_KEY_FINGERPRINT}\n" in script
 
 
 def test_an_agent_the_image_ships_is_not_installed_again(make_host: MakeHost) -> None:
@@ -126,9 +248,9 @@ def test_an_agent_the_image_ships_is_not_installed_again(make_host: MakeHost) ->
 
 
 def test_the_agent_ships_the_boot_log_before_the_image_pull_and_the_publisher_then_starts(
-    make_host: MakeHost,
+    make_host: MakeHost, agent_keys: SigningKeys,
 ) -> None:
-    host, _ = monitored_boot(make_host)
+    host, _ = monitored_boot(make_host, agent_keys)
     entries = host.entries()
     [fetch_config] = [n for n, (cmd, _) in enumerate(entries) if cmd == "amazon-cloudwatch-agent-ctl"]
     [pull] = [n for n, (cmd, argv) in enumerate(entries) if cmd == "docker" and argv[0] == "pull"]
@@ -142,8 +264,10 @@ def test_the_agent_ships_the_boot_log_before_the_image_pull_and_the_publisher_th
     assert "After=network-online.target docker.service" in unit
 
 
-def test_each_replica_logs_to_its_own_stream_of_the_replicas_group(make_host: MakeHost) -> None:
-    host, plan = monitored_boot(make_host, make_plan("inf2.24xlarge", 4))
+def test_each_replica_logs_to_its_own_stream_of_the_replicas_group(
+    make_host: MakeHost, agent_keys: SigningKeys,
+) -> None:
+    host, plan = monitored_boot(make_host, agent_keys, make_plan("inf2.24xlarge", 4))
     for replica in plan.replicas:
         assert host.run(RUN_REPLICA, str(replica.index)).returncode == 0
         argv = host.calls("docker")[-1]
@@ -175,20 +299,23 @@ def test_a_failed_agent_download_leaves_a_warning_and_the_host_serves(make_host:
     assert [a[a.index("--status") + 1] for a in host.aws("cloudformation", "signal-resource")] == ["SUCCESS"]
 
 
-def test_an_agent_refusing_its_config_leaves_a_warning_and_the_host_serves(make_host: MakeHost) -> None:
-    host, _ = monitored_boot(make_host, STUB_AGENT_CONFIG_FAIL="1")
+def test_an_agent_refusing_its_config_leaves_a_warning_and_the_host_serves(
+    make_host: MakeHost, agent_keys: SigningKeys,
+) -> None:
+    host, _ = monitored_boot(make_host, agent_keys, STUB_AGENT_CONFIG_FAIL="1")
     assert "WARNING: monitoring not started (exit 1)" in host.path(BOOT_LOG).read_text()
     assert METRICS_UNIT not in host.started_units()
     assert host.started_units()[-1] == "neuron-replica@0"
 
 
 def test_in_the_warm_pool_the_publisher_is_only_enabled_and_the_agent_ships_the_preparation(
-    make_host: MakeHost,
+    make_host: MakeHost, agent_keys: SigningKeys,
 ) -> None:
     plan = small_plan()
     host = make_host(1)
-    options = BootOptions(**MONITORED, signal=SIGNAL, warm_pool_hook=HOOK)
-    result = host.boot(render_boot_script(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped")
+    options = pinning(agent_keys, signal=SIGNAL, warm_pool_hook=HOOK)
+    result = host.boot(render_boot_script(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped",
+                       **serve_agent(host, agent_keys))
     assert result.returncode == 0, result.stdout
     assert ["enable", METRICS_UNIT] in host.calls("systemctl")
     assert METRICS_UNIT not in host.started_units()
@@ -244,11 +371,11 @@ def test_stack_env_reads_the_same_in_bash_as_in_systemd(tmp_path: Path) -> None:
     assert {k: systemd[k] for k in WANTED} == WANTED
 
 
-def test_the_downloaded_publisher_runs_on_the_hosts_python(make_host: MakeHost) -> None:
+def test_the_downloaded_publisher_runs_on_the_hosts_python(make_host: MakeHost, agent_keys: SigningKeys) -> None:
     """With its usage line: the script parses and starts on the host's Python 3."""
     python = shutil.which("python3")
     assert python is not None
-    host, _ = monitored_boot(make_host)
+    host, _ = monitored_boot(make_host, agent_keys)
     result = subprocess.run([python, str(host.path(PUBLISHER))], capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert "CONFIG_JSON" in result.stderr

@@ -12,9 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from bootsim import MARKER, PUBLISHER_SOURCE, Host
+from bootsim import MARKER, PUBLISHER_SOURCE, Host, install_agent
+from test_boot_render import embedded_files
 
-from neuron_serving.render.boot import CHECK_EXPORT
+from neuron_serving.render.boot import CHECK_EXPORT, START_MONITORING
+from neuron_serving.render.metrics import AGENT_KEY_FINGERPRINT
 from tests.cdk.conftest import synthesized
 from tests.harness.aws import ACCOUNT_ID, AwsEmulator
 
@@ -76,7 +78,12 @@ def test_a_synthesized_stack_boots_with_the_real_aws_cli_and_docker_cli(
     publisher = re.search(r"^PUBLISHER=(\S+)$", script, re.M)
     if publisher is not None:
         aws.put_s3_uri(publisher.group(1).strip("'"), PUBLISHER_SOURCE.read_bytes())
+    # The stack trusts only AWS's key for the CloudWatch agent's package, which no test can sign
+    # with (test_boot_monitoring verifies packages signed by a key of its own): here the image
+    # ships the agent.
+    assert f"key={AGENT_KEY_FINGERPRINT}\n" in embedded_files(script)[START_MONITORING]
     host = aws_host(devices)
+    install_agent(host)
     result = host.boot(script)
     assert result.returncode == 0, host.path("/var/log/neuron-serving/boot.log").read_text()
     assert len(host.exports()) == 1

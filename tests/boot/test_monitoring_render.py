@@ -145,6 +145,9 @@ def test_the_monitoring_files_render_the_same_every_time() -> None:
     ({"log_groups": {"boot": "b"}}, r"^monitoring.log_groups \(\{'boot': 'b'\}\) must name a group for each of boot, "),
     ({"log_groups": {**MONITORING.log_groups, "router": "a b"}}, r"^monitoring.log_groups .* must be names without"),
     ({"namespace": "AWS/EC2"}, r"^monitoring.namespace \('AWS/EC2'\) must be 1 to 255 characters"),
+    ({"agent_key_fingerprint": "9376 16F3 450B 7D80 6CBD 9725 D581 6730 3B78 9C72"},
+     r"^monitoring.agent_key_fingerprint \('9376 16F3 .*'\) must be an OpenPGP v4 fingerprint: 40 hexadecimal"),
+    ({"agent_key_fingerprint": "3B789C72"}, r"^monitoring.agent_key_fingerprint \('3B789C72'\) must be"),
 ])
 def test_monitoring_options_name_the_bad_setting(options: dict[str, object], message: str) -> None:
     given = {"service": MONITORING.service, "log_groups": MONITORING.log_groups, **options}

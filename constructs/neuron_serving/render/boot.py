@@ -21,9 +21,10 @@ builds; devices handed to docker stay the real ``/dev/neuronN``):
   ``neuron-serving-ready.service`` (``userdata/complete-lifecycle.sh.j2``,
   ``userdata/neuron-serving-ready.service.j2``);
 - with monitoring, ``/opt/neuron-serving/bin/start-monitoring`` (``userdata/start-monitoring.sh.j2``),
-  which installs the CloudWatch agent when missing and configures it, the metrics publisher
-  ``/opt/neuron-serving/bin/publish-metrics`` (``userdata/publish_metrics.py``) and its unit
-  ``neuron-serving-metrics.service`` (``userdata/neuron-serving-metrics.service.j2``), and
+  which installs the CloudWatch agent when missing (only once AWS's signature of the package
+  verifies, by the key ``MonitoringOptions.agent_key_fingerprint`` pins) and configures it, the
+  metrics publisher ``/opt/neuron-serving/bin/publish-metrics`` (``userdata/publish_metrics.py``)
+  and its unit ``neuron-serving-metrics.service`` (``userdata/neuron-serving-metrics.service.j2``), and
   ``/etc/logrotate.d/neuron-serving-metrics``; see :mod:`~neuron_serving.render.monitoring`;
 - ``/etc/neuron-serving/``: ``stack.env`` (values from the stack), ``replica.env`` (the
   engine's settings all replicas share), ``replicas.table`` (what differs per replica),
@@ -267,7 +268,9 @@ class BootOptions:
         service name and group names may be CDK tokens; the namespace may not). The instance
         role needs logs:CreateLogStream, logs:PutLogEvents and logs:DescribeLogStreams on the
         groups (the agent and docker create the streams); the host downloads the CloudWatch
-        agent from its region's S3 when the image lacks it. Default: no monitoring.
+        agent from its region's S3 when the image lacks it, and installs it only if its
+        signature is a good one by the key ``monitoring.agent_key_fingerprint`` pins (AWS's).
+        Default: no monitoring.
     :param api_keys_secret: name or ARN of the Secrets Manager secret of the endpoint's API keys
         (``neuron_serving/userdata/api_keys.py`` describes it; a CDK token is fine). The router
         then refuses every request without a known key, and ``api-keys sync`` keeps its keys in
@@ -556,6 +559,7 @@ def _monitoring_files(plan: ServingPlan, engine: Engine, monitoring: MonitoringO
         START_MONITORING: _rendered(
             "start-monitoring.sh.j2",
             log_group_variables=[log_group_variable(kind) for kind in AGENT_LOG_KINDS],
+            agent_key_fingerprint=monitoring.agent_key_fingerprint,
             publisher=PUBLISHER,
             unit=METRICS_UNIT,
         ),

@@ -20,6 +20,7 @@ percentiles across replicas and instances correctly rather than averaging per-re
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..plan.engines import Engine
@@ -33,6 +34,15 @@ INTERVAL_SECONDS = 60
 
 EMF_LOG = "/var/log/neuron-serving/metrics.emf"
 """The file of EMF lines the CloudWatch agent ships."""
+
+AGENT_KEY_FINGERPRINT = "937616F3450B7D806CBD9725D58167303B789C72"
+"""The fingerprint of AWS's key "Amazon CloudWatch Agent" (RSA 2048, key id 3B789C72), which
+signs the CloudWatch agent's packages, as the CloudWatch user guide documents it: "Verifying the
+signature of the CloudWatch agent package" (awsdocs/amazon-cloudwatch-user-guide,
+doc_source/verify-CloudWatch-Agent-Package-Signature.md; today
+https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/verify-CloudWatch-Agent-Package-Signature.html),
+``9376 16F3 450B 7D80 6CBD 9725 D581 6730 3B78 9C72``, here as gpg's ``--with-colons`` output
+spells it."""
 
 SERVICE = "Service"
 INSTANCE = "InstanceId"
@@ -156,11 +166,16 @@ class MonitoringOptions:
         through ``stack.env``).
     :param log_groups: the log group name for each of :data:`LOG_KINDS` (tokens are fine).
     :param namespace: the CloudWatch namespace. Default: :data:`DEFAULT_NAMESPACE`.
+    :param agent_key_fingerprint: when the host downloads the CloudWatch agent, it installs the
+        package only if its signature is a good one by the key with this fingerprint (40
+        hexadecimal digits, upper case, no spaces). Default: :data:`AGENT_KEY_FINGERPRINT`,
+        AWS's documented key; set another only if AWS documents a new one.
     """
 
     service: str
     log_groups: dict[str, str]
     namespace: str = DEFAULT_NAMESPACE
+    agent_key_fingerprint: str = AGENT_KEY_FINGERPRINT
 
     def __post_init__(self) -> None:
         problems = Problems()
@@ -175,4 +190,11 @@ class MonitoringOptions:
         if not isinstance(ns, str) or not 1 <= len(ns) <= 255 or ns.startswith("AWS/") or ":" in ns:
             problems.add("monitoring.namespace", ns,
                          "must be 1 to 255 characters, without ':' and not starting with AWS/")
+        key = self.agent_key_fingerprint
+        if not isinstance(key, str) or not _FINGERPRINT.fullmatch(key):
+            problems.add("monitoring.agent_key_fingerprint", key,
+                         "must be an OpenPGP v4 fingerprint: 40 hexadecimal digits, upper case, no spaces")
         problems.raise_if_any()
+
+
+_FINGERPRINT = re.compile(r"[0-9A-F]{40}")

@@ -178,12 +178,28 @@ etc=$R/etc/neuron-serving
 . "$etc/host.env"
 ctl=$R/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl
 if [ ! -x "$ctl" ]; then
+  apt_get() { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+  get() { curl -sSf --retry 4 --retry-all-errors -m 300 -o "$1" "$2"; }
+  url=https://s3.$REGION.amazonaws.com/amazoncloudwatch-agent-$REGION/ubuntu/amd64/latest/amazon-cloudwatch-agent.deb
   deb=$R/var/cache/neuron-serving/amazon-cloudwatch-agent.deb
   mkdir -p "${deb%/*}"
-  curl -sSf --retry 4 --retry-all-errors -m 300 -o "$deb" \
-    "https://s3.$REGION.amazonaws.com/amazoncloudwatch-agent-$REGION/ubuntu/amd64/latest/amazon-cloudwatch-agent.deb"
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$deb"
-  rm -f "$deb"
+  get "$deb" "$url"
+  asc=https://s3.amazonaws.com/amazoncloudwatch-agent/assets/amazon-cloudwatch-agent.gpg
+  get "$deb.sig" "$url.sig"
+  get "$deb.gpg" "$asc"
+  key=937616F3450B7D806CBD9725D58167303B789C72
+  refuse() { echo "CloudWatch agent not installed: $*" >&2; exit 1; }
+  command -v gpg >/dev/null || { apt_get update -q && apt_get install -y -q gpg; }
+  home=$(mktemp -d)
+  trap 'rm -rf "$home"' EXIT
+  g() { gpg --homedir "$home" --batch --no-autostart -q "$@"; }
+  { g --import-options import-export --import "$deb.gpg" >"$home/k" && g --with-colons --show-keys "$home/k"; } |
+    awk -F: -v k="$key" '$1=="pub"{p=1} $1=="fpr"&&p{p=0;ok=ok||$10==k} END{exit !ok}' || refuse "$asc holds no key $key"
+  gpgv --homedir "$home" --keyring "$home/k" --status-fd 1 "$deb.sig" "$deb" |
+    awk -v k="$key" '$2=="NEWSIG"{g=0} $2=="GOODSIG"{g=1} g&&$2=="VALIDSIG"&&$NF==k{ok=1} END{exit !ok}' ||
+    refuse "$url.sig is no good signature by $key"
+  apt_get install -y -q "$deb"
+  rm -f "$deb"*
 fi
 conf=$(<"$etc/cloudwatch-agent.json.in")
 for v in LOG_GROUP_BOOT LOG_GROUP_ROUTER LOG_GROUP_METRICS; do conf=${conf//@$v@/"${!v}"}; done

@@ -13,10 +13,11 @@ digests in :data:`KEYS_FILE`; neither the keys nor the secret's text are ever on
 
 **On the host**, ``api-keys sync`` (run by the boot script before the router starts, then every
 minute by ``neuron-serving-api-keys.timer``) reads the secret with the AWS CLI, whose output comes
-through a pipe (never an argument, a file or a log line); writes the digests to the key file when
-they changed; and hands them to the running router through its runtime API (``prepare acl``,
-``add acl``, ``commit acl``: one atomic switch, no reload, no connection dropped). A secret that
-cannot be read leaves the keys in force unchanged and exits non-zero.
+through a pipe (never an argument, a file or a log line). When the digests changed, it hands them
+to the running router through its runtime API (``prepare acl``, ``add acl``, ``commit acl``: one
+atomic switch, no reload, no connection dropped), then writes them to the key file, which HAProxy
+reads when it starts. A secret that cannot be read, or a router that refuses the switch, leaves
+the keys in force unchanged and exits non-zero.
 
 Standard library only: the host's python3, and the ``neuron-serving`` CLI imports it.
 """
@@ -107,10 +108,10 @@ def parse_secret(text: str) -> tuple[dict[str, str], list[str]]:
     return keys, problems
 
 
-def read_secret(secret_id: str, region: str, aws: str = "aws") -> str:
+def read_secret(secret_id: str, region: str) -> str:
     """The secret's text, read with the AWS CLI; raises ``RuntimeError`` with the CLI's error."""
     result = subprocess.run(
-        [aws, "secretsmanager", "get-secret-value", "--region", region, "--secret-id", secret_id,
+        ["aws", "secretsmanager", "get-secret-value", "--region", region, "--secret-id", secret_id,
          "--query", "SecretString", "--output", "text"],
         capture_output=True, text=True, check=False,
     )
@@ -167,11 +168,10 @@ def update_router(sock_path: str, keys_file: str, digests: Sequence[str]) -> Non
         raise RuntimeError(f"the router refused commit acl: {answer.strip()}")
 
 
-def sync(secret_id: str, region: str, keys_file: str = KEYS_FILE, sock_path: str = RUNTIME_SOCKET,
-         aws: str = "aws") -> int:
+def sync(secret_id: str, region: str, keys_file: str = KEYS_FILE, sock_path: str = RUNTIME_SOCKET) -> int:
     """Bring the key file and the running router in line with the secret; the exit status."""
     try:
-        keys, problems = parse_secret(read_secret(secret_id, region, aws))
+        keys, problems = parse_secret(read_secret(secret_id, region))
     except RuntimeError as err:
         print(f"api-keys: {err}; the keys in force are unchanged", file=sys.stderr)
         return 1

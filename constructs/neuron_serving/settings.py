@@ -44,7 +44,8 @@ OIDC_KEYS = ("oidc_issuer", "oidc_client_id", "oidc_client_secret", "oidc_author
 
 RATE_LIMIT_RANGE = (10, 2_000_000_000)
 """An AWS WAF rate-based rule's limit: 10 to 2e9 requests per evaluation window (WAFV2 API,
-RateBasedStatement.Limit)."""
+RateBasedStatement.Limit, min 10 and max 2000000000 in botocore 1.43.11
+data/wafv2/2019-07-29/service-2.json)."""
 
 _ROLE_PATH = re.compile(r"/(?:[\x21-\x7e]{0,510}/)?")
 """IAM's pattern for a path: / alone, or /.../ of printable ASCII, at most 512 characters."""

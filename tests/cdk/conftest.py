@@ -4,6 +4,7 @@ Each configuration is synthesized once per test session."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +50,12 @@ class Synth:
     def resources(self, resource_type: str) -> dict[str, Any]:
         return {k: v for k, v in self.json["Resources"].items() if v["Type"] == resource_type}
 
+    def host_statements(self) -> list[dict[str, Any]]:
+        """The statements of the host role's policies, in order."""
+        return [s for p in self.resources("AWS::IAM::Policy").values()
+                if any("Host" in r["Ref"] for r in p["Properties"]["Roles"])
+                for s in p["Properties"]["PolicyDocument"]["Statement"]]
+
     def only(self, resource_type: str) -> dict[str, Any]:
         (resource,) = self.resources(resource_type).values()
         return resource["Properties"]
@@ -62,6 +69,17 @@ def synthesize(context: dict[str, Any]) -> Synth:
 
 
 _SYNTHESIZED: dict[str, Synth] = {}
+
+
+def service_authorization_reference() -> dict[str, dict[str, Any]]:
+    """Every service's actions (``"s3:GetObject"``) with their resource types and condition keys, in
+    parliament 1.6.4's copy of AWS's Service Authorization Reference (``parliament/iam_definition.json``;
+    a prefix some services share, such as ``ssmmessages``, merges them). The file is read, not
+    imported: parliament's own module needs ``pkg_resources``, which setuptools 84 no longer has."""
+    spec = importlib.util.find_spec("parliament")
+    assert spec is not None and spec.submodule_search_locations is not None
+    definitions = json.loads((Path(spec.submodule_search_locations[0]) / "iam_definition.json").read_text())
+    return {f"{service['prefix']}:{p['privilege']}": p for service in definitions for p in service["privileges"]}
 
 
 def synthesized(**context: Any) -> Synth:

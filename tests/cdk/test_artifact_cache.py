@@ -3,9 +3,7 @@ the explicit denies that make a completion marker write-once and the bucket's hi
 to read, never to erase. Each action, resource type and condition key is checked against AWS's
 Service Authorization Reference as parliament 1.6.4 ships it."""
 
-import importlib.util
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +12,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
 from neuron_serving import NeuronArtifactCache, ServingConfigError
+
+from .conftest import service_authorization_reference
 
 
 def _cache_id(template: Any) -> str:
@@ -35,11 +35,8 @@ def _arn(value: Any, bucket: str) -> str:
 def _cache_statements(template: Any) -> list[dict[str, Any]]:
     """The host role's statements on the cache bucket, resources as text (``<bucket>/exports/*``)."""
     bucket = _cache_id(template)
-    statements = [s for p in template.resources("AWS::IAM::Policy").values()
-                  if any("Host" in r["Ref"] for r in p["Properties"]["Roles"])
-                  for s in p["Properties"]["PolicyDocument"]["Statement"]]
     cached = []
-    for statement in statements:
+    for statement in template.host_statements():
         resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
         texts = [_arn(r, bucket) for r in resources if bucket in json.dumps(r)]
         if texts:
@@ -103,25 +100,13 @@ def test_a_noncurrent_version_expiration_that_s3_cannot_take_fails_naming_the_pr
         _cache_template(noncurrent_version_expiration=expiration)
 
 
-def _service_authorization_reference() -> dict[str, Any]:
-    """Amazon S3's actions, resource types and condition keys in parliament 1.6.4's copy of the
-    Service Authorization Reference (``parliament/iam_definition.json``). The file is read, not
-    imported: parliament's own module needs ``pkg_resources``, which setuptools 84 no longer has."""
-    spec = importlib.util.find_spec("parliament")
-    assert spec is not None and spec.submodule_search_locations is not None
-    definitions = json.loads((Path(spec.submodule_search_locations[0]) / "iam_definition.json").read_text())
-    (s3,) = [service for service in definitions if service["prefix"] == "s3"]
-    return {p["privilege"]: p for p in s3["privileges"]}
-
-
 def test_every_cache_action_resource_type_and_condition_key_is_one_aws_defines(synth):
-    privileges = _service_authorization_reference()
+    privileges = service_authorization_reference()
     for statement in _cache_statements(synth()):
         resource_type = "bucket" if statement["Resource"] == ["<bucket>"] else "object"
         for action in _actions(statement):
-            service, name = action.split(":")
-            assert service == "s3" and name in privileges, action
-            kinds = privileges[name]["resource_types"]
+            assert action.startswith("s3:") and action in privileges, action
+            kinds = privileges[action]["resource_types"]
             assert f"{resource_type}*" in {k["resource_type"] for k in kinds}, (action, resource_type)
             keys = {key for k in kinds for key in k["condition_keys"]}
             for operator in statement.get("Condition", {}).values():

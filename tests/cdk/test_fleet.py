@@ -53,11 +53,6 @@ def _fronted_fleet(stack: Stack, vpc: ec2.Vpc, plan, host, **fleet_props) -> Neu
     return fleet
 
 
-def _host_policies(synth):
-    return [p["Properties"]["PolicyDocument"]["Statement"] for p in synth.resources("AWS::IAM::Policy").values()
-            if any("Host" in r["Ref"] for r in p["Properties"]["Roles"])]
-
-
 def test_fleet_waits_for_a_signal_from_each_of_min_capacity_hosts(synth):
     logical_id, group = _group(synth(**FLEET))
     minutes = boot_minutes(plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge")))
@@ -151,7 +146,7 @@ def test_warm_pool_keeps_stopped_hosts_and_a_launch_hook_the_boot_script_complet
     assert hook["LifecycleHookName"] == options.warm_pool_hook.hook_name
     assert hook["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_LAUNCHING"
     assert _group(template)[1]["Properties"]["AutoScalingGroupName"] == options.warm_pool_hook.group_name
-    statements = [s for policy in _host_policies(template) for s in policy]
+    statements = template.host_statements()
     lifecycle = ["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"]
     (complete,) = [s for s in statements if s["Action"] == lifecycle]
     assert options.warm_pool_hook.group_name in json.dumps(complete["Resource"])
@@ -196,7 +191,7 @@ def test_artifact_cache_bucket_is_encrypted_private_and_ssl_only(synth):
 def test_host_may_use_only_the_cache_prefix_and_signal_its_own_stack(synth):
     template = synth(**FLEET)
     # What it is allowed; the cache's explicit denies are tests/cdk/test_artifact_cache.py's.
-    statements = [s for policy in _host_policies(template) for s in policy if s["Effect"] == "Allow"]
+    statements = [s for s in template.host_statements() if s["Effect"] == "Allow"]
     by_action = {json.dumps(s["Action"]): s for s in statements}
     objects = by_action[json.dumps(sorted(CACHE_OBJECT_ACTIONS))]
     assert not any("*" in action for action in objects["Action"])
@@ -222,7 +217,7 @@ def test_boot_script_gets_the_cache_uri(synth):
 def test_a_prebuilt_s3_export_is_read_only_and_replaces_the_cache(synth):
     template = synth(prebuilt_export="s3://team-exports/llama3-8b/tp2")
     assert template.stack.artifact_cache is None
-    statements = [s for policy in _host_policies(template) for s in policy]
+    statements = template.host_statements()
     # One statement reads the export's objects and the metrics publisher (CDK merges them).
     (read,) = [s for s in statements if s["Action"] == "s3:GetObject"]
     assert {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":s3:::team-exports/llama3-8b/tp2/*"]]} in read[

@@ -19,7 +19,7 @@ from neuron_serving import NeuronLlamaStack, ServingConfigError, StackSettings
 from neuron_serving.cdk.endpoint import NeuronServingEndpoint
 from neuron_serving.render.router import KEYS_FILE
 
-from .conftest import CERTIFICATE, FEATURE_FLAGS, synthesize
+from .conftest import CERTIFICATE, FEATURE_FLAGS, service_authorization_reference, synthesize
 
 INTERNET = {"internet_facing": "true", "allowed_cidrs": "203.0.113.0/24", "certificate_arn": CERTIFICATE}
 OIDC = {"oidc_issuer": "https://idp.example.com", "oidc_client_id": "alb", "oidc_client_secret": "oidc/alb-secret",
@@ -28,16 +28,14 @@ OIDC = {"oidc_issuer": "https://idp.example.com", "oidc_client_id": "alb", "oidc
         "oidc_user_info_endpoint": "https://idp.example.com/userinfo"}
 
 
-def _host_statements(template) -> list[dict]:
-    return [s for r in template.resources("AWS::IAM::Policy").values()
-            if any("HostRole" in ref.get("Ref", "") for ref in r["Properties"]["Roles"])
-            for s in r["Properties"]["PolicyDocument"]["Statement"]]
+def _split(script: str) -> tuple[str, str]:
+    """The boot script without its compressed bundle, and the bundle's files decoded."""
+    bundle = script.split("base64 -d <<'EOF' | gunzip\n", 1)[1].split("EOF\n", 1)[0]
+    return script.replace(bundle, ""), gzip.decompress(base64.b64decode(bundle)).decode()
 
 
 def _router_config(template) -> str:
-    script = template.stack.boot_script.script
-    bundle = script.split("base64 -d <<'EOF' | gunzip\n", 1)[1].split("EOF\n", 1)[0]
-    files = gzip.decompress(base64.b64decode(bundle)).decode()
+    _, files = _split(template.stack.boot_script.script)
     return files.split("put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
 
 
@@ -82,7 +80,7 @@ def test_api_keys_are_on_by_default_when_internet_facing_with_a_new_empty_secret
     assert secret["Properties"]["SecretString"] == "{}"
     assert template.json["Outputs"]["ApiKeysSecretArn"]["Value"] == {"Ref": secret_id}
     assert f"-f {KEYS_FILE}" in _router_config(template)
-    readable = [s for s in _host_statements(template) if "secretsmanager" in json.dumps(s)]
+    readable = [s for s in template.host_statements() if "secretsmanager" in json.dumps(s)]
     assert readable == [{"Action": ["secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue"],
                          "Effect": "Allow", "Resource": {"Ref": secret_id}}]
     assert template.stack.boot_script.options.api_keys_secret == template.stack.api_keys_secret.secret_arn
@@ -100,7 +98,7 @@ def test_an_internal_endpoint_has_no_api_keys_unless_asked(synth):
 def test_an_existing_keys_secret_is_read_by_name_and_never_created(synth):
     template = synth(api_keys="true", api_keys_secret="team/llm-keys")
     assert not template.resources("AWS::SecretsManager::Secret")
-    readable = [s for s in _host_statements(template) if "secretsmanager" in json.dumps(s)]
+    readable = [s for s in template.host_statements() if "secretsmanager" in json.dumps(s)]
     assert ":secret:team/llm-keys-??????" in json.dumps(readable)
     assert template.stack.boot_script.options.api_keys_secret == "team/llm-keys"
 
@@ -109,7 +107,7 @@ def test_the_key_sync_is_an_asset_the_host_may_read(synth):
     template = synth(api_keys="true")
     program = template.stack.boot_script.api_keys_program
     assert program is not None
-    gets = [s for s in _host_statements(template) if s["Action"] == "s3:GetObject"]
+    gets = [s for s in template.host_statements() if s["Action"] == "s3:GetObject"]
     assert any(program.s3_object_key in json.dumps(s["Resource"]) for s in gets)
 
 
@@ -134,6 +132,15 @@ def test_oidc_signs_browsers_in_while_bearer_requests_go_to_the_routers_key_chec
         "HttpHeaderName": "Authorization", "Values": ["Bearer *"]}}]
     assert [a["Type"] for a in rule["Actions"]] == ["forward"]
     assert "acl signed_in req.hdr_cnt(x-amzn-oidc-identity) gt 0" in _router_config(template)
+
+
+def test_oidc_without_api_keys_signs_everyone_in_at_the_load_balancer_alone(synth):
+    template = synth(certificate_arn=CERTIFICATE, **OIDC)
+    https = next(r["Properties"] for r in template.resources("AWS::ElasticLoadBalancingV2::Listener").values()
+                 if r["Properties"]["Port"] == 443)
+    assert [a["Type"] for a in https["DefaultActions"]] == ["authenticate-oidc", "forward"]
+    assert not template.resources("AWS::ElasticLoadBalancingV2::ListenerRule")
+    assert "known_key" not in _router_config(template) and "signed_in" not in _router_config(template)
 
 
 def test_oidc_needs_every_setting_and_https():
@@ -174,9 +181,24 @@ def test_a_rate_limit_outside_wafs_range_is_refused(limit: str):
 def test_session_manager_is_granted_without_the_managed_policy_that_reads_every_parameter(synth):
     template = synth()
     assert "AmazonSSMManagedInstanceCore" not in json.dumps(template.json)
-    assert "ssm:GetParameter" not in json.dumps(_host_statements(template))
-    (register,) = [s for s in _host_statements(template) if s["Action"] == "ssm:UpdateInstanceInformation"]
+    assert "ssm:GetParameter" not in json.dumps(template.host_statements())
+    (register,) = [s for s in template.host_statements() if s["Action"] == "ssm:UpdateInstanceInformation"]
     assert register["Resource"]["Fn::Join"][1][-1] == ":instance/*"
+
+
+@pytest.mark.parametrize("context", [{}, {"fleet": "asg", "warm_pool": "true", "hf_token_secret": "hf/token",
+                                      "api_keys": "true"}])
+def test_every_host_action_is_one_aws_defines_and_star_only_where_it_names_no_resource(synth, context):
+    reference = service_authorization_reference()
+    for statement in synth(**context).host_statements():
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        for action in actions:
+            assert action in reference, action
+            if statement["Resource"] == "*":
+                assert [t["resource_type"] for t in reference[action]["resource_types"]] == [""], action
+    # ssm:UpdateInstanceInformation may name the instance (arn:...:ec2:...:instance/<id>).
+    kinds = {t["resource_type"] for t in reference["ssm:UpdateInstanceInformation"]["resource_types"]}
+    assert "instance" in kinds
 
 
 def test_a_permissions_boundary_and_a_path_apply_to_every_role_of_the_stack(synth):
@@ -227,10 +249,7 @@ def test_no_secret_in_the_cloud_assembly_or_any_rendered_script(tmp_path: Path):
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     app.synth()
     texts = _texts(tmp_path)
-    script = stack.boot_script.script
-    bundle = script.split("base64 -d <<'EOF' | gunzip\n", 1)[1].split("EOF\n", 1)[0]
-    texts["boot script"] = script.replace(bundle, "")
-    texts["boot script's files"] = gzip.decompress(base64.b64decode(bundle)).decode()
+    texts["boot script"], texts["boot script's files"] = _split(stack.boot_script.script)
     # The assets are there too: the key sync and the metrics publisher.
     assert any("def update_router" in t for t in texts.values())
     assert any("class Publisher" in t for t in texts.values())

@@ -130,11 +130,6 @@ def test_a_malformed_digest_fails_synthesis_naming_image():
         synthesize({"image": f"{TGI_3_3_5.reference}@sha256:ABC"})
 
 
-def _host_statements(template):
-    return [s for p in template.resources("AWS::IAM::Policy").values()
-            if any("Host" in r["Ref"] for r in p["Properties"]["Roles"])
-            for s in p["Properties"]["PolicyDocument"]["Statement"]]
-
 
 def test_instance_role_has_session_manager_the_cache_and_its_signal_only(synth):
     template = synth()
@@ -144,18 +139,18 @@ def test_instance_role_has_session_manager_the_cache_and_its_signal_only(synth):
     (role,) = roles
     assert "ManagedPolicyArns" not in role
     # What it is allowed; the cache's explicit denies are tests/cdk/test_artifact_cache.py's.
-    actions = sorted(json.dumps(s["Action"]) for s in _host_statements(template) if s["Effect"] == "Allow")
+    actions = sorted(json.dumps(s["Action"]) for s in template.host_statements() if s["Effect"] == "Allow")
     assert actions == sorted(json.dumps(a) for a in (
         "ssm:UpdateInstanceInformation", list(SESSION_MANAGER_ACTIONS),
         ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:PutObject"], "s3:ListBucket",
         "cloudformation:SignalResource", ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
         "s3:GetObject"))
-    assert "secretsmanager" not in json.dumps(_host_statements(template))
+    assert "secretsmanager" not in json.dumps(template.host_statements())
 
 
 def test_the_token_secret_is_readable_by_the_instance_and_never_in_the_template(synth):
     template = synth(hf_token_secret="arn:aws:secretsmanager:us-east-1:111122223333:secret:hf-AbCdEf")
-    (statement,) = [s for s in _host_statements(template) if "secretsmanager" in json.dumps(s)]
+    (statement,) = [s for s in template.host_statements() if "secretsmanager" in json.dumps(s)]
     assert statement == {
         "Action": ["secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue"],
         "Effect": "Allow",
@@ -166,7 +161,7 @@ def test_the_token_secret_is_readable_by_the_instance_and_never_in_the_template(
 
 def test_a_token_secret_given_by_name_is_granted_by_name_pattern(synth):
     template = synth(hf_token_secret="hf/token")
-    (statement,) = [s for s in _host_statements(template) if "secretsmanager" in json.dumps(s)]
+    (statement,) = [s for s in template.host_statements() if "secretsmanager" in json.dumps(s)]
     assert ":secret:hf/token-??????" in json.dumps(statement["Resource"])
 
 

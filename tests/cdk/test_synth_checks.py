@@ -10,7 +10,7 @@ import aws_cdk
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from .conftest import CERTIFICATE, SNAPSHOT_CONFIGS, synthesize
+from .conftest import CERTIFICATE, SNAPSHOT_CONFIGS, synthesize, synthesized
 
 CHECKOV = Path(__file__).resolve().parents[2] / ".tools" / "checkov" / "bin" / "checkov"
 """checkov in a venv of its own (tests/harness/requirements-checkov.txt; scripts/test makes it)."""
@@ -52,7 +52,7 @@ def gated_templates(tmp_path_factory) -> list[str]:
     paths = []
     for name, context in LINTED_CONFIGS.items():
         path = directory / f"{name}.json"
-        path.write_text(json.dumps(synthesize(context).json))
+        path.write_text(json.dumps(synthesized(**context).json))
         paths.append(str(path))
     return paths
 
@@ -98,7 +98,7 @@ def exceptions(context: dict) -> dict[str, str]:
     """Every cdk-nag acknowledgment (``aws:cdk:acknowledged-rules`` metadata, by construct path)
     and every checkov skip (``Metadata.checkov.skip``, by logical id) of one configuration, with
     its reason."""
-    synth = synthesize(context)
+    synth = synthesized(**context)
     found = {}
     for construct in synth.stack.node.find_all():
         for entry in construct.node.metadata:

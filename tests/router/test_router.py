@@ -22,11 +22,15 @@ from neuron_serving.render.router import render_router_config
 StartRouter = Callable[..., Router]
 
 
-@pytest.mark.parametrize("replicas", [1, 3, 12])
-def test_haproxy_accepts_rendered_config_without_warnings(haproxy_bin: str, tmp_path: Path,
-                                                           replicas: int) -> None:
+@pytest.mark.parametrize(("replicas", "auth"), [(1, {}), (3, {}), (12, {}), (3, {"api_keys": True}),
+                                               (12, {"api_keys": True, "load_balancer_authentication": True})])
+def test_haproxy_accepts_rendered_config_without_warnings(haproxy_bin: str, tmp_path: Path, replicas: int,
+                                                           auth: dict[str, bool]) -> None:
     config = tmp_path / "haproxy.cfg"
-    config.write_text(render_router_config(make_plan(replicas)))
+    keys = tmp_path / "api-keys.sha256"
+    keys.write_text("")
+    config.write_text(render_router_config(make_plan(replicas), keys_file=str(keys),
+                                           runtime_socket=str(tmp_path / "admin.sock"), **auth))
 
     result = subprocess.run([haproxy_bin, "-c", "-f", str(config)], capture_output=True, text=True,
                             timeout=30, check=False)

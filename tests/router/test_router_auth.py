@@ -5,7 +5,6 @@ keys through its runtime API."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,12 +20,11 @@ from neuron_serving.plan.engines import engine
 from neuron_serving.render.metrics import LOG_KINDS, MonitoringOptions
 from neuron_serving.render.monitoring import render_publisher_config
 from neuron_serving.render.router import NOT_FOUND_BODY, UNAUTHORIZED_BODY, render_router_config
-from neuron_serving.userdata import api_keys
+from neuron_serving.userdata import api_keys, publish_metrics
 from tests.harness.aws import AwsEmulator
 
 StartRouter = Callable[..., Router]
 SYNC = Path(api_keys.__file__)
-PUBLISHER = SYNC.parent / "publish_metrics.py"
 ALICE, BOB = api_keys.new_key(), api_keys.new_key()
 
 
@@ -128,12 +126,7 @@ def test_the_publisher_turns_the_routers_refusals_into_unauthorized_requests(sec
     plan = make_plan(1)
     options = MonitoringOptions(service="s", log_groups=dict.fromkeys(LOG_KINDS, "g"))
     config = json.loads(render_publisher_config(plan, engine("tgi"), options))
-    spec = importlib.util.spec_from_file_location("publish_metrics_auth", PUBLISHER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    publisher = module.Publisher(config, "s", "i-1")
+    publisher = publish_metrics.Publisher(config, "s", "i-1")
 
     def scrape() -> list[float]:
         page = http_request(router.metrics_port, "GET", "/metrics").body.decode()

@@ -17,12 +17,15 @@ from constructs import Construct
 
 from ..plan.errors import Problems
 from ..render.router import STREAM_TIMEOUT_SECONDS
+from ..settings import RATE_LIMIT_RANGE
 from .buckets import log_bucket
 from .scanners import skip_checkov
 
 DEFAULT_IDLE_TIMEOUT = Duration.seconds(300)
 RATE_LIMIT_WINDOW_SECONDS = 300
-"""The window of the rate-based rule's count (AWS WAF: 60, 120, 300 or 600 seconds)."""
+"""The window of the rate-based rule's count: 60, 120, 300 or 600 seconds (WAFV2 API,
+RateBasedStatement.EvaluationWindowSec; botocore 1.43.11 data/wafv2/2019-07-29/service-2.json).
+cfn-lint checks the template against CloudFormation's schema of it."""
 API_KEY_RULE_PRIORITY = 10
 
 
@@ -116,8 +119,9 @@ class NeuronServingEndpoint(Construct):
         if oidc is not None and certificate is None:
             problems.add("certificate", None, "is required with oidc: a load balancer signs users in on an HTTPS "
                          "listener only")
-        if rate_limit is not None and not 10 <= rate_limit <= 2_000_000_000:
-            problems.add("rate_limit", rate_limit, "must be 10 to 2000000000 requests per 5 minutes "
+        low, high = RATE_LIMIT_RANGE
+        if rate_limit is not None and not low <= rate_limit <= high:
+            problems.add("rate_limit", rate_limit, f"must be {low} to {high} requests per 5 minutes "
                          "(AWS WAF's rate-based rule limits)")
         networks = []
         for cidr in allowed_cidrs:
@@ -203,9 +207,10 @@ class NeuronServingEndpoint(Construct):
                 ),
             )
             if oidc is not None and api_keys:
-                # ALB header conditions compare case-insensitively, with * as a wildcard (ELBv2 API,
-                # HttpHeaderConditionConfig). Every request without a bearer token passes the sign-in;
-                # every request with one goes to the routers, which refuse it unless its key is known.
+                # ALB header conditions compare values case-insensitively, with * as a wildcard (ELBv2
+                # API, HttpHeaderConditionConfig; botocore 1.43.11 data/elbv2/2015-12-01/service-2.json).
+                # Every request without a bearer token passes the sign-in; every request with one goes
+                # to the routers, which refuse it unless its key is known.
                 self.listener.add_action(
                     "ApiKeyClients",
                     priority=API_KEY_RULE_PRIORITY,

@@ -117,7 +117,8 @@ class NeuronLlamaStack(Stack):
             image=settings.image,
             hf_token_secret=secret,
             api_keys_secret=self.api_keys_secret,
-            load_balancer_authentication=bool(settings.oidc),
+            # Signed-in browsers pass a router that checks keys; without keys it checks nothing.
+            load_balancer_authentication=bool(settings.oidc) and settings.api_keys,
             artifact_cache=self.artifact_cache,
             prebuilt_export=settings.prebuilt_export,
             model_revision=settings.model_revision,

@@ -13,6 +13,9 @@ from ..plan.engines import DEFAULT_ENGINE, Engine
 from ..plan.engines import engine as find_engine
 from ..plan.errors import Problems
 from ..plan.layout import ServingPlan
+
+# The key file the host's key sync writes and the runtime socket it talks to: its constants.
+from ..userdata.api_keys import KEYS_FILE, RUNTIME_SOCKET
 from .templates import render
 
 ROUTER_METRICS_PORT = 8404
@@ -39,13 +42,6 @@ MIN_GLOBAL_MAXCONN = 4096
 """Floor of the router's connection limit, whatever the plan: ALB connections are cheap."""
 
 TEMPLATE = "haproxy.cfg.j2"
-
-KEYS_FILE = "/etc/haproxy/api-keys.sha256"
-"""The router's API key digests, one per line, which ``api-keys sync`` keeps in line with the
-keys' secret (``neuron_serving/userdata/api_keys.py``, whose ``KEYS_FILE`` this is)."""
-
-RUNTIME_SOCKET = "/run/haproxy/admin.sock"
-"""The router's runtime API socket (``api_keys.RUNTIME_SOCKET``)."""
 
 LOG_TARGET = "/dev/log"
 """journald's syslog socket on Ubuntu, which the Debian package's rsyslog rule writes to

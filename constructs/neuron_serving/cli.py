@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .ops.aws import Aws, Explainer, OpsError, run_aws, stack_not_found
 from .plan.errors import ServingConfigError
 from .plan.instances import INSTANCES
 from .plan.layout import GIB, ServingRequest, degree_options, plan_serving
@@ -135,7 +136,7 @@ def plan_command(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-class ApiKeyError(Exception):
+class ApiKeyError(OpsError):
     """A failure of an ``api-key`` command that the user can act on. Its message never holds a key."""
 
 
@@ -148,52 +149,35 @@ class _SecretState:
     entries: dict[str, Any]
 
 
-_CREDENTIAL_CODES = frozenset({
-    "ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId", "UnrecognizedClientException",
-    "SignatureDoesNotMatch", "InvalidSignatureException", "IncompleteSignature",
-})
-
-
 class _Aws:
-    """The AWS calls of the ``api-key`` commands, each turned into an :class:`ApiKeyError` when it fails."""
+    """The AWS calls of the ``api-key`` commands, each turned into an :class:`OpsError` when it fails."""
 
-    def __init__(self, session: Any, stack: str, secret: str | None) -> None:
-        self._session = session
-        self._clients: dict[str, Any] = {}
+    def __init__(self, aws: Aws, stack: str, secret: str | None) -> None:
+        self._aws = aws
         self.stack = stack
         self.named_secret = secret
         self.secret_id = secret
 
     def _call(self, service: str, operation: str, resource: str, **params: Any) -> Any:
-        from botocore.exceptions import ClientError
+        return self._aws.call(service, operation, resource, explain=self._explainer(service, resource), **params)
 
-        if service not in self._clients:
-            self._clients[service] = self._session.client(service)
-        client = self._clients[service]
-        try:
-            return getattr(client, operation)(**params)
-        except ClientError as err:
-            action = f"{service}:{client.meta.method_to_api_mapping[operation]}"
-            raise ApiKeyError(self._explain(err, action, resource, client.meta.region_name)) from None
+    def _explainer(self, service: str, resource: str) -> Explainer:
+        region = self._aws.region
 
-    def _explain(self, err: Any, action: str, resource: str, region: str) -> str:
-        code = err.response.get("Error", {}).get("Code", "")
-        message = err.response.get("Error", {}).get("Message", "")
-        if code in ("AccessDenied", "AccessDeniedException"):
-            return f"access denied: your AWS identity needs {action} on {resource} (AWS: {message})"
-        if code in _CREDENTIAL_CODES:
-            return f"AWS refused the credentials ({code}: {message}): refresh or replace them"
-        if action == "cloudformation:DescribeStacks" and code == "ValidationError" and "does not exist" in message:
-            return (f"stack {self.stack} not found in {region}: name it with --stack, its region with --region, "
-                    "or the secret itself with --secret")
-        if code == "ResourceNotFoundException" and action.startswith("secretsmanager:"):
-            if "staging label" in message or "secret value" in message:
-                return (f"secret {resource} has no value yet: give it an empty set of keys with "
-                        f"`aws secretsmanager put-secret-value --secret-id {resource} --secret-string '{{}}'`")
-            return (f"secret {resource} not found in {region}" + (
-                f" (named by stack {self.stack}'s {SECRET_OUTPUT} output: was it deleted?)" if self.named_secret is None
-                else ": check --secret and --region"))
-        return f"{action} on {resource} failed: {code}: {message}"
+        def explain(code: str, message: str) -> str | None:
+            if service == "cloudformation":
+                said = stack_not_found(self.stack, region)(code, message)
+                return said and f"{said}, or the secret itself with --secret"
+            if code == "ResourceNotFoundException" and service == "secretsmanager":
+                if "staging label" in message or "secret value" in message:
+                    return (f"secret {resource} has no value yet: give it an empty set of keys with "
+                            f"`aws secretsmanager put-secret-value --secret-id {resource} --secret-string '{{}}'`")
+                return (f"secret {resource} not found in {region}" + (
+                    f" (named by stack {self.stack}'s {SECRET_OUTPUT} output: was it deleted?)"
+                    if self.named_secret is None else ": check --secret and --region"))
+            return None
+
+        return explain
 
     def find_secret(self) -> str:
         """The secret's name or ARN: ``--secret``, else the stack's :data:`SECRET_OUTPUT` output."""
@@ -305,25 +289,13 @@ _ACTIONS: dict[str, Callable[[_Aws, Any], None]] = {
 
 def api_key_command(args: argparse.Namespace) -> int:
     """Run one ``api-key`` action; every failure is a line on stderr and exit status 1, never a traceback."""
-    import boto3
-    from botocore.exceptions import BotoCoreError, NoCredentialsError, NoRegionError
 
-    try:
-        aws = _Aws(boto3.session.Session(region_name=args.region), args.stack or DEFAULT_STACK, args.secret)
+    def command() -> int:
+        aws = _Aws(Aws.connect(args.region), args.stack or DEFAULT_STACK, args.secret)
         _ACTIONS[args.action](aws, getattr(args, "name", None))
-    except ApiKeyError as err:
-        problem = str(err)
-    except NoCredentialsError:
-        problem = ("no AWS credentials found: configure them (`aws configure`, `aws sso login`, AWS_PROFILE, or "
-                   "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
-    except NoRegionError:
-        problem = "no AWS region: pass --region, or set AWS_REGION or the profile's region"
-    except BotoCoreError as err:
-        problem = f"AWS call failed: {err}"
-    else:
         return 0
-    print(f"neuron-serving: {problem}", file=sys.stderr)
-    return 1
+
+    return run_aws(command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

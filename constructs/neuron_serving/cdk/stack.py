@@ -3,6 +3,7 @@ with its dashboard and alarms."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import jsii
@@ -28,6 +29,7 @@ from constructs import Construct, IConstruct
 
 from ..plan.engines import check_dlami_parameter
 from ..plan.layout import ServingPlan, plan_serving
+from ..plan.phases import phase_minutes
 from ..plan.timing import boot_minutes, longest_generation_seconds
 from ..render.boot import ReadinessSignal, WarmPoolHook
 from ..render.router import STREAM_TIMEOUT_SECONDS
@@ -294,6 +296,15 @@ class NeuronLlamaStack(Stack):
             value=f"{plan.instance.name} {plan.model_id}: {plan.describe()}",
             description="Each replica's Neuron devices, cores and host port",
         )
+        # What `neuron-serving status`, `logs` and `smoke` read (neuron_serving/ops): the engine (its
+        # routes), the target group (its health), the router's port (Session Manager forwarding to a
+        # host) and each boot phase's estimate.
+        CfnOutput(self, "Engine", value=engine.name, description="The serving engine")
+        CfnOutput(self, "TargetGroupArn", value=self.endpoint.target_group.target_group_arn,
+                  description="The load balancer's target group of the hosts' routers")
+        CfnOutput(self, "RouterPort", value=str(plan.router_port), description="Each host's router port")
+        CfnOutput(self, "BootPhaseMinutes", value=json.dumps(phase_minutes(plan), sort_keys=True),
+                  description="Estimated minutes of the boot's phases (neuron_serving.plan.phases)")
         if self.api_keys_secret is not None:
             CfnOutput(self, "ApiKeysSecretArn", value=self.api_keys_secret.secret_arn,
                       description="The API keys' secret: neuron-serving api-key create <name> --stack "

@@ -16,6 +16,12 @@ EXPORT_MINUTES_PER_BILLION = 4
 system guide), growing with the parameter count; 20 + 4 per billion gives 52 minutes for 8B and
 about 5 hours for 70B."""
 
+DOWNLOAD_BASE_MINUTES = 2
+DOWNLOAD_MINUTES_PER_BILLION = 0.5
+"""Downloading a finished export (artifact cache, prebuilt export): about 2 bytes per parameter
+in bf16 (16 GB for 8B), at a stated floor of about 100 MB/s from S3 or the Hub; 6 minutes for 8B
+and 37 for 70B."""
+
 LOAD_BASE_MINUTES = 10
 LOAD_MINUTES_PER_BILLION = 0.5
 """Loading the compiled model onto the NeuronCores, and TGI's warm-up."""
@@ -38,6 +44,8 @@ def boot_minutes(plan: ServingPlan, *, exports: bool = True) -> int:
     minutes = PULL_MINUTES + LOAD_BASE_MINUTES + LOAD_MINUTES_PER_BILLION * billions
     if exports:
         minutes += EXPORT_BASE_MINUTES + EXPORT_MINUTES_PER_BILLION * billions
+    else:
+        minutes += DOWNLOAD_BASE_MINUTES + DOWNLOAD_MINUTES_PER_BILLION * billions
     return min(math.ceil(minutes), MAX_CLOUDFORMATION_MINUTES)
 
 

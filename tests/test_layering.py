@@ -81,3 +81,15 @@ def test_templates_ship_inside_the_wheel(tmp_path):
     assert templates
     assert {n.rsplit("/", 1)[-1] for n in names if n.startswith("neuron_serving/userdata/")} >= templates
     assert "neuron_serving/py.typed" in names
+    assert "neuron_serving/ops/aws.py" in names
+
+
+def test_only_the_cli_and_its_ops_layer_import_boto3_rich_or_ops():
+    # A CDK app that imports the constructs needs neither boto3 nor rich; the api-key commands and
+    # neuron_serving.ops import them only where a command runs.
+    operator = ("boto3", "botocore", "rich", ".ops", "..ops")
+    for layer in ("plan", "render", "cdk"):
+        for path in (PACKAGE / layer).rglob("*.py"):
+            assert not any(name.startswith(operator) for name in _imports(path)), path
+    for name in ("__init__.py", "settings.py"):
+        assert not any(n.startswith(operator) for n in _imports(PACKAGE / name)), name

@@ -56,9 +56,9 @@ catalog (trn1n counts against Trn). Codes and names as listed by ListServiceQuot
 brennerm/aws-quota-checker aws_quota/check/ec2.py (Inf) and scttfrdmn/mycelium
 truffle/pkg/quotas/quotas.go (QuotaCodeInf, QuotaCodeTrn)."""
 
-QUOTA_FAMILY_PATTERNS = {"inf2": "inf*", "trn1": "trn*"}
-"""EC2 instance-type filters (``*`` wildcards, EC2 API DescribeInstances Filters) for the instances
-counting against the same quota: every Inf or Trn generation shares it."""
+QUOTA_TYPE_PREFIXES = {"inf2": "inf", "trn1": "trn"}
+"""The instance types counting against the same quota: every Inf (or Trn) generation shares it, as
+the quota's name says. Matched here rather than with an EC2 filter wildcard."""
 
 @dataclass(frozen=True)
 class Check:
@@ -299,13 +299,13 @@ def _running_vcpus(aws: Aws, family: str) -> int:
     """vCPUs of the pending and running on-demand instances of the family's quota (spot instances
     count against the spot quota instead)."""
     reservations = aws.pages("ec2", "describe_instances", f"{family} instances", "Reservations",
-                             Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]},
-                                      {"Name": "instance-type", "Values": [QUOTA_FAMILY_PATTERNS[family]]}])
+                             Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
     total = 0
     for instance in (i for r in reservations for i in r.get("Instances", [])):
-        if instance.get("InstanceLifecycle") == "spot":
+        kind = str(instance.get("InstanceType", ""))
+        if instance.get("InstanceLifecycle") == "spot" or not kind.startswith(QUOTA_TYPE_PREFIXES[family]):
             continue
-        known = INSTANCES.get(str(instance.get("InstanceType")))
+        known = INSTANCES.get(kind)
         cpu = instance.get("CpuOptions") or {}
         total += known.vcpus if known else int(cpu.get("CoreCount", 0)) * int(cpu.get("ThreadsPerCore", 1))
     return total
@@ -459,8 +459,7 @@ def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> Non
     parser = commands.add_parser(
         "preflight", parents=list(parents), help="check an account and region before deploying",
         description=__doc__.split("\n\n")[0], epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--region", help="AWS region (default: boto3's, from AWS_REGION, AWS_DEFAULT_REGION or the "
-                                         "profile)")
+    parser.add_argument("--region", help="AWS region (default: boto3's, from AWS_DEFAULT_REGION or the profile)")
     parser.add_argument("-c", "--context", action="append", metavar="KEY=VALUE",
                         help="a context value, as `cdk deploy -c` takes it (repeatable)")
     parser.add_argument("--app-dir", default=".", help="the CDK app's directory, holding cdk.json (default: .)")
@@ -516,7 +515,7 @@ def _check_region_known(aws: Aws, region: str) -> None:
              for r in session.get_available_regions("ec2", partition_name=partition)}
     if known and region not in known:
         raise OpsError(f"region {region!r} is not one boto3 knows ({', '.join(sorted(known)[:4])}, ...): check "
-                       "--region or AWS_REGION, or upgrade boto3 if the region is new")
+                       "--region or AWS_DEFAULT_REGION, or upgrade boto3 if the region is new")
 
 
 def _print(printer: Printer, target: Target, account: str, rows: Sequence[Check]) -> None:

@@ -1,0 +1,535 @@
+"""``neuron-serving preflight``: will this stack deploy here? Checks, with read-only AWS calls, what
+synth cannot: that the region offers the instance type in the AZs the hosts launch in, that the
+account's vCPU quota covers the fleet, that the machine image resolves, that the secrets exist, that
+the CDK bootstrap stack is new enough, and which capacity reservations the hosts could use.
+
+The settings are the stack's own: the ``context`` of the app's cdk.json, then cdk.context.json,
+then ``-c key=value``, validated by :meth:`StackSettings.from_context` and planned as synth plans
+them, so bad settings fail here with synth's words (exit status 2) before any AWS call.
+
+Each check becomes one row (pass, warn, fail, or skip when it does not apply); a check that AWS
+refuses becomes a ``fail`` row naming the refused IAM action, and the others still run. Exit
+status: 0 when nothing failed, 1 when a check failed or AWS could not be reached at all (no
+credentials, no region), 2 for bad settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..plan.engines import check_dlami_parameter
+from ..plan.errors import ServingConfigError, problem
+from ..plan.instances import INSTANCES, InstanceSpec
+from ..plan.layout import plan_serving
+from ..render.boot import BootOptions, serving_image
+from ..settings import StackSettings
+from .aws import EXIT_FAILURE, Aws, OpsError, run_aws
+from .output import Printer
+
+EXIT_BAD_SETTINGS = 2
+"""The exit status for settings synth would refuse too (and for a missing cdk.json)."""
+
+PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+
+DEFAULT_TOOLKIT_STACK = "CDKToolkit"
+"""The bootstrap stack's name unless ``cdk bootstrap --toolkit-stack-name`` chose another."""
+
+REQUIRED_BOOTSTRAP_VERSION = 6
+"""What stacks synthesized by aws-cdk-lib 2.275.0 need: its DefaultStackSynthesizer requires
+MIN_BOOTSTRAP_STACK_VERSION = 6 for deployment (``_requiredBootstrapVersionForDeployment``, and the
+template's CheckBootstrapVersion rule refuses versions 1 to 5), unless session tags are configured,
+which this app does not do (aws-cdk-lib 2.275.0, core/lib/stack-synthesizers/default-synthesizer.js,
+read from the jsii bundle aws_cdk/_jsii/aws-cdk-lib@2.275.0.jsii.tgz)."""
+
+VCPU_QUOTAS = {
+    "inf2": ("L-1945791B", "Running On-Demand Inf instances"),
+    "trn1": ("L-2C3B7624", "Running On-Demand Trn instances"),
+}
+"""Service Quotas codes (service code ``ec2``) of the on-demand vCPU quota of each family in the
+catalog (trn1n counts against Trn). Codes and names as listed by ListServiceQuotas, quoted in
+brennerm/aws-quota-checker aws_quota/check/ec2.py (Inf) and scttfrdmn/mycelium
+truffle/pkg/quotas/quotas.go (QuotaCodeInf, QuotaCodeTrn)."""
+
+QUOTA_TYPE_PREFIXES = {"inf2": "inf", "trn1": "trn"}
+"""The instance types counting against the same quota: every Inf (or Trn) generation shares it, as
+the quota's name says. Matched here rather than with an EC2 filter wildcard."""
+
+@dataclass(frozen=True)
+class Check:
+    """One row: what was checked, its ``result`` (pass, warn, fail, skip), what was found, and for a
+    failure what to do."""
+
+    check: str
+    result: str
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the hosts launch and how many vCPUs they may take."""
+
+    region: str
+    settings: StackSettings
+    spec: InstanceSpec
+    machine_parameter: str | None
+    vpc_id: str | None
+    toolkit_stack: str
+
+    @property
+    def fleet(self) -> bool:
+        return self.settings.fleet == "asg"
+
+    @property
+    def max_hosts(self) -> int:
+        return self.settings.max_capacity if self.fleet else 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Settings, as synth reads them
+
+
+def read_context(app_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
+    """The app's context: cdk.json's ``context``, overridden by cdk.context.json, then by ``-c``.
+
+    That order is the CDK CLI's: ``Configuration.load`` builds its Context from the command line's
+    bag, then cdk.json's ``context``, then cdk.context.json (then ~/.cdk.json, which preflight
+    does not read), and the first bag holding a key wins (aws/aws-cdk-cli,
+    packages/aws-cdk/lib/cli/user-configuration.ts)."""
+    cdk_json = app_dir / "cdk.json"
+    if not cdk_json.is_file():
+        raise _settings_error("app_dir", str(app_dir),
+                                        "holds no cdk.json: run in the app's directory or pass --app-dir")
+    context: dict[str, Any] = {}
+    for path in (app_dir / "cdk.context.json", cdk_json):
+        if not path.is_file():
+            continue
+        try:
+            document = json.loads(path.read_text())
+        except ValueError as err:
+            raise _settings_error(str(path), None, f"is not valid JSON ({err})") from None
+        bag = document.get("context", {}) if path == cdk_json else document
+        if not isinstance(bag, dict):
+            raise _settings_error(str(path), None, "must hold a JSON object of context keys")
+        context.update(bag)
+    for item in overrides:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise _settings_error("-c", item, "must be key=value")
+        context[key.strip()] = value
+    return context
+
+
+def _settings_error(setting: str, value: object, allowed: str) -> ServingConfigError:
+    return ServingConfigError([problem(setting, value, allowed)])
+
+
+def target_of(args: argparse.Namespace, region: str) -> Target:
+    """The validated settings and where they put the hosts; :class:`ServingConfigError` as synth
+    raises it (settings, then the layout, then the image and its DLAMI parameter, as
+    ``NeuronLlamaStack`` checks them)."""
+    context = read_context(Path(args.app_dir), args.context or [])
+    settings = StackSettings.from_context(context.get)
+    plan = plan_serving(settings.request)
+    parameter = None
+    if not settings.ami_id:
+        image = serving_image(plan, BootOptions(engine=settings.engine, image=settings.image))
+        parameter = settings.dlami_parameter or image.dlami_parameter
+        check_dlami_parameter(image, parameter)
+    return Target(region, settings, INSTANCES[settings.request.instance_type], parameter, args.vpc_id,
+                  args.toolkit_stack_name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The checks
+
+
+def _denied_row(name: str, fix: str = "") -> Callable[[OpsError], Check]:
+    def row(err: OpsError) -> Check:
+        return Check(name, FAIL, str(err), fix or "grant the action named, or run as an identity that has it")
+
+    return row
+
+
+def check_zones(aws: Aws, target: Target) -> tuple[Check, list[str]]:
+    """The AZs offering the type, against the AZs of the subnets the hosts launch in."""
+    name = "availability zones"
+    kind = target.spec.name
+    offerings = aws.pages("ec2", "describe_instance_type_offerings", kind, "InstanceTypeOfferings",
+                          LocationType="availability-zone",
+                          Filters=[{"Name": "instance-type", "Values": [kind]}])
+    offered = sorted({str(o["Location"]) for o in offerings})
+    if target.vpc_id is None:
+        zones, where = _new_vpc_zones(aws, target)
+    else:
+        zones, where = _private_subnet_zones(aws, target)
+        if not zones:
+            return Check(name, FAIL, f"VPC {target.vpc_id} has no private subnet with egress (a route to 0.0.0.0/0 "
+                         "through a NAT or transit gateway, no route to an internet gateway), which is where the "
+                         "hosts launch", "add private subnets with a NAT gateway, or pass another --vpc-id"), []
+    used = zones[:1] if not target.fleet else zones
+    missing = [z for z in used if z not in offered]
+    detail = (f"{kind} is offered in {', '.join(offered) or 'no AZ of ' + target.region}; the hosts launch in "
+              f"{', '.join(used)} ({where})")
+    if not offered:
+        return Check(name, FAIL, detail, f"pick a region that offers {kind} (`aws ec2 describe-instance-type-"
+                     f"offerings --filters Name=instance-type,Values={kind}` per region), or another type"), used
+    if missing:
+        fix = (f"choose a region whose {'first AZ' if not target.fleet else 'first two AZs'} offer {kind}, or pass a "
+               f"VPC (--vpc-id, and the same VPC to the stack) whose private subnets are in {', '.join(offered)}")
+        return Check(name, FAIL, f"{detail}: not offered in {', '.join(missing)}", fix), used
+    return Check(name, PASS, detail), used
+
+
+def _new_vpc_zones(aws: Aws, target: Target) -> tuple[list[str], str]:
+    """The AZs of the stack's new VPC: ``ec2.Vpc(max_azs=2)`` in an environment-agnostic stack puts its
+    subnets in ``Fn::Select [0|1, Fn::GetAZs ""]``. Fn::GetAZs lists the region's AZs in alphabetical
+    order, only those with a default subnet unless none has one
+    (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/intrinsic-function-reference-getavailabilityzones.html).
+    A single instance launches in the first selected subnet (cdk/instance.py), so in the first AZ."""
+    zones = aws.call("ec2", "describe_availability_zones", target.region,
+                     Filters=[{"Name": "zone-type", "Values": ["availability-zone"]},
+                              {"Name": "state", "Values": ["available"]}])["AvailabilityZones"]
+    names = sorted(str(z["ZoneName"]) for z in zones)
+    defaults = aws.pages("ec2", "describe_subnets", "default subnets", "Subnets",
+                         Filters=[{"Name": "default-for-az", "Values": ["true"]}])
+    with_default = {str(s["AvailabilityZone"]) for s in defaults}
+    if with_default:
+        names = [n for n in names if n in with_default]
+    return names[:2], "the stack's new VPC: the first two AZs Fn::GetAZs lists"
+
+
+def _private_subnet_zones(aws: Aws, target: Target) -> tuple[list[str], str]:
+    """The AZs of the VPC's private subnets, sorted, as ``ec2.Vpc.from_lookup`` groups them."""
+    vpc_id = str(target.vpc_id)
+    where = [{"Name": "vpc-id", "Values": [vpc_id]}]
+    aws.call("ec2", "describe_vpcs", vpc_id, explain=_vpc_not_found(vpc_id, target.region), VpcIds=[vpc_id])
+    subnets = aws.pages("ec2", "describe_subnets", vpc_id, "Subnets", Filters=where)
+    tables = aws.pages("ec2", "describe_route_tables", vpc_id, "RouteTables", Filters=where)
+    zones = sorted({str(s["AvailabilityZone"]) for s in subnets if subnet_type(s, tables) == "Private"})
+    return zones, f"the private subnets of {vpc_id}"
+
+
+def _vpc_not_found(vpc_id: str, region: str) -> Callable[[str, str], str | None]:
+    def explain(code: str, message: str) -> str | None:
+        if code in ("InvalidVpcID.NotFound", "InvalidVpcID.Malformed"):
+            return f"VPC {vpc_id} not found in {region}: check --vpc-id and --region"
+        return None
+
+    return explain
+
+
+def subnet_type(subnet: Mapping[str, Any], tables: Sequence[Mapping[str, Any]]) -> str:
+    """Public, Private or Isolated, decided as aws-cdk's VPC context provider (behind
+    ``Vpc.fromLookup``) decides: the ``aws-cdk:subnet-type`` tag; else Public when the subnet maps
+    public IPs on launch or its route table has a route to an internet gateway (``igw-``); else
+    Private when it routes 0.0.0.0/0 to a NAT gateway or a transit gateway; else Isolated. A subnet
+    with no route table of its own uses the VPC's main one (aws/aws-cdk-cli
+    packages/@aws-cdk/toolkit-lib/lib/context-providers/vpcs.ts, ``readVpcProps`` and
+    ``RouteTables``; read in the fork orien/aws-cdk-cli at 2093af0)."""
+    tags = {t.get("Key"): t.get("Value") for t in subnet.get("Tags", [])}
+    if tags.get("aws-cdk:subnet-type"):
+        return str(tags["aws-cdk:subnet-type"])
+    if subnet.get("MapPublicIpOnLaunch"):
+        return "Public"
+    own = [t for t in tables if any(a.get("SubnetId") == subnet.get("SubnetId") for a in t.get("Associations", []))]
+    main = [t for t in tables if any(a.get("Main") for a in t.get("Associations", []))]
+    routes = [r for t in (own or main)[:1] for r in t.get("Routes", [])]
+    if any(str(r.get("GatewayId", "")).startswith("igw-") for r in routes):
+        return "Public"
+    if any((r.get("NatGatewayId") or r.get("TransitGatewayId")) and r.get("DestinationCidrBlock") == "0.0.0.0/0"
+           for r in routes):
+        return "Private"
+    return "Isolated"
+
+
+def check_quota(aws: Aws, target: Target) -> Check:
+    """The family's on-demand vCPU quota against the fleet's maximum, and what already runs."""
+    name = "vCPU quota"
+    code, title = VCPU_QUOTAS[target.spec.family]
+    need = target.max_hosts * target.spec.vcpus
+    hosts = f"{target.max_hosts} x {target.spec.name} ({target.spec.vcpus} vCPUs each)"
+    quota = _quota_value(aws, code)
+
+    def increase(vcpus: float) -> str:
+        return (f"request at least {vcpus:g} vCPUs for {title!r}: `aws service-quotas request-service-quota-increase "
+                f"--service-code ec2 --quota-code {code} --desired-value {vcpus:g} --region {target.region}`")
+
+    detail = f"{title} ({code}) is {quota:g} vCPUs; {hosts} need {need}"
+    if quota < need:
+        return Check(name, FAIL, detail, increase(need))
+    try:
+        used = _running_vcpus(aws, target.spec.family)
+    except OpsError as err:
+        return Check(name, WARN, f"{detail}; could not count the running instances using it: {err}")
+    if used and used + need > quota:
+        return Check(name, WARN, f"{detail}, but running instances of the quota already use {used} vCPUs, "
+                     f"leaving {quota - used:g}", f"stop some of them, or {increase(used + need)}")
+    return Check(name, PASS, detail + (f"; running instances use {used}" if used else ""))
+
+
+def _quota_value(aws: Aws, code: str) -> float:
+    """The account's applied value, else AWS's default (GetServiceQuota answers NoSuchResourceException
+    for a quota never changed in the account: Service Quotas API reference, GetServiceQuota)."""
+    from_default: list[bool] = []
+
+    def explain(error_code: str, message: str) -> str | None:
+        if error_code == "NoSuchResourceException":
+            from_default.append(True)
+            return "no applied value"
+        return None
+
+    try:
+        answer = aws.call("service-quotas", "get_service_quota", code, explain=explain,
+                          ServiceCode="ec2", QuotaCode=code)
+    except OpsError:
+        if not from_default:
+            raise
+        answer = aws.call("service-quotas", "get_aws_default_service_quota", code, ServiceCode="ec2", QuotaCode=code)
+    return float(answer["Quota"]["Value"])
+
+
+def _running_vcpus(aws: Aws, family: str) -> int:
+    """vCPUs of the pending and running on-demand instances of the family's quota (spot instances
+    count against the spot quota instead)."""
+    reservations = aws.pages("ec2", "describe_instances", f"{family} instances", "Reservations",
+                             Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    total = 0
+    for instance in (i for r in reservations for i in r.get("Instances", [])):
+        kind = str(instance.get("InstanceType", ""))
+        if instance.get("InstanceLifecycle") == "spot" or not kind.startswith(QUOTA_TYPE_PREFIXES[family]):
+            continue
+        known = INSTANCES.get(kind)
+        cpu = instance.get("CpuOptions") or {}
+        total += known.vcpus if known else int(cpu.get("CoreCount", 0)) * int(cpu.get("ThreadsPerCore", 1))
+    return total
+
+
+def check_image(aws: Aws, target: Target) -> Check:
+    name = "machine image"
+    ami_id = target.settings.ami_id
+    if ami_id:
+        def missing_ami(code: str, message: str) -> str | None:
+            if code.startswith("InvalidAMIID"):
+                return f"ami_id {ami_id} does not exist in {target.region} ({code})"
+            return None
+
+        images = aws.call("ec2", "describe_images", ami_id, explain=missing_ami, ImageIds=[ami_id])["Images"]
+        if not images:
+            return Check(name, FAIL, f"ami_id {ami_id} is not visible in {target.region}",
+                         "copy the AMI to this region (AMI ids differ per region), or drop ami_id for the DLAMI")
+        image = images[0]
+        state = str(image.get("State", "available"))
+        detail = f"ami_id {ami_id}: {image.get('Name', '')} ({state}, {image.get('Architecture', '?')})"
+        if state != "available":
+            return Check(name, FAIL, detail, "wait for the image to become available, or pick another ami_id")
+        return Check(name, PASS, detail)
+    parameter = str(target.machine_parameter)
+
+    def missing_parameter(code: str, message: str) -> str | None:
+        if code == "ParameterNotFound":
+            return f"SSM parameter {parameter} does not exist in {target.region}"
+        return None
+
+    value = aws.call("ssm", "get_parameter", parameter, explain=missing_parameter, Name=parameter)
+    return Check(name, PASS, f"{parameter} resolves to {value['Parameter']['Value']} (EC2 resolves it again "
+                 "at each launch)")
+
+
+def check_secrets(aws: Aws, target: Target) -> list[Check]:
+    """The secrets the stack refers to by name, without reading their values."""
+    rows = []
+    for key in ("hf_token_secret", "api_keys_secret"):
+        secret = getattr(target.settings, key)
+        name = f"secret {key}"
+        if not secret:
+            if key == "hf_token_secret":
+                rows.append(Check(name, SKIP, "not configured (needed for gated models only)"))
+            continue
+
+        def missing(code: str, message: str, secret: str = secret, key: str = key) -> str | None:
+            if code == "ResourceNotFoundException":
+                return f"{key} {secret} not found in {target.region}"
+            return None
+
+        try:
+            described = aws.call("secretsmanager", "describe_secret", secret, explain=missing, SecretId=secret)
+        except OpsError as err:
+            rows.append(Check(name, FAIL, str(err), f"create the secret in {target.region}, or fix -c {key}"
+                              if "not found" in str(err) else "grant secretsmanager:DescribeSecret on it"))
+            continue
+        if described.get("DeletedDate"):
+            rows.append(Check(name, FAIL, f"{key} {described['ARN']} is scheduled for deletion",
+                              f"`aws secretsmanager restore-secret --secret-id {secret}`"))
+            continue
+        rows.append(Check(name, PASS, f"{described['ARN']} exists"))
+    return rows
+
+
+def check_bootstrap(aws: Aws, target: Target, account: str) -> Check:
+    name = "CDK bootstrap"
+    stack = target.toolkit_stack
+    bootstrap = f"npx cdk bootstrap aws://{account}/{target.region}"
+
+    def absent(code: str, message: str) -> str | None:
+        if code == "ValidationError" and "does not exist" in message:
+            return f"no bootstrap stack {stack} in {target.region}"
+        return None
+
+    try:
+        (found,) = aws.call("cloudformation", "describe_stacks", stack, explain=absent, StackName=stack)["Stacks"]
+    except OpsError as err:
+        fix = bootstrap if "no bootstrap stack" in str(err) else "grant cloudformation:DescribeStacks on it"
+        return Check(name, FAIL, str(err), fix)
+    status = str(found.get("StackStatus", ""))
+    outputs = {o.get("OutputKey"): o.get("OutputValue") for o in found.get("Outputs", [])}
+    version_text = outputs.get("BootstrapVersion")
+    if not status.endswith("_COMPLETE") or status.startswith(("ROLLBACK", "DELETE")):
+        return Check(name, FAIL, f"{stack} is {status}", f"fix or delete {stack}, then `{bootstrap}`")
+    if version_text is None or not str(version_text).isdigit():
+        return Check(name, WARN, f"{stack} ({status}) has no BootstrapVersion output: is it a CDK bootstrap stack?",
+                     f"`{bootstrap}`")
+    version = int(str(version_text))
+    detail = f"{stack} ({status}), version {version}; aws-cdk-lib 2.275 needs {REQUIRED_BOOTSTRAP_VERSION} or newer"
+    if version < REQUIRED_BOOTSTRAP_VERSION:
+        return Check(name, FAIL, detail, f"upgrade it: `{bootstrap}`")
+    return Check(name, PASS, detail)
+
+
+def check_reservations(aws: Aws, target: Target, zones: Iterable[str]) -> Check:
+    """Active capacity reservations of the type: open ones in the hosts' AZs are used by any matching
+    launch; targeted ones only by launches naming them, which this stack's never do (EC2 user guide,
+    capacity reservations, instance eligibility: "open" and "targeted")."""
+    name = "capacity reservations"
+    kind = target.spec.name
+    found = aws.pages("ec2", "describe_capacity_reservations", kind, "CapacityReservations",
+                      Filters=[{"Name": "instance-type", "Values": [kind]}, {"Name": "state", "Values": ["active"]}])
+    if not found:
+        return Check(name, PASS, f"none active for {kind}: the hosts launch on regular on-demand capacity")
+    zones = set(zones)
+    usable = [r for r in found if r.get("AvailabilityZone") in zones and r.get("InstanceMatchCriteria") == "open"]
+    listing = "; ".join(f"{r.get('CapacityReservationId')} in {r.get('AvailabilityZone')}: "
+                        f"{r.get('AvailableInstanceCount', 0)} of {r.get('TotalInstanceCount', 0)} free "
+                        f"({r.get('InstanceMatchCriteria')})" for r in found)
+    if usable:
+        free = sum(int(r.get("AvailableInstanceCount", 0)) for r in usable)
+        return Check(name, PASS, f"{free} {kind} free in open reservations in the hosts' AZs: {listing}")
+    return Check(name, WARN, f"active reservations the hosts cannot use (another AZ, or targeted): {listing}",
+                 "reservations are billed whether used or not: make them open in the hosts' AZs, or cancel them")
+
+
+def run_checks(aws: Aws, target: Target, account: str) -> list[Check]:
+    """Every check; a refusal of one becomes its fail row and the next one runs."""
+    rows: list[Check] = []
+    zones: list[str] = []
+    try:
+        row, zones = check_zones(aws, target)
+        rows.append(row)
+    except OpsError as err:
+        rows.append(_denied_row("availability zones")(err))
+    steps: list[tuple[str, Callable[[], Check | list[Check]]]] = [
+        ("vCPU quota", lambda: check_quota(aws, target)),
+        ("machine image", lambda: check_image(aws, target)),
+        ("secrets", lambda: check_secrets(aws, target)),
+        ("CDK bootstrap", lambda: check_bootstrap(aws, target, account)),
+        ("capacity reservations", lambda: check_reservations(aws, target, zones)),
+    ]
+    for name, step in steps:
+        try:
+            result = step()
+        except OpsError as err:
+            rows.append(_denied_row(name)(err))
+            continue
+        rows.extend(result if isinstance(result, list) else [result])
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The command
+
+
+def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
+    """Register ``preflight`` on the CLI's subcommands."""
+    parser = commands.add_parser(
+        "preflight", parents=list(parents), help="check an account and region before deploying",
+        description=__doc__.split("\n\n")[0], epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--region", help="AWS region (default: boto3's, from AWS_DEFAULT_REGION or the profile)")
+    parser.add_argument("-c", "--context", action="append", metavar="KEY=VALUE",
+                        help="a context value, as `cdk deploy -c` takes it (repeatable)")
+    parser.add_argument("--app-dir", default=".", help="the CDK app's directory, holding cdk.json (default: .)")
+    parser.add_argument("--vpc-id", help="for an app that passes its own VPC: check its private subnets instead of "
+                                         "the stack's new VPC")
+    parser.add_argument("--toolkit-stack-name", default=DEFAULT_TOOLKIT_STACK,
+                        help=f"the CDK bootstrap stack (default: {DEFAULT_TOOLKIT_STACK})")
+
+
+_EPILOG = """\
+Read-only calls, each needing its IAM action: sts:GetCallerIdentity,
+ec2:DescribeInstanceTypeOfferings, ec2:DescribeAvailabilityZones, ec2:DescribeSubnets,
+ec2:DescribeVpcs and ec2:DescribeRouteTables (with --vpc-id), servicequotas:GetServiceQuota and
+servicequotas:GetAWSDefaultServiceQuota, ec2:DescribeInstances, ssm:GetParameter or
+ec2:DescribeImages (with ami_id), secretsmanager:DescribeSecret (for configured secrets),
+cloudformation:DescribeStacks and ec2:DescribeCapacityReservations.
+
+Exit status: 0 nothing failed (warnings allowed), 1 a check failed or AWS was unreachable,
+2 bad settings.
+"""
+
+
+def preflight_command(args: argparse.Namespace) -> int:
+    """Run the checks and print them; see the module's docstring for the exit status."""
+    printer = Printer(getattr(args, "output", "text"))
+    # Settings first, and before any AWS call: they need no credentials.
+    try:
+        target = target_of(args, "")
+    except ServingConfigError as err:
+        print(f"neuron-serving: {err}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+
+    def command() -> int:
+        aws = Aws.connect(args.region)
+        region = aws.region
+        _check_region_known(aws, region)
+        account = str(aws.call("sts", "get_caller_identity", "your credentials")["Account"])
+        located = Target(region, target.settings, target.spec, target.machine_parameter, target.vpc_id,
+                         target.toolkit_stack)
+        rows = run_checks(aws, located, account)
+        failed = any(r.result == FAIL for r in rows)
+        _print(printer, located, account, rows)
+        return EXIT_FAILURE if failed else 0
+
+    return run_aws(command)
+
+
+def _check_region_known(aws: Aws, region: str) -> None:
+    """Refuse a misspelt region before calling it (botocore would retry an endpoint that does not
+    resolve, then say only that it cannot connect)."""
+    session = aws.session
+    known = {r for partition in session.get_available_partitions()
+             for r in session.get_available_regions("ec2", partition_name=partition)}
+    if known and region not in known:
+        raise OpsError(f"region {region!r} is not one boto3 knows ({', '.join(sorted(known)[:4])}, ...): check "
+                       "--region or AWS_DEFAULT_REGION, or upgrade boto3 if the region is new")
+
+
+def _print(printer: Printer, target: Target, account: str, rows: Sequence[Check]) -> None:
+    failed = [r for r in rows if r.result == FAIL]
+    if printer.json:
+        printer.document({
+            "region": target.region, "account": account, "instance_type": target.spec.name,
+            "fleet": target.settings.fleet, "max_hosts": target.max_hosts, "vpc_id": target.vpc_id,
+            "ok": not failed, "checks": [asdict(r) for r in rows],
+        })
+        return
+    title = (f"Preflight of {target.max_hosts} x {target.spec.name} ({target.settings.fleet}) in {target.region}, "
+             f"account {account}")
+    printer.print(printer.table(("check", "result", "detail", "fix"),
+                                [(r.check, r.result, r.detail, r.fix) for r in rows], title=title, outcome_column=1))
+    printer.print(f"{len(failed)} check(s) failed: fix them before `cdk deploy`." if failed
+                  else "No check failed: ready to deploy.")

@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--stack", help=f"stack whose {SECRET_OUTPUT} output names the secret "
                                         f"(default: {DEFAULT_STACK})")
     source.add_argument("--secret", help="the secret's name or ARN, instead of finding it through the stack")
-    where.add_argument("--region", help="AWS region (default: boto3's, from AWS_REGION, AWS_DEFAULT_REGION or "
+    where.add_argument("--region", help="AWS region (default: boto3's, from AWS_DEFAULT_REGION or "
                                         "the profile)")
     keys = commands.add_parser("api-key", help="create, rotate, revoke or list the endpoint's API keys",
                                description="Manage the endpoint's API keys, kept in a Secrets Manager secret.",

@@ -49,7 +49,8 @@ class Aws:
 
     @classmethod
     def connect(cls, region: str | None) -> Aws:
-        """A session in ``region``, or in boto3's default one (AWS_REGION, the profile's)."""
+        """A session in ``region``, or in boto3's default one: AWS_DEFAULT_REGION or the profile's
+        (botocore 1.44's configprovider.py reads no AWS_REGION)."""
         import boto3
 
         return cls(boto3.session.Session(region_name=region))
@@ -59,7 +60,7 @@ class Aws:
         """The session's region; raises :class:`OpsError` when there is none."""
         region = self.session.region_name
         if not region:
-            raise OpsError("no AWS region: pass --region, or set AWS_REGION or the profile's region")
+            raise OpsError("no AWS region: pass --region, or set AWS_DEFAULT_REGION or the profile's region")
         return str(region)
 
     def client(self, service: str) -> Any:
@@ -137,7 +138,7 @@ def run_aws(command: Callable[[], int]) -> int:
     except (NoCredentialsError, PartialCredentialsError):
         problem = f"no AWS credentials found: {CREDENTIALS_HELP}"
     except NoRegionError:
-        problem = "no AWS region: pass --region, or set AWS_REGION or the profile's region"
+        problem = "no AWS region: pass --region, or set AWS_DEFAULT_REGION or the profile's region"
     except EndpointConnectionError as err:
         problem = (f"cannot reach AWS at {err.kwargs.get('endpoint_url', 'its endpoint')}: check the region "
                    "(--region) and this machine's network or proxy")

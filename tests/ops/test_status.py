@@ -264,3 +264,22 @@ def test_no_credentials_says_how_to_configure_them(emulator, monkeypatch, capsys
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     assert main(["status", "--region", REGION]) == 1
     assert capsys.readouterr().err.startswith("neuron-serving: no AWS credentials found: configure them")
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_watch_on_a_terminal_redraws_one_table_in_place(deployment):
+    instance_id = single(deployment, phase_tags("pull-image", 1))
+    args = _parser().parse_args(["status", "--region", REGION, "--watch"])
+    stream = Terminal()
+    printer = Printer(args.output, stream)
+    printer.console.width = 400
+    code = status(args, printer=printer, now=lambda: NOW,
+                  sleep=lambda _: deployment.tag(instance_id, phase_tags("ready", 0)))
+    assert code == 0
+    text = stream.getvalue()
+    assert "\x1b[" in text  # rich's cursor movement: the table is drawn again where it was
+    assert "pull-image: pulling the serving image" in text and "ready: serving" in text

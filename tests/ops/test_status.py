@@ -18,7 +18,7 @@ import pytest
 
 from neuron_serving.cli import _parser, main
 from neuron_serving.ops.output import Printer
-from neuron_serving.ops.status import status
+from neuron_serving.ops.status import stack_failing, status
 from neuron_serving.plan.phases import DETAIL_TAG, PHASE_TAG, PHASES, SINCE_TAG, find_phase
 from tests.harness.aws import REGION
 from tests.ops.conftest import STACK, Deployment, model_checked_answer, need_moto, stamp
@@ -283,3 +283,13 @@ def test_watch_on_a_terminal_redraws_one_table_in_place(deployment):
     text = stream.getvalue()
     assert "\x1b[" in text  # rich's cursor movement: the table is drawn again where it was
     assert "pull-image: pulling the serving image" in text and "ready: serving" in text
+
+
+@pytest.mark.parametrize(("stack_status", "failing"), [
+    ("CREATE_COMPLETE", False), ("CREATE_IN_PROGRESS", False), ("UPDATE_COMPLETE", False),
+    ("UPDATE_ROLLBACK_COMPLETE", False), ("CREATE_FAILED", True), ("ROLLBACK_IN_PROGRESS", True),
+    ("ROLLBACK_COMPLETE", True), ("UPDATE_ROLLBACK_IN_PROGRESS", True), ("UPDATE_ROLLBACK_FAILED", True),
+    ("DELETE_FAILED", True),
+])
+def test_which_stack_statuses_stop_the_watch(stack_status, failing):
+    assert stack_failing(stack_status) is failing

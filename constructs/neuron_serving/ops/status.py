@@ -40,8 +40,10 @@ _REPLICAS = re.compile(r"\b(\d+) of (\d+)\b")
 def stack_failing(status: str) -> bool:
     """Whether a CloudFormation stack status is a failure or a rollback (CloudFormation user guide,
     "Stack status codes": https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/
-    view-stack-events.html#cfn-console-view-stack-data-resources-status-codes)."""
-    return status.endswith("_FAILED") or "ROLLBACK" in status
+    view-stack-events.html#cfn-console-view-stack-data-resources-status-codes). Not
+    UPDATE_ROLLBACK_COMPLETE: the stack is back, working, at its previous version, and its hosts may
+    still be booting (a scale-out, a replaced instance)."""
+    return status.endswith("_FAILED") or ("ROLLBACK" in status and status != "UPDATE_ROLLBACK_COMPLETE")
 
 
 @dataclass(frozen=True)

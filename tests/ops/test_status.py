@@ -293,3 +293,23 @@ def test_watch_on_a_terminal_redraws_one_table_in_place(deployment):
 ])
 def test_which_stack_statuses_stop_the_watch(stack_status, failing):
     assert stack_failing(stack_status) is failing
+
+
+def test_ctrl_c_stops_the_watch_quietly_with_130(deployment, capsys):
+    single(deployment, phase_tags("pull-image", 1))
+
+    def interrupt(_: float) -> None:
+        raise KeyboardInterrupt
+
+    code, text = run("--watch", sleep=interrupt)
+    assert code == 130
+    assert "pull-image" in text and capsys.readouterr().err == ""
+
+
+def test_a_host_taken_from_the_warm_pool_is_in_service_before_it_reports_again(deployment):
+    """The group lists it InService (moto's answer), while its tags still say ``warmed``."""
+    (instance_id,) = deployment.group("fleet", 1)
+    deployment.tag(instance_id, phase_tags("warmed", 30))
+    deployment.stack("fleet", AutoScalingGroupName="fleet")
+    (host,) = json.loads(run("--output", "json")[1])["hosts"]
+    assert host["warm_pool"] is False and host["lifecycle_state"] == "InService"

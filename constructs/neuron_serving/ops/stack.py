@@ -115,8 +115,13 @@ class Host:
 
     @property
     def warm(self) -> bool:
-        """Whether the host is in the group's warm pool (its lifecycle state, or the phase it reports)."""
-        return (self.lifecycle_state or "").startswith("Warmed:") or self.phase == WARMED
+        """Whether the host is in the group's warm pool: its lifecycle state says so (``Warmed:*``), or, for
+        an instance neither the group nor its warm pool lists, the phase it last reported. A host the group
+        has just taken from the warm pool still reports ``warmed`` until it boots again: its lifecycle state
+        decides."""
+        if self.lifecycle_state:
+            return self.lifecycle_state.startswith("Warmed:")
+        return self.phase == WARMED
 
 
 def _timestamp(text: str | None) -> dt.datetime | None:

@@ -30,6 +30,9 @@ DEFAULT_INTERVAL = 15
 """Seconds between two looks of ``--watch``: a host tags a new phase at most every few seconds, and
 the load balancer checks each target every 15 seconds (the target group's HealthCheckIntervalSeconds)."""
 
+INTERRUPTED = 130
+"""``--watch``'s exit status when stopped with Ctrl-C before the hosts were done (128 + SIGINT, as shells say)."""
+
 Clock = Callable[[], dt.datetime]
 Sleep = Callable[[float], None]
 
@@ -284,6 +287,8 @@ def _watch(aws: Aws, args: argparse.Namespace, out: Printer, clock: Clock, sleep
             if outcome is not None:
                 return outcome
             sleep(args.interval)
+    except KeyboardInterrupt:
+        return INTERRUPTED
     finally:
         if live is not None:
             live.stop()

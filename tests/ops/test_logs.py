@@ -7,6 +7,7 @@ import io
 from typing import Any
 
 import pytest
+from botocore.awsrequest import AWSResponse
 
 from neuron_serving.cli import _parser, main
 from neuron_serving.ops.logs import logs
@@ -125,3 +126,15 @@ def test_a_bad_since_is_refused(since, capsys):
     with pytest.raises(SystemExit):
         _parser().parse_args(["logs", "--since", since])
     assert "give a number and a unit, s, m, h or d" in capsys.readouterr().err
+
+
+def test_access_denied_names_the_missing_permission(logged, hooks, capsys):
+    """A ``before-call`` hook answers as CloudWatch Logs does (AccessDeniedException): moto 5.2.5's IAM enforcement
+    answers denied JSON-protocol calls with an XML body botocore reads as the code "403"."""
+    hooks["before-call.cloudwatch-logs.FilterLogEvents"] = lambda **_: (
+        AWSResponse("https://stub.invalid", 400, {}, None),
+        {"Error": {"Code": "AccessDeniedException", "Message": "User: arn:aws:iam::123456789012:user/operator is not "
+                   "authorized to perform: logs:FilterLogEvents"}, "ResponseMetadata": {"HTTPStatusCode": 400}})
+    assert main(["logs", "--region", REGION]) == 1
+    assert capsys.readouterr().err.startswith(
+        "neuron-serving: access denied: your AWS identity needs logs:FilterLogEvents on boot-logs")

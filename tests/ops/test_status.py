@@ -313,3 +313,15 @@ def test_a_host_taken_from_the_warm_pool_is_in_service_before_it_reports_again(d
     deployment.stack("fleet", AutoScalingGroupName="fleet")
     (host,) = json.loads(run("--output", "json")[1])["hosts"]
     assert host["warm_pool"] is False and host["lifecycle_state"] == "InService"
+
+
+def test_a_stack_being_created_before_its_hosts_exist_says_so(emulator, hooks):
+    """The same stand-in for a stack still being created, before CloudFormation has made its instance."""
+    template = {"Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}
+    emulator.client("cloudformation").create_stack(StackName=STACK, TemplateBody=json.dumps(template))
+    hooks["after-call.cloudformation.DescribeStacks"] = lambda parsed, **_: parsed["Stacks"][0].update(
+        StackStatus="CREATE_IN_PROGRESS")
+    code, text = run()
+    assert code == 0
+    assert text.splitlines() == [f"stack {STACK}: CREATE_IN_PROGRESS",
+                                 "no hosts yet (the stack is still being created)"]

@@ -18,9 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .ops import preflight
+from .ops import logs, preflight, status
 from .ops.aws import Aws, Explainer, OpsError, run_aws, stack_not_found
-from .ops.output import output_option
 from .plan.errors import ServingConfigError
 from .plan.instances import INSTANCES
 from .plan.layout import GIB, ServingRequest, degree_options, plan_serving
@@ -87,7 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     actions.add_parser("list", parents=[where], help="the keys' names (never their values)",
                        description="The keys' names and how each is stored, never their values.",
                        epilog=_API_KEY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    preflight.add_parser(commands, [output_option()])
+    # The operator's commands (neuron_serving.ops): each sets the function that runs it as args.run.
+    for module in (preflight, status, logs):
+        module.register(commands)
     return parser
 
 
@@ -305,8 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "api-key":
         return api_key_command(args)
-    if args.command == "preflight":
-        return preflight.preflight_command(args)
+    if hasattr(args, "run"):
+        return int(args.run(args))
     try:
         print(plan_command(args))
     except ServingConfigError as err:

@@ -30,7 +30,7 @@ from ..plan.layout import plan_serving
 from ..render.boot import BootOptions, serving_image
 from ..settings import StackSettings
 from .aws import EXIT_FAILURE, Aws, OpsError, run_aws
-from .output import Printer
+from .output import Printer, output_option
 
 EXIT_BAD_SETTINGS = 2
 """The exit status for settings synth would refuse too (and for a missing cdk.json)."""
@@ -454,10 +454,10 @@ def run_checks(aws: Aws, target: Target, account: str) -> list[Check]:
 # The command
 
 
-def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
-    """Register ``preflight`` on the CLI's subcommands."""
+def register(commands: Any) -> None:
+    """Add ``preflight`` to the CLI's subcommands (``commands``, from ``add_subparsers``)."""
     parser = commands.add_parser(
-        "preflight", parents=list(parents), help="check an account and region before deploying",
+        "preflight", parents=[output_option()], help="check an account and region before deploying",
         description=__doc__.split("\n\n")[0], epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--region", help="AWS region (default: boto3's, from AWS_DEFAULT_REGION or the profile)")
     parser.add_argument("-c", "--context", action="append", metavar="KEY=VALUE",
@@ -467,6 +467,7 @@ def add_parser(commands: Any, parents: Sequence[argparse.ArgumentParser]) -> Non
                                          "the stack's new VPC")
     parser.add_argument("--toolkit-stack-name", default=DEFAULT_TOOLKIT_STACK,
                         help=f"the CDK bootstrap stack (default: {DEFAULT_TOOLKIT_STACK})")
+    parser.set_defaults(run=preflight_command)
 
 
 _EPILOG = """\

@@ -262,7 +262,8 @@ def status(args: argparse.Namespace, *, aws: Aws | None = None, printer: Printer
                 out.document(snapshot.document())
             else:
                 out.print(render(out, snapshot))
-            return 0
+            # Still booting is no failure: only a failed host or stack is.
+            return _outcome(snapshot) or 0
         return _watch(session, args, out, clock, sleep)
 
     return run_aws(command)
@@ -323,9 +324,11 @@ def register(commands: Any) -> None:
         help="the stack, each host's boot phase and health, the endpoint and dashboard",
         description="The stack's status and outputs; each host's boot phase (reported by the host in its "
                     "tags), the time in it against the plan's estimate, its replicas and the load balancer's "
-                    "health check. Needs cloudformation:DescribeStacks, ec2:DescribeInstances, "
-                    "autoscaling:DescribeAutoScalingGroups and autoscaling:DescribeWarmPool (fleets), "
-                    "elasticloadbalancing:DescribeTargetHealth.")
+                    "health check. Exit status 1 when a host's boot failed or the stack failed or rolls back, "
+                    "else 0. Needs cloudformation:DescribeStacks (and, while the stack is being created and has "
+                    "no outputs yet, cloudformation:ListStackResources and cloudformation:GetTemplate), "
+                    "ec2:DescribeInstances, autoscaling:DescribeAutoScalingGroups and "
+                    "autoscaling:DescribeWarmPool (fleets), elasticloadbalancing:DescribeTargetHealth.")
     parser.add_argument("--watch", action="store_true",
                         help="look again every --interval seconds until every host serves (exit 0) or one "
                              "fails or the stack rolls back (exit 1)")

@@ -77,7 +77,7 @@ PHASES = (
     Phase("wait-ready", "loading the model onto the NeuronCores", "load"),
     Phase(WARMED, "prepared in the warm pool, stopped until the group needs it"),
     Phase(READY, "serving"),
-    Phase(FAILED, "failed"),
+    Phase(FAILED, "the boot failed"),
 )
 """Every phase, in the order a boot goes through them (a host skips those it has no use for)."""
 

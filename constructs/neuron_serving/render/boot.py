@@ -538,9 +538,10 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     if signal is not None or hook is not None:
         files[WAIT_READY] = _rendered("wait-ready.sh.j2", seconds=READY_WAIT_SECONDS, router_port=plan.router_port,
                                       health_path=engine.health_path, probe_path=probe.path, probe_body=probe.body,
-                                      report_phase=REPORT_PHASE, wait_ready=_phase("wait-ready"), ready=READY, failed=FAILED)
+                                      report_phase=REPORT_PHASE, wait_ready=_phase("wait-ready"), ready=READY,
+                                      failed=FAILED)
     if report:
-        files[REPORT_PHASE] = _rendered("report-phase.sh.j2", phases=PHASE_NAMES, limit=TAG_VALUE_LIMIT,
+        files[REPORT_PHASE] = _rendered("report-phase.sh.j2", limit=TAG_VALUE_LIMIT,
                                         phase_tag=PHASE_TAG, since_tag=SINCE_TAG, detail_tag=DETAIL_TAG)
     if hook is not None:
         files[COMPLETE_LIFECYCLE] = _rendered("complete-lifecycle.sh.j2")

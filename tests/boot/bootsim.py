@@ -25,6 +25,7 @@ import pytest
 from inside import ServingImage, export_files
 
 from neuron_serving.plan import ServingPlan, ServingRequest, plan_serving
+from neuron_serving.plan.phases import DETAIL_TAG, PHASE_TAG
 from neuron_serving.render.boot import ReadinessSignal, WarmPoolHook
 from neuron_serving.render.metrics import MonitoringOptions
 from tests.harness.dockerd import FakeDockerd
@@ -214,6 +215,15 @@ class Host:
     def aws(self, service: str, action: str) -> list[list[str]]:
         """The ``aws SERVICE ACTION ...`` calls so far."""
         return [a for a in self.calls("aws") if a[:2] == [service, action]]
+
+    def phases(self) -> list[tuple[str, str]]:
+        """The ``(phase, detail)`` of each boot phase reported so far (``aws ec2 create-tags`` of
+        ``report-phase``), in order."""
+        reported = []
+        for argv in self.aws("ec2", "create-tags"):
+            tags = {t["Key"]: t["Value"] for t in json.loads(argv[argv.index("--tags") + 1])}
+            reported.append((tags[PHASE_TAG], tags[DETAIL_TAG]))
+        return reported
 
     def exports(self) -> list[list[str]]:
         """The ``docker run`` calls that compiled the model (not the ``--help`` probes)."""

@@ -14,8 +14,8 @@ from inside import ServingImage
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.render.boot import BootOptions, render_boot_script
+from tests.harness.aws import MOTO_SERVICES, AwsEmulator, MotoServer
 from tests.harness.aws import TOOLS as AWS_TOOLS
-from tests.harness.aws import AwsEmulator, MotoServer
 from tests.harness.dockerd import FakeDockerd
 
 
@@ -127,25 +127,41 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer
 
 @pytest.fixture
 def aws(tmp_path: Path, moto_server: MotoServer) -> Iterator[AwsEmulator]:
-    """This test's AWS: moto (S3, Secrets Manager) and the recorder (CloudFormation, Auto Scaling).
+    """This test's AWS: moto (S3, Secrets Manager, EC2) and the recorder (CloudFormation, Auto Scaling).
     ``cache-bucket`` is versioned, as the stack's artifact cache is."""
-    with AwsEmulator(tmp_path / "aws", moto_server, region=AWS_REGION) as emulator:
+    with AwsEmulator(tmp_path / "aws", moto_server, region=AWS_REGION,
+                     moto_services=(*MOTO_SERVICES, "ec2")) as emulator:
         emulator.create_bucket("cache-bucket", versioned=True)
         yield emulator
+
+
+RECORDING_CLI = """#!{python}
+import json, os, sys
+with open(os.environ["STUB_CALLS"], "a", encoding="utf-8") as calls:
+    calls.write(json.dumps({{"cmd": "aws", "argv": sys.argv[1:]}}) + "\\n")
+os.execv({aws!r}, [{aws!r}, *sys.argv[1:]])
+"""
+"""The ``aws`` of a host with the real CLI: records its argv as a stub would, then becomes the CLI."""
 
 
 @pytest.fixture
 def aws_host(make_host: Callable[..., Host], aws: AwsEmulator) -> Callable[[int], Host]:
     """``aws_host(devices)``: a simulated host whose ``aws`` is the real AWS CLI, talking to this
-    test's emulator."""
+    test's emulator, and whose instance is one in moto (its instance metadata gives that id). Its
+    ``aws`` records each call in the host's calls log (as the stubs do, so ``Host.calls`` and
+    ``Host.phases`` read them) before it runs the real CLI."""
 
     def make(devices: int) -> Host:
         host = make_host(devices, missing=("aws",))
         bin_dir = host.root.parent / "aws-bin"
-        AwsEmulator.link_cli(bin_dir)
+        bin_dir.mkdir(parents=True)
+        recording = bin_dir / "aws"
+        recording.write_text(RECORDING_CLI.format(python=sys.executable, aws=AwsEmulator.aws_executable()))
+        recording.chmod(0o755)
         host.env.update(aws.env)
         host.env["PATH"] = f"{bin_dir}{os.pathsep}{host.env['PATH']}"
-        assert shutil.which("aws", path=host.env["PATH"]) == str(bin_dir / "aws")
+        host.env["STUB_INSTANCE_ID"] = aws.run_instance()
+        assert shutil.which("aws", path=host.env["PATH"]) == str(recording)
         return host
 
     return make

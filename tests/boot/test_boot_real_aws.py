@@ -11,12 +11,14 @@ import json
 import os
 import subprocess
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from bootsim import FAKE_HF_TOKEN, HOOK, MARKER, SIGNAL, SMALL_MODEL, Host, make_plan
 
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
+from neuron_serving.plan.phases import DETAIL_TAG, FAILED, PHASE_TAG, READY, SINCE_TAG, WARMED
 from neuron_serving.render.boot import API_KEYS_UNIT, RUN_REPLICA, SIGNAL_ID_LIMIT, BootOptions, render_boot_script
 from neuron_serving.render.router import KEYS_FILE
 from neuron_serving.userdata import api_keys
@@ -296,3 +298,94 @@ def test_a_boot_whose_api_keys_cannot_be_read_fails_naming_the_step(
     [signal] = _ok(aws, "SignalResource")
     assert (signal["Status"], str(signal["UniqueId"]).split(":")[0]) == ("FAILURE", f"{host.instance_id} api-keys")
     assert not host.path(KEYS_FILE).exists()
+
+
+# --- boot progress: the phase as tags on the host's own instance (report-phase) ---------------------------------
+
+def _phase_tags(aws: AwsEmulator, host: Host) -> tuple[str, str, str]:
+    """The host's phase, since and detail, as its moto instance carries them."""
+    tags = aws.instance_tags(host.instance_id)
+    return tags[PHASE_TAG], tags[SINCE_TAG], tags[DETAIL_TAG]
+
+
+def test_a_boot_ends_ready_on_its_own_instance_after_reporting_each_phase(
+    aws_host: Callable[[int], Host], aws: AwsEmulator,
+) -> None:
+    host, other = aws_host(1), aws_host(1)
+    started = datetime.now(UTC).replace(microsecond=0)
+    result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)))
+    assert result.returncode == 0, result.stdout
+    phase, since, detail = _phase_tags(aws, host)
+    assert (phase, detail) == (READY, "1 of 1 ready")
+    assert started <= datetime.strptime(since, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) <= datetime.now(UTC)
+    # Every report reached EC2 (none was refused), in the order of the boot.
+    assert [p for p, _ in host.phases()] == ["check-devices", "install-tools", "pull-image", "export-model",
+                                             "start-replicas", "router", "wait-ready", "wait-ready", READY]
+    assert "not reported (exit" not in host.path("/var/log/neuron-serving/boot.log").read_text()
+    # Only its own instance.
+    assert aws.instance_tags(other.instance_id) == {}
+
+
+def test_a_cache_hit_reports_download_export_and_ends_ready(aws_host: Callable[[int], Host], aws: AwsEmulator) -> None:
+    plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
+    script = render_boot_script(plan, BootOptions(artifact_cache=CACHE, signal=SIGNAL))
+    first, second = aws_host(1), aws_host(1)
+    assert first.boot(script).returncode == 0
+    assert second.boot(script).returncode == 0, second.path("/var/log/neuron-serving/boot.log").read_text()
+    upload, _ = _published(aws, TGI.export_key(plan, TGI_3_3_5))
+    assert ("download-export", f"s3://{BUCKET}/{upload}/") in second.phases()
+    assert "download-export" not in [p for p, _ in first.phases()]
+    assert [_phase_tags(aws, h)[0] for h in (first, second)] == [READY, READY]
+
+
+def test_a_failed_export_leaves_failed_and_the_compilers_error_on_the_instance(
+    aws_host: Callable[[int], Host], aws: AwsEmulator,
+) -> None:
+    host = aws_host(1)
+    result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)),
+                       STUB_EXPORT_FAIL="1")
+    assert result.returncode != 0
+    phase, _, detail = _phase_tags(aws, host)
+    assert (phase, detail) == (FAILED, "export-model: neuronx-cc: error: compilation failed")
+
+
+def test_a_warm_pool_host_is_warmed_until_its_start_makes_it_ready(
+    aws_host: Callable[[int], Host], aws: AwsEmulator,
+) -> None:
+    plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
+    host = aws_host(1)
+    options = BootOptions(signal=SIGNAL, warm_pool_hook=HOOK)
+    result = host.boot(render_boot_script(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped")
+    assert result.returncode == 0, result.stdout
+    assert _phase_tags(aws, host)[0] == WARMED
+    # Started from the pool: no user data; systemd starts the units, then the ready service.
+    for replica in plan.replicas:
+        assert host.run(RUN_REPLICA, str(replica.index)).returncode == 0
+    assert host.run_unit("neuron-serving-ready.service", STUB_LIFECYCLE_STATE="InService") == 0
+    phase, _, detail = _phase_tags(aws, host)
+    assert (phase, detail) == (READY, "1 of 1 ready")
+    assert [c["LifecycleActionResult"] for c in _ok(aws, "CompleteLifecycleAction")] == ["CONTINUE", "CONTINUE"]
+
+
+def test_create_tags_refused_by_iam_does_not_fail_the_boot(
+    aws_host: Callable[[int], Host], aws: AwsEmulator,
+) -> None:
+    # moto's IAM enforcement: the host's identity may describe instances but not tag them.
+    iam = aws.client("iam")
+    iam.create_user(UserName="host")
+    iam.put_user_policy(UserName="host", PolicyName="no-tags", PolicyDocument=json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"}]}))
+    key = iam.create_access_key(UserName="host")["AccessKey"]
+    host = aws_host(1)
+    host.env.update(AWS_ACCESS_KEY_ID=key["AccessKeyId"], AWS_SECRET_ACCESS_KEY=key["SecretAccessKey"])
+    with aws.moto.iam_enforced():
+        result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL),
+                                              BootOptions(signal=SIGNAL)))
+    assert result.returncode == 0, result.stdout
+    log = host.path("/var/log/neuron-serving/boot.log").read_text()
+    assert "UnauthorizedOperation" in log or "AccessDenied" in log, log
+    # awscli 1.46.3 exits 255 for an error the service returned (AWS CLI v2: 254).
+    assert "report-phase: ready not reported (exit 255)" in log
+    assert [s["Status"] for s in _ok(aws, "SignalResource")] == ["SUCCESS"]
+    assert aws.instance_tags(host.instance_id) == {}

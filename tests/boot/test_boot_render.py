@@ -149,8 +149,10 @@ def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
     }
     options = OPTION_CONFIGS[config][1] if config in OPTION_CONFIGS else {}
     readiness = {"signal", "warm_pool_hook"} & set(options)
+    plan = OPTION_CONFIGS[config][0] if config in OPTION_CONFIGS else config
+    reports = BootOptions(hf_token_secret=CONFIGS[plan][1], **options).reports_phases  # type: ignore[arg-type]
     assert set(files) == SCRIPTS | {f"/opt/neuron-serving/bin/{name}" for name, wanted in [
-        ("wait-ready", readiness), ("complete-lifecycle", "warm_pool_hook" in options),
+        ("wait-ready", readiness), ("complete-lifecycle", "warm_pool_hook" in options), ("report-phase", reports),
         ("start-monitoring", "monitoring" in options), ("load-api-keys", "api_keys_secret" in options)] if wanted}
     paths = []
     for name, text in files.items():
@@ -331,7 +333,7 @@ def test_the_ready_unit_waits_for_every_replica_and_the_router_then_completes_th
     files = embedded_files(rendered("trn1.32xlarge-tp2-secret-arn-fleet")[1])
     ready = files["/etc/systemd/system/neuron-serving-ready.service"].splitlines()
     assert [line for line in ready if line.startswith("ExecStart=")] == [
-        "ExecStart=/opt/neuron-serving/bin/wait-ready",
+        "ExecStart=/opt/neuron-serving/bin/wait-ready --report",
         "ExecStart=/opt/neuron-serving/bin/complete-lifecycle CONTINUE",
     ]
     assert {"Type=oneshot", "After=haproxy.service", "WantedBy=multi-user.target"} <= set(ready)

@@ -199,12 +199,13 @@ def test_host_may_use_only_the_cache_prefix_and_signal_its_own_stack(synth):
     listing = by_action[json.dumps("s3:ListBucket")]
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["exports/*"]}}
     assert by_action[json.dumps("cloudformation:SignalResource")]["Resource"] == {"Ref": "AWS::StackId"}
-    # Beyond the cache and the signal: shipping logs, fetching the metrics publisher, Session Manager.
+    # Beyond the cache and the signal: shipping logs, fetching the metrics publisher, Session Manager,
+    # tagging itself with its boot phase (tests/cdk/test_security.py).
     assert set(by_action) - {json.dumps(sorted(CACHE_OBJECT_ACTIONS)), json.dumps("s3:ListBucket"),
                              json.dumps("cloudformation:SignalResource")} == {
         json.dumps(["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]),
         json.dumps("s3:GetObject"), json.dumps("ssm:UpdateInstanceInformation"),
-        json.dumps(list(SESSION_MANAGER_ACTIONS))}
+        json.dumps(list(SESSION_MANAGER_ACTIONS)), json.dumps("ec2:CreateTags")}
 
 
 def test_boot_script_gets_the_cache_uri(synth):

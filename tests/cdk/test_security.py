@@ -13,10 +13,20 @@ from pathlib import Path
 import pytest
 from aws_cdk import App, Stack, Validations
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
-from neuron_serving import NeuronLlamaStack, ServingConfigError, StackSettings
+from neuron_serving import (
+    NeuronBootScript,
+    NeuronLlamaStack,
+    ServingConfigError,
+    ServingRequest,
+    StackSettings,
+    plan_serving,
+)
 from neuron_serving.cdk.endpoint import NeuronServingEndpoint
+from neuron_serving.plan.phases import PHASE_TAGS
 from neuron_serving.render.router import KEYS_FILE
 
 from .conftest import CERTIFICATE, FEATURE_FLAGS, service_authorization_reference, synthesize
@@ -199,6 +209,35 @@ def test_every_host_action_is_one_aws_defines_and_star_only_where_it_names_no_re
     # ssm:UpdateInstanceInformation may name the instance (arn:...:ec2:...:instance/<id>).
     kinds = {t["resource_type"] for t in reference["ssm:UpdateInstanceInformation"]["resource_types"]}
     assert "instance" in kinds
+
+
+@pytest.mark.parametrize("context", [{}, {"fleet": "asg", "warm_pool": "true"}])
+def test_the_host_may_tag_only_its_own_instance_and_only_with_the_boot_phase_keys(synth, context):
+    (statement,) = [s for s in synth(**context).host_statements() if "ec2:CreateTags" in json.dumps(s["Action"])]
+    assert statement["Action"] == "ec2:CreateTags" and statement["Effect"] == "Allow"
+    assert statement["Resource"] == {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ec2:",
+                                                       {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"},
+                                                       ":instance/*"]]}
+    assert statement["Condition"] == {
+        "StringEquals": {"aws:ARN": "${ec2:SourceInstanceARN}"},
+        "ForAllValues:StringEquals": {"aws:TagKeys": list(PHASE_TAGS)},
+        "Null": {"aws:TagKeys": "false"},
+    }
+    # aws:TagKeys is a condition key of ec2:CreateTags on instances; aws:ARN, which names the
+    # resource acted on, is in no service's list (see NeuronBootScript._grant_phase_tags).
+    (instance,) = [t for t in service_authorization_reference()["ec2:CreateTags"]["resource_types"]
+                   if t["resource_type"] == "instance"]
+    assert "aws:TagKeys" in instance["condition_keys"]
+
+
+def test_a_boot_script_that_calls_no_aws_api_is_granted_no_tagging():
+    stack = Stack(App(), "Own")
+    role = iam.Role(stack, "Role", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))
+    boot = NeuronBootScript(stack, "Boot", plan=plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge")))
+    boot.grant_boot(role)
+    assert not boot.options.reports_phases
+    assert "report-phase" not in boot.script
+    assert "ec2:CreateTags" not in json.dumps(Template.from_stack(stack).to_json())
 
 
 def test_a_permissions_boundary_and_a_path_apply_to_every_role_of_the_stack(synth):

@@ -798,6 +798,21 @@ class AwsEmulator:
             self.create_bucket(bucket)
         self.put_object(bucket, key, body)
 
+    def run_instance(self, instance_type: str = "inf2.xlarge") -> str:
+        """An EC2 instance in moto (from the first of moto's own Amazon images); returns its id. A simulated
+        host whose instance metadata gives this id tags, in moto, the instance it would be (``ec2`` must be
+        one of ``moto_services``). moto 5.2.5 implements RunInstances, CreateTags and DescribeInstances;
+        it does not check that CreateTags names an instance that exists (tried)."""
+        ec2 = self.client("ec2")
+        image = ec2.describe_images(Owners=["amazon"], MaxResults=5)["Images"][0]["ImageId"]
+        reservation = ec2.run_instances(ImageId=image, InstanceType=instance_type, MinCount=1, MaxCount=1)
+        return str(reservation["Instances"][0]["InstanceId"])
+
+    def instance_tags(self, instance_id: str) -> dict[str, str]:
+        """The instance's tags in moto, by key."""
+        reservations = self.client("ec2").describe_instances(InstanceIds=[instance_id])["Reservations"]
+        return {t["Key"]: t["Value"] for t in reservations[0]["Instances"][0].get("Tags", [])}
+
     def create_secret(self, name: str, value: str) -> str:
         """A Secrets Manager secret; returns its full ARN (moto picks the 6-character suffix)."""
         return str(self.client("secretsmanager").create_secret(Name=name, SecretString=value)["ARN"])

@@ -16,6 +16,7 @@ from ..plan.engines import DEFAULT_ENGINE, Engine, ServingImage
 from ..plan.engines import engine as find_engine
 from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan
+from ..plan.phases import PHASE_TAGS
 from ..plan.timing import MAX_CLOUDFORMATION_MINUTES, boot_minutes
 from ..render.boot import (
     BootOptions,
@@ -195,6 +196,8 @@ class NeuronBootScript(Construct):
                 stack, f"arn:<AWS::Partition>:s3:::{bucket}/{objects}",
                 "read-only access to the objects of the prebuilt export the user named",
             )
+        if self.options.reports_phases:
+            self._grant_phase_tags(grantee)
         if self.signal is not None:
             iam.Grant.add_to_principal(
                 grantee=grantee,
@@ -220,6 +223,48 @@ class NeuronBootScript(Construct):
                 f"autoScalingGroupName/{self.warm_pool_hook.group_name}",
                 "the group's id is assigned at creation; the resource names the one group by name",
             )
+
+    def _grant_phase_tags(self, grantee: iam.IGrantable) -> None:
+        """ec2:CreateTags on the host's own instance, with the boot phase's keys only (report-phase).
+
+        The instance's id is assigned at launch, so the resource is every instance of the stack's
+        account and region, and the conditions narrow it down:
+
+        - ``aws:ARN`` (the ARN of the resource acted on) must equal ``${ec2:SourceInstanceARN}``
+          (the instance whose role credentials sign the request): the instance tags itself only.
+          ``ec2:SourceInstanceARN`` is a single-valued EC2 condition key, and any single-valued key
+          may be a policy variable (IAM user guide, "Single-valued vs. multivalued context keys",
+          https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-single-vs-multi-valued-context-keys.html);
+          AWS's own managed policies use it so (AWS Managed Policy Reference,
+          AWSElasticDisasterRecoveryEc2InstancePolicy, ``"${ec2:SourceInstanceARN}"``). ``aws:ARN``
+          is not in the Service Authorization Reference nor among the documented global condition
+          keys; it is the common way to name the target (qoomon/aws-cheatsheet,
+          "Limit EC2 Instance Permissions to itself", ec2-self-management.policy.json, which notes
+          that it is undocumented and works). Should it ever be absent from the request context,
+          StringEquals on it is false and the statement allows nothing: reporting stops, never the
+          boot (report-phase logs the refusal).
+        - ``ForAllValues:StringEquals`` on ``aws:TagKeys`` (a condition key of ec2:CreateTags on
+          instances, Service Authorization Reference): only the three keys of
+          :data:`~neuron_serving.plan.phases.PHASE_TAGS`, so the host cannot rewrite ``Name`` or
+          the tags that identify its stack or group. ``ForAllValues`` is true for a request
+          without tags (the same IAM user guide page), hence the ``Null`` check that
+          ``aws:TagKeys`` is present.
+        """
+        stack = Stack.of(self)
+        grantee.grant_principal.add_to_principal_policy(iam.PolicyStatement(
+            actions=["ec2:CreateTags"],
+            resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*")],
+            conditions={
+                "StringEquals": {"aws:ARN": "${ec2:SourceInstanceARN}"},
+                "ForAllValues:StringEquals": {"aws:TagKeys": list(PHASE_TAGS)},
+                "Null": {"aws:TagKeys": "false"},
+            },
+        ))
+        Validations.of(stack).acknowledge(Acknowledgment(
+            id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]",
+            reason="An instance id is assigned at launch: the host may tag only the instance whose credentials "
+            "sign the request (aws:ARN equals ec2:SourceInstanceARN), and only with the boot phase's three keys",
+        ))
 
 
 def _secret_id(secret: secretsmanager.ISecret | None) -> str | None:

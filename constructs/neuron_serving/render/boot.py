@@ -20,6 +20,9 @@ builds; devices handed to docker stay the real ``/dev/neuronN``):
 - with a warm pool hook, ``/opt/neuron-serving/bin/complete-lifecycle`` and
   ``neuron-serving-ready.service`` (``userdata/complete-lifecycle.sh.j2``,
   ``userdata/neuron-serving-ready.service.j2``);
+- when the host reads its instance metadata (:attr:`BootOptions.reports_phases`),
+  ``/opt/neuron-serving/bin/report-phase``, which tags the instance with the boot's phase
+  (``userdata/report-phase.sh.j2``; see **Boot progress** below);
 - with monitoring, ``/opt/neuron-serving/bin/start-monitoring`` (``userdata/start-monitoring.sh.j2``),
   which installs the CloudWatch agent when missing (only once AWS's signature of the package
   verifies, by the key ``MonitoringOptions.agent_key_fingerprint`` pins) and configures it, the
@@ -73,6 +76,21 @@ CloudFormation asks of instances and Auto Scaling groups.
 
 **Warm pool.** See :class:`WarmPoolHook`.
 
+**Boot progress.** A host that reads its instance metadata reports each phase of
+:data:`~neuron_serving.plan.phases.PHASES` it enters as three tags on its own instance
+(:mod:`~neuron_serving.plan.phases`), with one CreateTags call per phase: every step's name as it
+starts; ``download-export`` instead of ``export-model`` once ``export-model`` knows it downloads (a
+prebuilt export, or the artifact cache's), and ``export-model`` again, with the reason, when it
+refuses the download; ``wait-ready`` with ``<n> of <N> ready`` as each replica serves; ``ready``
+once ``wait-ready`` passes, on the first boot and after every start of a warm pool's host
+(``neuron-serving-ready.service``); ``warmed`` once prepared for the warm pool; ``failed`` with
+``<step>: <reason>`` when a step, or the ready service's ``wait-ready``, fails. Without a
+signal or a hook nothing checks that the replicas serve, so such a host ends in ``router`` with
+``boot complete: readiness not checked``, never ``ready``. Reporting never fails a boot: a
+refused call is logged and the boot goes on. The phases before the AWS CLI is installed
+(``check-devices``, ``install-tools``) are reported only on images that have it, and
+``metadata`` never is (``host.env`` does not exist yet).
+
 **Monitoring.** With :class:`~neuron_serving.render.metrics.MonitoringOptions`, a step right
 after the tools are installed starts the CloudWatch agent, which ships the boot's logs, the
 router's log and the publisher's EMF file, and the metrics publisher; docker's awslogs driver
@@ -100,6 +118,7 @@ from ..plan.engines import (
 from ..plan.engines import engine as find_engine
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.layout import Replica, ServingPlan
+from ..plan.phases import DETAIL_TAG, FAILED, PHASE_NAMES, PHASE_TAG, READY, SINCE_TAG, TAG_VALUE_LIMIT, WARMED
 from .metrics import EMF_LOG, LOG_KINDS, MonitoringOptions
 from .monitoring import (
     AGENT_CONFIG_TEMPLATE,
@@ -143,6 +162,8 @@ CHECK_EXPORT = f"{BIN}/check-export"
 RUN_REPLICA = f"{BIN}/run-replica"
 WAIT_READY = f"{BIN}/wait-ready"
 COMPLETE_LIFECYCLE = f"{BIN}/complete-lifecycle"
+REPORT_PHASE = f"{BIN}/report-phase"
+"""``report-phase PHASE [DETAIL]``: the phase as tags on the host's own instance (``userdata/report-phase.sh.j2``)."""
 START_MONITORING = f"{BIN}/start-monitoring"
 METRICS_UNIT = "neuron-serving-metrics"
 API_KEYS = f"{BIN}/api-keys"
@@ -286,6 +307,15 @@ class BootOptions:
         (``userdata/publish_metrics.py``), which the host downloads: at about 7 KB compressed it
         would not fit in the user data beside the rest. The bucket and key may be CDK tokens (a
         CDK asset's); the instance role needs s3:GetObject on it. Default: none.
+
+    Boot progress (see the module documentation) has no option of its own: it is on exactly when
+    the host reads its instance metadata (:attr:`reports_phases`), that is with any option above
+    that calls AWS (an S3 artifact cache or prebuilt export, API keys, a signal, a warm pool hook
+    or monitoring). Such a host already has its region and instance id and an AWS role; one
+    without calls no AWS API at all and needs no role, and it would gain one only to report. The
+    instance role then needs ``ec2:CreateTags`` on the instance itself and for the three keys of
+    :data:`~neuron_serving.plan.phases.PHASE_TAGS` only (``NeuronBootScript.grant_boot`` grants
+    exactly that); without it the host logs each refused report and boots all the same.
     """
 
     engine: str = DEFAULT_ENGINE
@@ -302,6 +332,15 @@ class BootOptions:
     api_keys_secret: str | None = None
     api_keys_program: str | None = None
     load_balancer_authentication: bool = False
+
+    @property
+    def reports_phases(self) -> bool:
+        """Whether the host reads its instance metadata, and so reports its boot's phases as tags
+        on its instance (see the class documentation)."""
+        s3 = (_s3_parts(self.prebuilt_export) is not None
+              or (self.artifact_cache is not None and self.prebuilt_export is None))
+        return (s3 or self.api_keys_secret is not None or self.signal is not None
+                or self.warm_pool_hook is not None or self.monitoring is not None)
 
     def __post_init__(self) -> None:
         problems = Problems()
@@ -433,6 +472,8 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     signal, hook, monitoring = options.signal, options.warm_pool_hook, options.monitoring
     s3 = cache is not None or prebuilt_s3 is not None
     api_keys = options.api_keys_secret is not None
+    report = options.reports_phases
+    report_phase = REPORT_PHASE if report else None
     log_groups = monitoring.log_groups if monitoring else {}
     # Values that may be deploy-time tokens go to stack.env, which the boot script writes as is;
     # everything else is bundled and compressed at synth.
@@ -468,6 +509,9 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
             prebuilt=prebuilt,
             prebuilt_s3=prebuilt_s3,
             cache_bucket=cache[0] if cache else None,
+            report_phase=report_phase,
+            download_export=_phase("download-export"),
+            export_model=_phase("export-model"),
         ),
         CHECK_EXPORT: _rendered("check-export.py.j2",
                                 expect=json.dumps(engine.export_expectations(plan, image), sort_keys=True)),
@@ -493,7 +537,12 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
                 f"{API_KEYS_UNIT}.{kind}.j2", program=API_KEYS, unit=API_KEYS_UNIT)
     if signal is not None or hook is not None:
         files[WAIT_READY] = _rendered("wait-ready.sh.j2", seconds=READY_WAIT_SECONDS, router_port=plan.router_port,
-                                      health_path=engine.health_path, probe_path=probe.path, probe_body=probe.body)
+                                      health_path=engine.health_path, probe_path=probe.path, probe_body=probe.body,
+                                      report_phase=REPORT_PHASE, wait_ready=_phase("wait-ready"), ready=READY,
+                                      failed=FAILED)
+    if report:
+        files[REPORT_PHASE] = _rendered("report-phase.sh.j2", limit=TAG_VALUE_LIMIT,
+                                        phase_tag=PHASE_TAG, since_tag=SINCE_TAG, detail_tag=DETAIL_TAG)
     if hook is not None:
         files[COMPLETE_LIFECYCLE] = _rendered("complete-lifecycle.sh.j2")
         files["/etc/systemd/system/neuron-serving-ready.service"] = _rendered("neuron-serving-ready.service.j2")
@@ -513,7 +562,9 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         named_settings=named_settings,
         replicas=_replicas(plan),
         router_port=plan.router_port,
-        metadata=s3 or api_keys or signal is not None or hook is not None or monitoring is not None,
+        metadata=report,
+        report=report,
+        warmed=WARMED,
         api_keys=api_keys,
         load_api_keys=LOAD_API_KEYS,
         api_keys_unit=API_KEYS_UNIT,
@@ -534,8 +585,17 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         signal=signal,
         signal_id_limit=SIGNAL_ID_LIMIT,
         hook=hook,
+        report=report,
+        failed=FAILED,
     )
     return _without_comments(script, keep_header=True)
+
+
+def _phase(name: str) -> str:
+    """``name``, a phase of :data:`~neuron_serving.plan.phases.PHASES` that a script reports."""
+    if name not in PHASE_NAMES:
+        raise ValueError(f"{name!r} is no phase of neuron_serving.plan.phases.PHASES")
+    return name
 
 
 def serving_image(plan: ServingPlan, options: BootOptions) -> ServingImage:

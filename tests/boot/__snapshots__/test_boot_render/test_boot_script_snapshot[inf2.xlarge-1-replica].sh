@@ -56,6 +56,7 @@ finish() {
   echo "$1 at $(date -u +%FT%TZ)" >"$marker"
   echo "export-model: $final is complete"
 }
+report() { :; }
 hub() {
   docker run --rm --entrypoint huggingface-cli -v "$exports:/models" "$IMAGE" \
     download "$@" >>"$log" 2>&1

@@ -11,12 +11,14 @@ exec > >(tee -a "$logs/boot.log") 2>&1
 step=start why=
 log() { echo "$(date -u +%FT%TZ) neuron-serving: $*"; }
 die() { why=$*; log "ERROR: $*"; exit 1; }
-run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; }
+run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; "$bin/report-phase" "$1"; }
+bin=$R/opt/neuron-serving/bin
 on_exit() {
   local rc=$?
   if [ "$rc" = 0 ]; then echo "done" >"$logs/status"; return; fi
   echo "failed $step" >"$logs/status"
   log "FAILED in step $step (exit $rc)"
+  "$bin/report-phase" failed "$step: ${why:-exit $rc}"
 }
 trap on_exit EXIT
 trap 'why="command failed (exit $?) at line $LINENO: $BASH_COMMAND"; log "$why"' ERR
@@ -62,6 +64,7 @@ finish() {
   echo "$1 at $(date -u +%FT%TZ)" >"$marker"
   echo "export-model: $final is complete"
 }
+report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
 hub() {
   docker run --rm --entrypoint huggingface-cli -v "$exports:/models" "$IMAGE" \
     download "$@" >>"$log" 2>&1
@@ -166,6 +169,20 @@ put /etc/neuron-serving/replicas.table 644 <<'EOF'
 EOF
 put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'
 <render_router_config(plan) without its comment lines>
+EOF
+put /opt/neuron-serving/bin/report-phase 755 <<'EOF'
+#!/bin/bash
+R=${NEURON_SERVING_ROOT:-}
+host=$R/etc/neuron-serving/host.env
+[ -f "$host" ] || { echo "report-phase: $1 not reported: no host.env yet" >&2; exit 0; }
+# shellcheck source=/dev/null
+. "$host"
+detail=$(printf %s "${2:-}" | LC_ALL=C tr -cs 'A-Za-z0-9 +=._:/@-' ' ' | head -c 256)
+detail=${detail% }
+tags=$(printf '{"Key":"%s","Value":"%s"},' neuron-serving:phase "$1" neuron-serving:phase-since "$(date -u +%FT%TZ)" neuron-serving:detail "$detail")
+aws ec2 create-tags --cli-connect-timeout 10 --cli-read-timeout 20 --region "$REGION" --resources "$INSTANCE_ID" \
+  --tags "[${tags%,}]" >/dev/null || echo "report-phase: $1 not reported (exit $?)" >&2
+exit 0
 EOF
 put /opt/neuron-serving/bin/start-monitoring 755 <<'EOF'
 #!/bin/bash
@@ -336,6 +353,7 @@ haproxy -c -f "$R/etc/haproxy/haproxy.cfg.new"
 mv -f "$R/etc/haproxy/haproxy.cfg.new" "$R/etc/haproxy/haproxy.cfg"
 systemctl enable haproxy
 systemctl restart haproxy
+"$bin/report-phase" router "boot complete: readiness not checked"
 log "boot complete: 1 replica behind the router on port 8080"
 EOF
 EOF

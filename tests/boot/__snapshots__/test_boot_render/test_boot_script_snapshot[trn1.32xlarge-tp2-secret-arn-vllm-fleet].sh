@@ -11,7 +11,7 @@ exec > >(tee -a "$logs/boot.log") 2>&1
 step=start why=
 log() { echo "$(date -u +%FT%TZ) neuron-serving: $*"; }
 die() { why=$*; log "ERROR: $*"; exit 1; }
-run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; }
+run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; "$bin/report-phase" "$1"; }
 warm='' bin=$R/opt/neuron-serving/bin
 signal() {
   aws cloudformation signal-resource --region "$REGION" --stack-name NeuronLlamaStack \
@@ -28,6 +28,7 @@ on_exit() {
   trap - ERR
   [ "$step" != export-model ] || lines=$(tail -n 20 "$logs/export.log") why=$(grep . <<<"$lines" | tail -n 1)
   printf 'neuron-serving: failed in step %s: %s\n%s\n' "$step" "${why:=exit $rc}" "$lines" | tee -a "$R/dev/console"
+  "$bin/report-phase" failed "$step: ${why:-exit $rc}"
   [ -n "$warm" ] || signal FAILURE "$(echo -n "$INSTANCE_ID $step: $why" |
     tr -cs '[:alnum:] ._:/()=,+-' ' ' | head -c 64)"
   [ ! -x "$bin/complete-lifecycle" ] || "$bin/complete-lifecycle" ABANDON
@@ -81,6 +82,7 @@ finish() {
   echo "$1 at $(date -u +%FT%TZ)" >"$marker"
   echo "export-model: $final is complete"
 }
+report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
 hub() {
   docker run --rm --entrypoint huggingface-cli --env-file "$R"/etc/neuron-serving/hf-token.env -v "$exports:/models" "$IMAGE" \
     download "$@" >>"$log" 2>&1
@@ -105,6 +107,7 @@ if aws s3 cp "$s3$cached/COMPLETE" "$final.from" >>"$log" 2>&1; then
   [[ $from == "$cached"/?* ]] || fail "COMPLETE names $from"
   from=$s3$from/
   echo "export-model: downloading $from into $final; output in $log"
+  report download-export "$from"
   if ! aws s3 sync --only-show-errors "$from" "$final.tmp" >>"$log" 2>&1; then
     why="could not be downloaded (see $log)"
   elif bad=$(LC_ALL=C comm -3 <(tail -n +2 "$final.from" | LC_ALL=C sort) <(sums "$final.tmp")); [ -n "$bad" ]; then
@@ -118,6 +121,7 @@ if aws s3 cp "$s3$cached/COMPLETE" "$final.from" >>"$log" 2>&1; then
     why="is not an export of this plan"
   fi
   echo "export-model: $from $why; exporting here" | tee -a "$log"
+  report export-model "$from $why"
   rm -rf "$final.tmp" && mkdir "$final.tmp"
 fi
 model=meta-llama/Llama-3.1-8B-Instruct revision=5f0b02c75b57c5855da9ae460ce51323ea669d8a
@@ -252,19 +256,41 @@ put /opt/neuron-serving/bin/wait-ready 755 <<'EOF'
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 limit=${NEURON_SERVING_READY_SECONDS:-2700}
+report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
+own=${1:-}
+fail() { echo "$1"; [ -z "$own" ] || report failed "wait-ready: $1"; exit 1; }
 ready() {
   curl -fsS -m 10 -o /dev/null "$1/health" && { [ -z "${2:-}" ] || curl -fsS -m 60 -o /dev/null \
     -H 'Content-Type: application/json' -d '{"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": "ping", "max_tokens": 1}' "$1/v1/completions"; }
 }
-for conf in "$R"/etc/neuron-serving/replica-*.conf router; do
+confs=("$R"/etc/neuron-serving/replica-*.conf)
+total=${#confs[@]} n=0
+[ -z "$own" ] || report wait-ready "0 of $total ready"
+for conf in "${confs[@]}" router; do
   name=${conf##*/} port=8080 generate=
   [ "$name" = router ] || name=${name%.conf} port=$(sed -n 's/^PORT=//p' "$conf") generate=1
   until ready "http://127.0.0.1:$port" $generate; do
-    [ "$SECONDS" -lt "$limit" ] || { echo "$name not ready in ${limit}s (port $port)"; exit 1; }
+    [ "$SECONDS" -lt "$limit" ] || fail "$name not ready in ${limit}s (port $port)"
     sleep 10
   done
   echo "$name (port $port) ready"
+  [ "$name" = router ] || { n=$((n + 1)); report wait-ready "$n of $total ready"; }
 done
+report ready "$total of $total ready"
+EOF
+put /opt/neuron-serving/bin/report-phase 755 <<'EOF'
+#!/bin/bash
+R=${NEURON_SERVING_ROOT:-}
+host=$R/etc/neuron-serving/host.env
+[ -f "$host" ] || { echo "report-phase: $1 not reported: no host.env yet" >&2; exit 0; }
+# shellcheck source=/dev/null
+. "$host"
+detail=$(printf %s "${2:-}" | LC_ALL=C tr -cs 'A-Za-z0-9 +=._:/@-' ' ' | head -c 256)
+detail=${detail% }
+tags=$(printf '{"Key":"%s","Value":"%s"},' neuron-serving:phase "$1" neuron-serving:phase-since "$(date -u +%FT%TZ)" neuron-serving:detail "$detail")
+aws ec2 create-tags --cli-connect-timeout 10 --cli-read-timeout 20 --region "$REGION" --resources "$INSTANCE_ID" \
+  --tags "[${tags%,}]" >/dev/null || echo "report-phase: $1 not reported (exit $?)" >&2
+exit 0
 EOF
 put /opt/neuron-serving/bin/complete-lifecycle 755 <<'EOF'
 #!/bin/bash
@@ -288,7 +314,7 @@ After=haproxy.service
 [Service]
 Type=oneshot
 TimeoutStartSec=infinity
-ExecStart=/opt/neuron-serving/bin/wait-ready
+ExecStart=/opt/neuron-serving/bin/wait-ready --report
 ExecStart=/opt/neuron-serving/bin/complete-lifecycle CONTINUE
 StandardOutput=append:/var/log/neuron-serving/ready.log
 
@@ -489,6 +515,7 @@ haproxy -c -f "$R/etc/haproxy/haproxy.cfg.new"
 mv -f "$R/etc/haproxy/haproxy.cfg.new" "$R/etc/haproxy/haproxy.cfg"
 systemctl enable haproxy
 if [ -n "$warm" ]; then
+  "$bin/report-phase" warmed
   "$bin/complete-lifecycle" CONTINUE
   log "prepared for the warm pool"
   exit 0

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .ops import smoke
 from .ops.aws import Aws, Explainer, OpsError, run_aws, stack_not_found
 from .plan.errors import ServingConfigError
 from .plan.instances import INSTANCES
@@ -85,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     actions.add_parser("list", parents=[where], help="the keys' names (never their values)",
                        description="The keys' names and how each is stored, never their values.",
                        epilog=_API_KEY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    smoke.add_parser(commands)
     return parser
 
 
@@ -302,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "api-key":
         return api_key_command(args)
+    if args.command == "smoke":
+        return smoke.command(args)
     try:
         print(plan_command(args))
     except ServingConfigError as err:

@@ -142,7 +142,7 @@ def command(args: argparse.Namespace) -> int:
         try:
             endpoint = _endpoint(args)
             serving, outcomes = smoke(endpoint, key, args.timeout)
-        except SmokeError as err:
+        except OpsError as err:
             if printer.json:
                 printer.document({"passed": False, "error": str(err)})
             raise

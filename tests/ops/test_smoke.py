@@ -5,10 +5,16 @@ CloudFormation (tests/harness/aws.py) whose outputs point at that router. The CL
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
+import shutil
 import socket
+import ssl
+import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -205,6 +211,52 @@ def test_a_closed_port_gets_the_port_forwarding_message(capsys):
             "AWS-StartPortForwardingSession --parameters '{\"portNumber\":[\"<RouterPort output>\"],"
             "\"localPortNumber\":[\"8080\"]}'") in err
     assert "neuron-serving smoke --url http://localhost:8080 --engine vllm" in err
+    assert "Traceback" not in err
+
+
+def test_a_connection_that_never_comes_gets_the_port_forwarding_message(capsys):
+    # A listener whose accept queue is full: Linux drops further SYNs, so a connect hangs as it does
+    # towards an internal load balancer's private address from outside its VPC.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        waiting = []
+        with contextlib.suppress(TimeoutError):
+            for _ in range(8):  # until the queue is full: a connect times out
+                waiting.append(socket.create_connection(("127.0.0.1", port), timeout=0.3))
+        try:
+            code, _, err = run(capsys, "--url", f"http://127.0.0.1:{port}", "--timeout", "0.5")
+        finally:
+            for sock in waiting:
+                sock.close()
+
+    assert code == 1
+    assert "no connection within 0.5 s" in err
+    assert "AWS-StartPortForwardingSession" in err and "neuron-serving smoke --url http://localhost:8080" in err
+
+
+def test_an_https_endpoint_whose_certificate_is_not_trusted_is_refused(tmp_path, capsys):
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("needs openssl to make a self-signed certificate")
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-keyout", str(tmp_path / "key.pem"), "-out", str(tmp_path / "cert.pem")],
+                   check=True, capture_output=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        code, _, err = run(capsys, "--url", f"https://localhost:{server.server_address[1]}", "--engine", "tgi")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert code == 1
+    assert "TLS certificate is not trusted here (self-signed certificate)" in err
     assert "Traceback" not in err
 
 

@@ -41,6 +41,13 @@ MAX_TOKENS = 24
 DEFAULT_TIMEOUT = 60.0
 """Seconds each request may take: a cold replica's first generation can take tens of seconds."""
 
+CONNECT_TIMEOUT = 10.0
+"""Seconds to wait for a connection (or ``--timeout`` when shorter). The DNS name of an internal
+load balancer resolves everywhere, to its nodes' private addresses (Elastic Load Balancing API
+reference, CreateLoadBalancer ``Scheme``: "publicly resolvable to the private IP addresses of the
+nodes"), so from outside its VPC the usual symptom is a connection that never comes, not a name
+that fails; a load balancer that is reachable connects in milliseconds."""
+
 LOCAL_PORT = 8080
 """The local port of the Session Manager forwarding the unreachable-endpoint message proposes."""
 
@@ -190,7 +197,16 @@ def _identify(endpoint: Endpoint, headers: dict[str, str], key: str | None, time
     # TGI first: its /info is TGI's alone, while TGI serves vLLM's /v1/models too.
     candidates = [endpoint.engine] if endpoint.engine else list(ENGINES.values())
     for candidate in candidates:
-        answer = _send(endpoint.url, "GET", candidate.probe.path, None, headers, timeout)
+        try:
+            answer = _send(endpoint.url, "GET", candidate.probe.path, None, headers, timeout)
+        except ssl.SSLCertVerificationError as err:
+            raise SmokeError(f"{endpoint.url}'s TLS certificate is not trusted here ({err.verify_message}): "
+                             "check the URL's host name against the certificate") from None
+        except TimeoutError:
+            raise SmokeError(f"{endpoint.url} took a connection but did not answer GET {candidate.probe.path} "
+                             f"within {timeout:g} s (--timeout)") from None
+        except (OSError, http.client.HTTPException) as err:
+            raise SmokeError(f"{endpoint.url} failed to answer GET {candidate.probe.path}: {err}") from None
         if answer.status == 401:
             raise SmokeError(_refused(endpoint, key))
         if answer.status == 200 and candidate.probe.field in (_json(answer.body) or {}):
@@ -284,7 +300,8 @@ def _send(url: str, method: str, path: str, body: str | None, headers: dict[str,
           stream: bool = False) -> Answer:
     """One request on its own connection. :class:`Unreachable` when the connection cannot be made;
     a failure after it is an :class:`OSError` or :class:`http.client.HTTPException`."""
-    conn, prefix = _connection(url, timeout)
+    connect_timeout = min(timeout, CONNECT_TIMEOUT)
+    conn, prefix = _connection(url, connect_timeout)
     started = time.monotonic()
     try:
         try:
@@ -292,11 +309,13 @@ def _send(url: str, method: str, path: str, body: str | None, headers: dict[str,
         except socket.gaierror as err:
             raise Unreachable(f"its name does not resolve: {err.strerror or err}") from None
         except TimeoutError:
-            raise Unreachable(f"no connection within {timeout:g} s") from None
+            raise Unreachable(f"no connection within {connect_timeout:g} s") from None
         except ssl.SSLError:
             raise  # reached, but its certificate is refused: not a matter of reaching it
         except OSError as err:
             raise Unreachable(err.strerror or str(err)) from None
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
         sent = {**({"Content-Type": "application/json"} if body is not None else {}),
                 "Accept": "text/event-stream" if stream else "application/json", **headers}
         conn.request(method, prefix + path, body=body.encode() if body is not None else None, headers=sent)

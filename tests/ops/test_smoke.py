@@ -145,6 +145,13 @@ def test_a_replica_answering_errors_fails_that_route_and_exits_1(start_router, c
     assert code == 1 and "1 of 3 routes failed" in out
 
 
+@pytest.mark.parametrize("url", ["localhost:8080", "ftp://host", "http://host:port", "http://host:70000"])
+def test_a_url_that_is_not_http_is_one_line(capsys, url):
+    code, _, err = run(capsys, "--url", url)
+
+    assert code == 1 and err.startswith(f"neuron-serving: --url {url!r} is not an http:// or https:// URL")
+
+
 def test_a_wrong_engine_is_named_before_any_generation(start_router, capsys):
     router = start_router("vllm")
 

@@ -99,6 +99,8 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Answer:
+    """What came back for one request; ``latency`` from before connecting to the body's end."""
+
     status: int
     body: bytes
     latency: float
@@ -122,7 +124,8 @@ def add_parser(commands: Any) -> None:
     where.add_argument("--url", help="the endpoint's base URL instead (e.g. http://localhost:8080 through Session "
                                      "Manager port forwarding); no AWS call is made")
     smoke.add_argument("--region", help="AWS region of the stack (default: boto3's)")
-    smoke.add_argument("--api-key", help=f"the key sent as Authorization: Bearer <key> (default: ${API_KEY_ENV})")
+    smoke.add_argument("--api-key", help=f"the key sent as Authorization: Bearer <key> (default: ${API_KEY_ENV}, "
+                       "which is better: other users of this machine can see a command line)")
     smoke.add_argument("--engine", choices=tuple(ENGINES), help="the endpoint's engine with --url (default: asked "
                                                                  "of the endpoint with one GET)")
     smoke.add_argument("--timeout", type=_positive, default=DEFAULT_TIMEOUT,
@@ -163,8 +166,12 @@ def _endpoint(args: argparse.Namespace) -> Endpoint:
     if args.url:
         url = args.url.rstrip("/")
         parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise SmokeError(f"--url {args.url!r} is not an http:// or https:// URL")
+        try:
+            valid = parsed.scheme in ("http", "https") and bool(parsed.hostname) and parsed.port != 0
+        except ValueError:  # a port that is no number, or beyond 65535
+            valid = False
+        if not valid:
+            raise SmokeError(f"--url {args.url!r} is not an http:// or https:// URL (such as http://localhost:8080)")
         return Endpoint(url, engine(args.engine) if args.engine else None, None, None, args.region)
     if args.engine:
         raise SmokeError("--engine goes with --url: with --stack the engine is the stack's Engine output")
@@ -253,7 +260,7 @@ def _unreachable(endpoint: Endpoint, why: str) -> str:
     # "localPortNumber":["56789"]}'. The hosts' role allows Session Manager (the stack's
     # InstanceId output says so); the client needs the Session Manager plugin.
     parameters = json.dumps({"portNumber": [port], "localPortNumber": [str(LOCAL_PORT)]}, separators=(",", ":"))
-    where = "" if endpoint.stack else " (with --stack NAME instead of --url this message names them)"
+    where = "" if endpoint.stack else " (run with --stack NAME instead of --url to have the host and port filled in)"
     return (f"cannot reach {endpoint.url} from here ({why}). An internal load balancer answers only inside its VPC; "
             f"from elsewhere, forward a local port to one host's router with Session Manager{where}:\n"
             f"  aws ssm start-session --region {region} --target {host} --document-name "

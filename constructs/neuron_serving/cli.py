@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .ops import logs, preflight, status
+from .ops import logs, preflight, smoke, status
 from .ops.aws import Aws, Explainer, OpsError, run_aws, stack_not_found
 from .plan.errors import ServingConfigError
 from .plan.instances import INSTANCES
@@ -87,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
                        description="The keys' names and how each is stored, never their values.",
                        epilog=_API_KEY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     # The operator's commands (neuron_serving.ops): each sets the function that runs it as args.run.
-    for module in (preflight, status, logs):
+    for module in (preflight, status, logs, smoke):
         module.register(commands)
     return parser
 

@@ -5,6 +5,14 @@
 - ``POST /generate``: one JSON answer after ``max_new_tokens`` token delays.
 - ``POST /generate_stream``: one Server-Sent Event per token, each flushed as its own HTTP chunk
   when it is "generated", ``token_delay`` seconds apart, like TGI's SSE stream.
+- With ``parameters.details``, both say how many tokens they generated (``details.generated_tokens``;
+  streamed, in the last event), as TGI's ``GenerateResponse`` and ``StreamResponse`` do
+  (text-generation-inference v3.3.5 router/src/lib.rs).
+- ``POST /v1/chat/completions`` (unstreamed): TGI's ``ChatCompletion`` with the message's content
+  and ``usage`` (router/src/lib.rs at v3.3.5).
+- ``GET /info``: TGI's ``Info`` (its ``model_id`` and a few other fields; router/src/lib.rs).
+- A route in ``failing`` answers 424 with TGI's ``ErrorResponse``, as TGI answers a generation
+  error (router/src/server.rs at v3.3.5: ``InferError::GenerationError`` is FAILED_DEPENDENCY).
 
 Every answer names the replica in an ``X-Replica`` header, and every generation request is
 recorded, so tests can count the traffic each replica served.
@@ -20,6 +28,8 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+SERVED_MODEL = "meta-llama/Llama-3.2-1B-Instruct"
 
 MAX_TOKENS = 50
 """Upper bound on the tokens one fake request generates, so no test can make a replica busy for
@@ -79,6 +89,10 @@ class _Handler(BaseHTTPRequestHandler):
             replica.health_checks += 1
             self._send_json(200 if replica.healthy else 503, {} if replica.healthy else {
                 "error": "unhealthy", "error_type": "healthcheck"})
+        elif self.path == "/info":
+            self._send_json(200, {"model_id": SERVED_MODEL, "model_sha": None, "model_pipeline_tag": "text-generation",
+                                  "max_concurrent_requests": 128, "max_input_tokens": 3072,
+                                  "max_total_tokens": 4096, "router": "text-generation-router", "version": "3.3.5"})
         else:
             self._send_json(404, {"error": f"no route {self.path}"})
 
@@ -86,18 +100,37 @@ class _Handler(BaseHTTPRequestHandler):
         replica = self.server.replica
         body = self._read_json()
         tokens = _token_count(body)
-        if self.path not in ("/generate", "/generate_stream"):
+        if self.path not in ("/generate", "/generate_stream", "/v1/chat/completions"):
             self._send_json(404, {"error": f"no route {self.path}"})
             return
+        if self.path in replica.failing:
+            self._send_json(424, {"error": "Request failed during generation: Server error: device lost",
+                                  "error_type": "generation"})
+            return
         replica._begin(Served("POST", self.path, time.monotonic(), received(self.headers)))
+        parameters = body.get("parameters")
+        details = isinstance(parameters, dict) and parameters.get("details") is True
+        if self.path == "/generate_stream":
+            self._stream(tokens, replica.token_delay, details)
+            return
+        if self.path == "/v1/chat/completions":
+            tokens = _chat_token_count(body)
+        time.sleep(tokens * replica.token_delay)
+        # Done generating before the answer leaves: once the router has it, it may send the
+        # next request at once, and that must not count as overlapping this one.
+        replica._end()
+        text = " ".join(_token(i) for i in range(tokens))
         if self.path == "/generate":
-            time.sleep(tokens * replica.token_delay)
-            # Done generating before the answer leaves: once the router has it, it may send the
-            # next request at once, and that must not count as overlapping this one.
-            replica._end()
-            self._send_json(200, {"generated_text": " ".join(_token(i) for i in range(tokens))})
+            self._send_json(200, {"generated_text": text, **({"details": {
+                "finish_reason": "length", "generated_tokens": tokens, "seed": None, "prefill": [],
+                "tokens": []}} if details else {})})
         else:
-            self._stream(tokens, replica.token_delay)
+            self._send_json(200, {"object": "chat.completion", "id": "", "created": int(time.time()),
+                                  "model": SERVED_MODEL, "system_fingerprint": "3.3.5-native",
+                                  "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                               "logprobs": None, "finish_reason": "length"}],
+                                  "usage": {"prompt_tokens": 1, "completion_tokens": tokens,
+                                            "total_tokens": tokens + 1}})
 
     def _read_json(self) -> dict[str, Any]:
         length = int(self.headers.get("Content-Length") or 0)
@@ -129,16 +162,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
 
-    def _stream(self, tokens: int, delay: float) -> None:
+    def _stream(self, tokens: int, delay: float, details: bool = False) -> None:
         self._start_stream("text/event-stream", ("Cache-Control", "no-cache"))
         for i in range(tokens):
             time.sleep(delay)
             last = i == tokens - 1
             event = {
                 "index": i + 1,
-                "token": {"id": i, "text": _token(i), "logprob": 0.0, "special": False},
+                "token": {"id": i, "text": _piece(i), "logprob": 0.0, "special": False},
                 "generated_text": " ".join(_token(j) for j in range(tokens)) if last else None,
-                "details": None,
+                "details": {"finish_reason": "length", "generated_tokens": tokens, "seed": None,
+                            "input_length": 1} if last and details else None,
                 "sent_at": time.monotonic(),
             }
             if last:
@@ -159,8 +193,19 @@ def _token_count(body: dict[str, Any]) -> int:
     return min(requested, MAX_TOKENS)
 
 
+def _chat_token_count(body: dict[str, Any]) -> int:
+    requested = body.get("max_tokens", 1)
+    return min(requested, MAX_TOKENS) if isinstance(requested, int) and requested > 0 else 1
+
+
 def _token(i: int) -> str:
     return f"tok{i}"
+
+
+def _piece(i: int) -> str:
+    """What token ``i`` adds to the streamed text: after the first, with the space before it, as
+    real tokens carry it (the generated text is the pieces joined)."""
+    return _token(i) if i == 0 else f" {_token(i)}"
 
 
 class FakeTgi:
@@ -179,6 +224,8 @@ class FakeTgi:
         self.port = port
         self.token_delay = token_delay
         self.healthy = True
+        self.failing: set[str] = set()
+        """Routes answered with the engine's error instead of a generation."""
         self.health_checks = 0
         self._served: list[Served] = []
         self._in_flight = 0

@@ -9,7 +9,11 @@ protocol.py in vLLM 0.11.0's PyPI wheel).
 - ``POST /v1/completions`` and ``/v1/chat/completions``: ``max_tokens`` tokens (vLLM's default for
   completions is 16), ``token_delay`` seconds apart; with ``"stream": true`` one Server-Sent Event
   per token (``data: <json>``, each flushed as its own HTTP chunk), then ``data: [DONE]``. A model
-  other than the served one: 404 with vLLM's error body.
+  other than the served one: 404 with vLLM's error body. Streamed with
+  ``stream_options.include_usage``, a last event before ``[DONE]`` has no choices and the ``usage``
+  (serving_completion.py and serving_chat.py).
+- A route in ``failing`` answers 500 with vLLM's ``ErrorResponse`` (protocol.py), as vLLM answers
+  an engine error.
 
 Built on the fake TGI replica's server (fake_tgi.py): the same bookkeeping of requests in flight,
 ``X-Replica`` header and ``kill``.
@@ -21,9 +25,8 @@ import json
 import time
 from typing import Any
 
-from fake_tgi import MAX_TOKENS, FakeTgi, Served, _Handler, _token, received
+from fake_tgi import MAX_TOKENS, SERVED_MODEL, FakeTgi, Served, _Handler, _piece, _token, received
 
-SERVED_MODEL = "meta-llama/Llama-3.2-1B-Instruct"
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
 
@@ -55,12 +58,18 @@ class _VllmHandler(_Handler):
             self._send_json(404, {"error": {"message": f"The model `{body['model']}` does not exist.",
                                             "type": "NotFoundError", "param": None, "code": 404}})
             return
+        if self.path in replica.failing:
+            self._send_json(500, {"error": {"message": "EngineCore encountered an issue.",
+                                            "type": "InternalServerError", "param": None, "code": 500}})
+            return
         requested = body.get("max_tokens", 16)
         tokens = min(requested, MAX_TOKENS) if isinstance(requested, int) and requested > 0 else 16
         chat = self.path == "/v1/chat/completions"
         replica._begin(Served("POST", self.path, time.monotonic(), received(self.headers)))
         if body.get("stream"):
-            self._stream_openai(tokens, replica.token_delay, chat)
+            options = body.get("stream_options")
+            usage = isinstance(options, dict) and options.get("include_usage") is True
+            self._stream_openai(tokens, replica.token_delay, chat, usage)
             return
         time.sleep(tokens * replica.token_delay)
         replica._end()
@@ -72,18 +81,23 @@ class _VllmHandler(_Handler):
                               "usage": {"prompt_tokens": 1, "completion_tokens": tokens,
                                         "total_tokens": tokens + 1}})
 
-    def _stream_openai(self, tokens: int, delay: float, chat: bool) -> None:
+    def _stream_openai(self, tokens: int, delay: float, chat: bool, usage: bool = False) -> None:
         self._start_stream("text/event-stream; charset=utf-8")
         for i in range(tokens):
             time.sleep(delay)
             last = i == tokens - 1
-            delta = {"delta": {"content": _token(i)}} if chat else {"text": _token(i)}
+            delta = {"delta": {"content": _piece(i)}} if chat else {"text": _piece(i)}
             chunk = {"id": "cmpl-0", "object": "chat.completion.chunk" if chat else "text_completion",
                      "model": SERVED_MODEL, "sent_at": time.monotonic(),
                      "choices": [{"index": 0, **delta, "finish_reason": "length" if last else None}]}
             if last:
                 self.server.replica._end()
             self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+        if usage:
+            final = {"id": "cmpl-0", "object": "chat.completion.chunk" if chat else "text_completion",
+                     "model": SERVED_MODEL, "choices": [],
+                     "usage": {"prompt_tokens": 1, "completion_tokens": tokens, "total_tokens": tokens + 1}}
+            self._write_chunk(f"data: {json.dumps(final)}\n\n".encode())
         self._write_chunk(b"data: [DONE]\n\n")
         self._write_chunk(b"")
 

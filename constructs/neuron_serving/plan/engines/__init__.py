@@ -9,10 +9,12 @@ from .base import (
     KEY_FORMAT,
     MODEL_MOUNT,
     Engine,
+    EngineProbe,
     MetricSource,
     ReadinessProbe,
     ReplicaMetrics,
     ServingImage,
+    SmokeRequest,
     check_dlami_parameter,
 )
 from .tgi import TGI
@@ -41,10 +43,12 @@ __all__ = [
     "KEY_FORMAT",
     "MODEL_MOUNT",
     "Engine",
+    "EngineProbe",
     "MetricSource",
     "ReadinessProbe",
     "ReplicaMetrics",
     "ServingImage",
+    "SmokeRequest",
     "check_dlami_parameter",
     "engine",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -127,6 +128,59 @@ class ReadinessProbe:
     body: str
 
 
+JsonPath = tuple[str | int, ...]
+"""Keys and list indexes leading to one value in a JSON document: ``("choices", 0, "text")``."""
+
+
+@dataclass(frozen=True)
+class SmokeRequest:
+    """One request ``neuron-serving smoke`` sends a deployed endpoint, and where its answer says
+    what was generated (:meth:`Engine.smoke_requests`).
+
+    :param label: what the request exercises, in the report (``native``, ``native, streamed``,
+        ``OpenAI chat``).
+    :param path: the route, POSTed with ``Content-Type: application/json``.
+    :param body: the JSON body.
+    :param stream: whether the answer is a stream of Server-Sent Events (``data: <json>``).
+    :param text: where the generated text is: in the JSON answer, or, streamed, in each event;
+        an event with text there bears a token.
+    :param tokens: where the answer (or, streamed, any event) counts the generated tokens; when
+        no answer says, the tokens counted are the token-bearing events.
+    """
+
+    label: str
+    path: str
+    body: str
+    stream: bool
+    text: JsonPath
+    tokens: JsonPath
+
+
+def openai_chat(prompt: str, max_tokens: int) -> SmokeRequest:
+    """The OpenAI chat completion both engines serve, unstreamed: ``messages`` and ``max_tokens``
+    in; ``choices[0].message.content`` and ``usage.completion_tokens`` out (text-generation-inference
+    v3.3.5 router/src/lib.rs, ``ChatRequest``, ``ChatCompletion`` and ``Usage``; vLLM 0.11.0
+    vllm/entrypoints/openai/protocol.py, ``ChatCompletionRequest``, ``ChatCompletionResponse`` and
+    ``UsageInfo``)."""
+    return SmokeRequest("OpenAI chat", "/v1/chat/completions",
+                        json.dumps({"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens}),
+                        stream=False, text=("choices", 0, "message", "content"), tokens=("usage", "completion_tokens"))
+
+
+@dataclass(frozen=True)
+class EngineProbe:
+    """A cheap GET that tells an endpoint's engine without generating anything: the route answers
+    200 with a JSON object holding ``field`` on this engine's endpoints only.
+
+    :param path: the route, one of the engine's :attr:`Engine.api_routes` (the router forwards
+        only those).
+    :param field: a top-level key of its JSON answer.
+    """
+
+    path: str
+    field: str
+
+
 @dataclass(frozen=True)
 class MetricSource:
     """Where one published metric comes from in a replica's Prometheus text: the sum of the
@@ -217,6 +271,8 @@ class Engine(ABC):
     """The Prometheus names of each replica's ``/metrics`` behind the published metrics."""
     unused_settings: tuple[str, ...] = ()
     """Settings of the serving request the engine has no use for: giving one is an error."""
+    probe: EngineProbe
+    """How ``neuron-serving smoke`` tells, with one GET, that an endpoint serves this engine."""
 
     @property
     def default_image(self) -> ServingImage:
@@ -312,6 +368,13 @@ class Engine(ABC):
     @abstractmethod
     def readiness(self, plan: ServingPlan) -> ReadinessProbe:
         """The one-token generation ``wait-ready`` sends each replica."""
+
+    @abstractmethod
+    def smoke_requests(self, prompt: str, max_tokens: int) -> tuple[SmokeRequest, ...]:
+        """The requests ``neuron-serving smoke`` sends: one to each of the engine's native and
+        OpenAI-compatible generation routes, one of them streamed, each asking for at most
+        ``max_tokens`` tokens answering ``prompt``. They name no model, so that they need nothing
+        but the endpoint: both engines then use the one they serve."""
 
 
 def check_dlami_parameter(image: ServingImage, parameter: str) -> None:

@@ -11,7 +11,18 @@ from __future__ import annotations
 import json
 
 from ..layout import Replica, ServingPlan
-from .base import Engine, MetricSource, ReadinessProbe, ReplicaMetrics, ServingImage, export_files, shape_fields
+from .base import (
+    Engine,
+    EngineProbe,
+    MetricSource,
+    ReadinessProbe,
+    ReplicaMetrics,
+    ServingImage,
+    SmokeRequest,
+    export_files,
+    openai_chat,
+    shape_fields,
+)
 
 TGI_3_3_5 = ServingImage(
     reference="ghcr.io/huggingface/text-generation-inference:3.3.5-neuron",
@@ -65,6 +76,9 @@ class Tgi(Engine):
     max_concurrent_requests = MAX_CONCURRENT_REQUESTS
     # text-generation-inference v3.3.5 router/src/server.rs: the routes of its OpenAPI document.
     api_routes = ("/generate", "/generate_stream", "/v1/chat/completions", "/v1/completions", "/info")
+    # router/src/server.rs at v3.3.5: GET /info answers the ``Info`` of router/src/lib.rs, whose
+    # model_id vLLM never serves (vLLM 0.11.0 has no /info route: vllm/entrypoints/openai/api_server.py).
+    probe = EngineProbe("/info", "model_id")
     # text-generation-inference v3.3.5 router/src/server.rs, router/src/infer/mod.rs and
     # backends/v3/src/queue.rs: the metric names; a counter is created at its first increment,
     # so an absent one means zero.
@@ -128,6 +142,20 @@ class Tgi(Engine):
         # text-generation-inference v3.3.5 router/src/lib.rs GenerateRequest: inputs and
         # parameters.max_new_tokens.
         return ReadinessProbe("/generate", json.dumps({"inputs": "ping", "parameters": {"max_new_tokens": 1}}))
+
+    def smoke_requests(self, prompt: str, max_tokens: int) -> tuple[SmokeRequest, ...]:
+        # text-generation-inference v3.3.5 router/src/lib.rs: with parameters.details, /generate
+        # answers GenerateResponse {generated_text, details: {generated_tokens, ...}}, and
+        # /generate_stream sends one StreamResponse {index, token: {id, text, logprob, special},
+        # generated_text, details} per token, the last with details.generated_tokens (StreamDetails).
+        native = {"inputs": prompt, "parameters": {"max_new_tokens": max_tokens, "details": True}}
+        return (
+            SmokeRequest("native", "/generate", json.dumps(native), stream=False,
+                         text=("generated_text",), tokens=("details", "generated_tokens")),
+            SmokeRequest("native, streamed", "/generate_stream", json.dumps(native), stream=True,
+                         text=("token", "text"), tokens=("details", "generated_tokens")),
+            openai_chat(prompt, max_tokens),
+        )
 
 
 TGI = Tgi()

@@ -18,11 +18,14 @@ from ..layout import Replica, ServingPlan
 from .base import (
     TORCH_DTYPES,
     Engine,
+    EngineProbe,
     MetricSource,
     ReadinessProbe,
     ReplicaMetrics,
     ServingImage,
+    SmokeRequest,
     export_files,
+    openai_chat,
     shape_fields,
 )
 
@@ -90,6 +93,10 @@ class Vllm(Engine):
     # GET /health with 200 and an empty body while the engine runs and 503 once it died; the
     # port opens only after the model loaded.
     api_routes = (*GENERATION_ROUTES, "/v1/models")
+    # vllm/entrypoints/openai/api_server.py (0.11.0): GET /v1/models answers a ModelList {object,
+    # data}. TGI serves /v1/models too (router/src/server.rs at v3.3.5), so an endpoint is asked
+    # TGI's /info first (neuron_serving.ops.smoke), and TGI's router forwards no /v1/models.
+    probe = EngineProbe("/v1/models", "data")
     # vLLM takes any prompt up to max_model_len minus the tokens asked for
     # (vllm/entrypoints/openai/serving_engine.py, _validate_input): no separate input limit.
     unused_settings = ("max_input_tokens",)
@@ -198,6 +205,22 @@ class Vllm(Engine):
         # vllm/entrypoints/openai/protocol.py (0.11.0), CompletionRequest: model, prompt, max_tokens.
         return ReadinessProbe("/v1/completions",
                               json.dumps({"model": plan.model_id, "prompt": "ping", "max_tokens": 1}))
+
+    def smoke_requests(self, prompt: str, max_tokens: int) -> tuple[SmokeRequest, ...]:
+        # vllm/entrypoints/openai/protocol.py (0.11.0): CompletionRequest (model optional: without
+        # one, serving_engine.py _is_model_supported takes the served model), answered with
+        # choices[0].text and usage.completion_tokens. Streamed (serving_completion.py), each
+        # event is a CompletionStreamResponse with choices[0].text; with stream_options.include_usage
+        # a last event has choices [] and usage, then ``data: [DONE]``.
+        completion = {"prompt": prompt, "max_tokens": max_tokens}
+        streamed = {**completion, "stream": True, "stream_options": {"include_usage": True}}
+        return (
+            SmokeRequest("OpenAI completions", "/v1/completions", json.dumps(completion), stream=False,
+                         text=("choices", 0, "text"), tokens=("usage", "completion_tokens")),
+            SmokeRequest("OpenAI completions, streamed", "/v1/completions", json.dumps(streamed), stream=True,
+                         text=("choices", 0, "text"), tokens=("usage", "completion_tokens")),
+            openai_chat(prompt, max_tokens),
+        )
 
 
 VLLM = Vllm()

@@ -5,3 +5,64 @@ import os
 # jsii warns on every process start that Node.js 20 (these machines') is past its end of life;
 # the warning is about the machine, not this project.
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+
+# --- AWS for the operator's commands: boto3 in this process against moto's server on loopback ------------------
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.harness.aws import TOOLS, AwsEmulator, MotoServer
+
+Hook = Callable[..., Any]
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    """One moto server for the whole run; each emulator resets it when it starts."""
+    if not (TOOLS / "bin" / "aws").exists():
+        pytest.fail(f"{TOOLS} is missing: scripts/test makes that venv of the AWS CLI and moto")
+    with MotoServer(tmp_path_factory.mktemp("moto") / "moto.log") as server:
+        yield server
+
+
+@pytest.fixture
+def aws_for(tmp_path: Path, moto_server: MotoServer,
+            monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., AwsEmulator]]:
+    """``aws_for(*services, default_region=None)`` starts an emulator in which moto answers ``services`` and
+    points this process's AWS environment at it and nothing else (no profile, no instance metadata)."""
+    with ExitStack() as stack:
+
+        def start(*services: str, default_region: str | None = None) -> AwsEmulator:
+            emulator = stack.enter_context(AwsEmulator(tmp_path / "aws", moto_server, default_region=default_region,
+                                                       moto_services=services))
+            for name in [n for n in os.environ if n.startswith("AWS_")]:
+                monkeypatch.delenv(name)
+            for name, value in emulator.env.items():
+                monkeypatch.setenv(name, value)
+            return emulator
+
+        yield start
+
+
+@pytest.fixture
+def hooks(monkeypatch: pytest.MonkeyPatch) -> dict[str, Hook]:
+    """botocore event handlers (event name -> handler) on every client the commands create, for the answers
+    moto cannot give. The emulator's own clients name their endpoint and are left alone."""
+    registered: dict[str, Hook] = {}
+    original = boto3.session.Session.client
+
+    def client(self: boto3.session.Session, *args: Any, **kwargs: Any) -> Any:
+        made = original(self, *args, **kwargs)
+        if "endpoint_url" not in kwargs:
+            for event, handler in registered.items():
+                made.meta.events.register(event, handler)
+        return made
+
+    monkeypatch.setattr(boto3.session.Session, "client", client)
+    return registered

@@ -21,17 +21,16 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
 
 from neuron_serving.cli import main
 from neuron_serving.userdata.api_keys import digest, parse_secret, stored
-from tests.harness.aws import REGION, TOOLS, AwsEmulator, MotoServer
+from tests.harness.aws import REGION, TOOLS, AwsEmulator
 
 if not (TOOLS / "bin" / "python").exists() and importlib.util.find_spec("moto") is None:
     if os.environ.get("CI"):
@@ -44,22 +43,10 @@ OTHER_DIGEST = "sha256:" + "ab" * 32
 RAW_KEY = "raw-key-made-elsewhere-0123456789abcdef"
 
 
-@pytest.fixture(scope="module")
-def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    with MotoServer(tmp_path_factory.mktemp("moto") / "moto.log") as server:
-        yield server
-
-
 @pytest.fixture
-def emulator(tmp_path: Path, moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsEmulator]:
+def emulator(aws_for: Callable[..., AwsEmulator]) -> AwsEmulator:
     """moto for Secrets Manager and CloudFormation; this process's environment reaches it and nothing else."""
-    with AwsEmulator(tmp_path / "aws", moto_server,
-                     moto_services=("s3", "secretsmanager", "cloudformation")) as emulator:
-        for name in [n for n in os.environ if n.startswith("AWS_")]:
-            monkeypatch.delenv(name)
-        for name, value in emulator.env.items():
-            monkeypatch.setenv(name, value)
-        yield emulator
+    return aws_for("s3", "secretsmanager", "cloudformation")
 
 
 def create_stack(emulator: AwsEmulator, outputs: dict[str, str], name: str = STACK) -> None:
@@ -90,28 +77,6 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str, region: str | None = REG
     code = main(["api-key", *argv, *(["--region", region] if region else [])])
     out, err = capsys.readouterr()
     return code, out, err
-
-
-Hook = Callable[..., Any]
-
-
-@pytest.fixture
-def hooks(monkeypatch: pytest.MonkeyPatch) -> dict[str, Hook]:
-    """botocore event handlers (event name -> handler) registered on every client the CLI creates.
-
-    The emulator's own clients name their endpoint and are left alone."""
-    registered: dict[str, Hook] = {}
-    original = boto3.session.Session.client
-
-    def client(self: boto3.session.Session, *args: Any, **kwargs: Any) -> Any:
-        made = original(self, *args, **kwargs)
-        if "endpoint_url" not in kwargs:
-            for event, handler in registered.items():
-                made.meta.events.register(event, handler)
-        return made
-
-    monkeypatch.setattr(boto3.session.Session, "client", client)
-    return registered
 
 
 def error_answer(status: int, code: str, message: str) -> tuple[AWSResponse, dict[str, Any]]:

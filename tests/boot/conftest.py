@@ -15,7 +15,6 @@ from inside import ServingImage
 from neuron_serving.plan import ServingPlan
 from neuron_serving.render.boot import BootOptions, render_boot_script
 from tests.harness.aws import MOTO_SERVICES, AwsEmulator, MotoServer
-from tests.harness.aws import TOOLS as AWS_TOOLS
 from tests.harness.dockerd import FakeDockerd
 
 
@@ -115,14 +114,6 @@ def shellcheck() -> Iterator[str]:
 
 AWS_REGION = "us-east-2"
 """The region the instance metadata stand-in (stubs/curl) reports."""
-
-
-@pytest.fixture(scope="session")
-def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    """moto's server on loopback, for the whole session (each test's emulator resets it)."""
-    require(AWS_TOOLS / "bin" / "aws", "scripts/test makes that venv of the AWS CLI and moto")
-    with MotoServer(tmp_path_factory.mktemp("moto") / "moto.log") as server:
-        yield server
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import datetime as dt
 import importlib.util
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.validate import ParamValidator
 
-from tests.harness.aws import REGION, TOOLS, AwsEmulator, MotoServer
+from tests.harness.aws import REGION, TOOLS, AwsEmulator
 
 
 def need_moto() -> None:
@@ -34,21 +34,10 @@ SERVICES = ("cloudformation", "ec2", "autoscaling", "elbv2", "logs", "iam", "sts
 AMI = "ami-12c6146b"  # one of moto's built-in images
 
 
-@pytest.fixture(scope="session")
-def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    with MotoServer(tmp_path_factory.mktemp("moto") / "moto.log") as server:
-        yield server
-
-
 @pytest.fixture
-def emulator(tmp_path: Path, moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsEmulator]:
+def emulator(aws_for: Callable[..., AwsEmulator]) -> AwsEmulator:
     """moto for every service the commands call; this process's environment reaches it and nothing else."""
-    with AwsEmulator(tmp_path / "aws", moto_server, moto_services=SERVICES) as emulator:
-        for name in [n for n in os.environ if n.startswith("AWS_")]:
-            monkeypatch.delenv(name)
-        for name, value in emulator.env.items():
-            monkeypatch.setenv(name, value)
-        yield emulator
+    return aws_for(*SERVICES)
 
 
 def output_keys(config: str) -> list[str]:
@@ -132,27 +121,6 @@ class Deployment:
 @pytest.fixture
 def deployment(emulator: AwsEmulator) -> Deployment:
     return Deployment(emulator)
-
-
-Hook = Callable[..., Any]
-
-
-@pytest.fixture
-def hooks(monkeypatch: pytest.MonkeyPatch) -> dict[str, Hook]:
-    """botocore event handlers (event name -> handler) on every client the commands create, for the answers
-    moto cannot give. The emulator's own clients name their endpoint and are left alone."""
-    registered: dict[str, Hook] = {}
-    original = boto3.session.Session.client
-
-    def client(self: boto3.session.Session, *args: Any, **kwargs: Any) -> Any:
-        made = original(self, *args, **kwargs)
-        if "endpoint_url" not in kwargs:
-            for event, handler in registered.items():
-                made.meta.events.register(event, handler)
-        return made
-
-    monkeypatch.setattr(boto3.session.Session, "client", client)
-    return registered
 
 
 def model_checked_answer(service: str, operation: str, body: dict[str, Any]) -> tuple[AWSResponse, dict[str, Any]]:

@@ -35,12 +35,6 @@ DLAMI = "/neuron-serving-test/dlami/latest/image_id"
 created there: tests of a resolving parameter name this one with -c dlami_parameter."""
 
 
-@pytest.fixture(scope="module")
-def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    with MotoServer(tmp_path_factory.mktemp("moto") / "moto.log") as server:
-        yield server
-
-
 @pytest.fixture
 def recorder(moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[QuotaRecorder]:
     """moto (reset) for everything, but the recorder for EC2 and Service Quotas; fake credentials only."""

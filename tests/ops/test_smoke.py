@@ -25,7 +25,7 @@ from neuron_serving.cli import main
 from neuron_serving.ops import smoke
 from neuron_serving.plan.engines import ENGINES, engine
 from neuron_serving.userdata import api_keys
-from tests.harness.aws import REGION, AwsEmulator, MotoServer
+from tests.harness.aws import REGION, AwsEmulator
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "router"))
 from routersim import MISSING_HAPROXY, Router, find_haproxy, launch_router
@@ -270,21 +270,9 @@ def test_an_https_endpoint_whose_certificate_is_not_trusted_is_refused(tmp_path,
 # --- --stack: a stack in moto's CloudFormation ----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    with MotoServer(tmp_path_factory.mktemp("moto") / "moto.log") as server:
-        yield server
-
-
 @pytest.fixture
-def emulator(tmp_path: Path, moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsEmulator]:
-    with AwsEmulator(tmp_path / "aws", moto_server, default_region=REGION,
-                     moto_services=("cloudformation", "autoscaling", "ec2")) as emulator:
-        for name in [n for n in os.environ if n.startswith("AWS_")]:
-            monkeypatch.delenv(name)
-        for name, value in emulator.env.items():
-            monkeypatch.setenv(name, value)
-        yield emulator
+def emulator(aws_for: Callable[..., AwsEmulator]) -> AwsEmulator:
+    return aws_for("cloudformation", "autoscaling", "ec2", default_region=REGION)
 
 
 def create_stack(emulator: AwsEmulator, outputs: dict[str, str]) -> None:

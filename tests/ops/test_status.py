@@ -103,10 +103,21 @@ def test_the_stack_its_urls_and_a_serving_host_with_its_target_health(deployment
     assert document["stack"]["outputs"]["TargetGroupArn"] == deployment.target_group
 
 
-def test_a_host_that_has_reported_nothing_yet_counts_from_its_launch(deployment):
-    single(deployment, {})
+def test_a_host_that_has_reported_nothing_yet_points_to_its_boot_log(deployment):
+    instance_id = deployment.instance({}, register=False)
+    deployment.stack(InstanceId=instance_id)
     (host,) = json.loads(run("--output", "json")[1])["hosts"]
-    assert host["phase"] is None and host["title"] == "booting, no phase reported yet"
+    assert host["phase"] is None
+    assert host["title"] == f"booting, no phase reported yet (its boot log: neuron-serving logs --host {instance_id})"
+
+
+def test_a_healthy_host_without_phase_reports_serves_and_ends_the_watch(deployment):
+    # Reports refused by the host's role never stop its boot: the load balancer's health check then
+    # tells that it serves (moto reports a registered running instance healthy).
+    single(deployment, {})
+    code, text = run("--watch")
+    assert code == 0
+    assert "serving by the load balancer's health check; the host reported no phase" in text
 
 
 def test_a_fleet_shows_its_group_s_hosts_and_its_warm_pool(deployment, emulator):

@@ -66,6 +66,12 @@ class HostStatus:
                 and self.elapsed > dt.timedelta(minutes=self.estimate_minutes))
 
     @property
+    def serving_unreported(self) -> bool:
+        """Healthy behind the load balancer without a phase: a host whose reports its role refused
+        (they never stop a boot), or one booted by an older version."""
+        return self.host.phase is None and self.target_state == "healthy"
+
+    @property
     def phase_name(self) -> str:
         return self.host.phase or "starting"
 
@@ -75,7 +81,12 @@ class HostStatus:
         if known is not None:
             return known.title
         if self.host.phase is None:
-            return "booting, no phase reported yet" if self.host.state != "stopped" else "stopped"
+            if self.host.state == "stopped":
+                return "stopped"
+            if self.serving_unreported:
+                return "serving by the load balancer's health check; the host reported no phase"
+            return (f"booting, no phase reported yet (its boot log: neuron-serving logs --host "
+                    f"{self.host.instance_id})")
         return "a phase this version of neuron-serving does not know"
 
     def document(self) -> dict[str, Any]:
@@ -107,7 +118,7 @@ class Snapshot:
     def done(self) -> bool:
         """Every host in service serves and every warm-pool host is prepared; at least one serves."""
         serving = [h for h in self.hosts if not h.host.warm]
-        return bool(serving) and all(h.host.phase == READY for h in serving) and all(
+        return bool(serving) and all(h.host.phase == READY or h.serving_unreported for h in serving) and all(
             h.host.phase == WARMED for h in self.hosts if h.host.warm)
 
     def document(self) -> dict[str, Any]:

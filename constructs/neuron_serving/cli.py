@@ -20,20 +20,17 @@ from typing import Any
 
 from .ops import logs, preflight, smoke, status
 from .ops.aws import Aws, Explainer, OpsError, run_aws, stack_not_found
+from .ops.stack import DEFAULT_STACK
 from .plan.errors import ServingConfigError
 from .plan.instances import INSTANCES
 from .plan.layout import GIB, ServingRequest, degree_options, plan_serving
+from .render.boot import API_KEYS_SYNC_MINUTES as SYNC_MINUTES
 from .settings import DEFAULT_INSTANCE_TYPE, DEFAULT_MODEL_ID
 from .userdata.api_keys import DIGEST_PREFIX, check_name, new_key, parse_secret, stored
-
-DEFAULT_STACK = "NeuronLlamaStack"
-"""The stack whose API keys secret the ``api-key`` commands edit, unless ``--stack`` or ``--secret``."""
 
 SECRET_OUTPUT = "ApiKeysSecretArn"
 """The output (its key, the logical id) of a stack deployed with ``-c api_keys=true``: the secret's ARN."""
 
-SYNC_MINUTES = 2
-"""A change reaches every host within this: each host reads the secret every minute."""
 
 _API_KEY_EPILOG = f"""\
 The secret is found through the stack's {SECRET_OUTPUT} output (cloudformation:DescribeStacks),

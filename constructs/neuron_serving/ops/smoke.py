@@ -27,6 +27,7 @@ from typing import Any
 
 from ..plan.engines import ENGINES, Engine, SmokeRequest, engine
 from ..plan.engines.base import JsonPath
+from ..render.boot import API_KEYS_SYNC_MINUTES as SYNC_MINUTES
 from .aws import EXIT_FAILURE, Aws, OpsError, run_aws
 from .output import Printer, output_option
 from .stack import DEFAULT_STACK, StackInfo, describe_stack
@@ -54,9 +55,6 @@ LOCAL_PORT = 8080
 ANSWER_WORDS = 8
 """How many words of each answer the report shows."""
 
-SYNC_MINUTES = 2
-"""A new key reaches every host within this (each host reads the keys' secret every minute:
-``neuron-serving api-key``)."""
 
 
 class SmokeError(OpsError):

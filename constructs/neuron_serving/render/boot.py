@@ -170,6 +170,9 @@ API_KEYS = f"{BIN}/api-keys"
 LOAD_API_KEYS = f"{BIN}/load-api-keys"
 API_KEYS_UNIT = "neuron-serving-api-keys"
 """The oneshot service that runs ``api-keys sync``, and its timer's name."""
+API_KEYS_SYNC_MINUTES = 2
+"""A change to the API keys' secret reaches every host within about this: its timer runs the sync
+a minute after the last run ended (``neuron-serving-api-keys.timer.j2``, OnUnitInactiveSec=60s)."""
 REPLICA_UNIT = "neuron-replica"
 """The systemd template unit of the replicas: ``neuron-replica@N`` runs replica N."""
 REPLICA_ENV = "/etc/neuron-serving/replica.env"

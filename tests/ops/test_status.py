@@ -336,3 +336,10 @@ def test_a_stack_being_created_before_its_hosts_exist_says_so(emulator, hooks):
     assert code == 0
     assert text.splitlines() == [f"stack {STACK}: CREATE_IN_PROGRESS",
                                  "no hosts yet (the stack is still being created)"]
+
+
+def test_a_misspelt_region_is_refused_before_any_call(deployment, capsys):
+    args = _parser().parse_args(["status", "--region", "eu-wst-1"])
+    code = status(args, printer=Printer(args.output, io.StringIO()))
+    assert code == 1
+    assert "region 'eu-wst-1' is not one boto3 knows" in capsys.readouterr().err

@@ -46,6 +46,7 @@ class Aws:
     def __init__(self, session: Any) -> None:
         self.session = session
         self._clients: dict[str, Any] = {}
+        self._region_checked = False
 
     @classmethod
     def connect(cls, region: str | None) -> Aws:
@@ -57,10 +58,19 @@ class Aws:
 
     @property
     def region(self) -> str:
-        """The session's region; raises :class:`OpsError` when there is none."""
+        """The session's region; raises :class:`OpsError` when there is none, or when boto3 knows no
+        such region (a misspelt one: botocore would retry an endpoint that does not resolve, then
+        say only that it cannot connect)."""
         region = self.session.region_name
         if not region:
             raise OpsError("no AWS region: pass --region, or set AWS_DEFAULT_REGION or the profile's region")
+        if not self._region_checked:
+            known = {r for partition in self.session.get_available_partitions()
+                     for r in self.session.get_available_regions("ec2", partition_name=partition)}
+            if known and region not in known:
+                raise OpsError(f"region {region!r} is not one boto3 knows ({', '.join(sorted(known)[:4])}, ...): "
+                               "check --region or AWS_DEFAULT_REGION, or upgrade boto3 if the region is new")
+            self._region_checked = True
         return str(region)
 
     def client(self, service: str) -> Any:

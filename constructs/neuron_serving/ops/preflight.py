@@ -496,7 +496,6 @@ def preflight_command(args: argparse.Namespace) -> int:
     def command() -> int:
         aws = Aws.connect(args.region)
         region = aws.region
-        _check_region_known(aws, region)
         account = str(aws.call("sts", "get_caller_identity", "your credentials")["Account"])
         located = Target(region, target.settings, target.spec, target.machine_parameter, target.vpc_id,
                          target.toolkit_stack)
@@ -506,17 +505,6 @@ def preflight_command(args: argparse.Namespace) -> int:
         return EXIT_FAILURE if failed else 0
 
     return run_aws(command)
-
-
-def _check_region_known(aws: Aws, region: str) -> None:
-    """Refuse a misspelt region before calling it (botocore would retry an endpoint that does not
-    resolve, then say only that it cannot connect)."""
-    session = aws.session
-    known = {r for partition in session.get_available_partitions()
-             for r in session.get_available_regions("ec2", partition_name=partition)}
-    if known and region not in known:
-        raise OpsError(f"region {region!r} is not one boto3 knows ({', '.join(sorted(known)[:4])}, ...): check "
-                       "--region or AWS_DEFAULT_REGION, or upgrade boto3 if the region is new")
 
 
 def _print(printer: Printer, target: Target, account: str, rows: Sequence[Check]) -> None:

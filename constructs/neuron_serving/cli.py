@@ -1,11 +1,15 @@
-"""``neuron-serving``: inspect layouts before deploying, and manage the endpoint's API keys.
+"""``neuron-serving``: plan a layout, check an account, follow a deployment, test and secure its endpoint.
+
+``neuron-serving preflight``, ``status``, ``logs`` and ``smoke`` (:mod:`neuron_serving.ops`) check an
+account before deploying, show each host's boot phase, read the hosts' logs and send one request to
+each generation route.
 
 ``neuron-serving plan --model M --instance-type T`` prints every tensor-parallel degree the
 instance accepts, with the replicas it gives and whether the model fits.
 
 ``neuron-serving api-key create|rotate|revoke|list`` edits the stack's API keys secret (see
-:mod:`neuron_serving.userdata.api_keys` for its format) with boto3, which only these commands
-import: ``plan`` and the CDK constructs never need it.
+:mod:`neuron_serving.userdata.api_keys` for its format) with boto3, which only the commands
+that talk to AWS import: ``plan`` and the CDK constructs never need it.
 """
 
 from __future__ import annotations

@@ -130,24 +130,31 @@ RECORDING_CLI = """#!{python}
 import json, os, sys
 with open(os.environ["STUB_CALLS"], "a", encoding="utf-8") as calls:
     calls.write(json.dumps({{"cmd": "aws", "argv": sys.argv[1:]}}) + "\\n")
+if sys.argv[1:3] == ["ec2", "create-tags"] and not {real_tags!r}:
+    sys.exit(0)
 os.execv({aws!r}, [{aws!r}, *sys.argv[1:]])
 """
-"""The ``aws`` of a host with the real CLI: records its argv as a stub would, then becomes the CLI."""
+"""The ``aws`` of a host with the real CLI: records its argv as a stub would, then becomes the CLI.
+Without ``real_tags``, a boot phase report (``ec2 create-tags``) is only recorded and succeeds, as
+EC2 would answer: a boot makes about ten, at half a second each with the real CLI, and the tests of
+the reports themselves (``real_tags=True``) send theirs to moto."""
 
 
 @pytest.fixture
-def aws_host(make_host: Callable[..., Host], aws: AwsEmulator) -> Callable[[int], Host]:
+def aws_host(make_host: Callable[..., Host], aws: AwsEmulator) -> Callable[..., Host]:
     """``aws_host(devices)``: a simulated host whose ``aws`` is the real AWS CLI, talking to this
     test's emulator, and whose instance is one in moto (its instance metadata gives that id). Its
     ``aws`` records each call in the host's calls log (as the stubs do, so ``Host.calls`` and
-    ``Host.phases`` read them) before it runs the real CLI."""
+    ``Host.phases`` read them) before it runs the real CLI (see :data:`RECORDING_CLI` for
+    ``real_tags``)."""
 
-    def make(devices: int) -> Host:
+    def make(devices: int, *, real_tags: bool = False) -> Host:
         host = make_host(devices, missing=("aws",))
         bin_dir = host.root.parent / "aws-bin"
         bin_dir.mkdir(parents=True)
         recording = bin_dir / "aws"
-        recording.write_text(RECORDING_CLI.format(python=sys.executable, aws=AwsEmulator.aws_executable()))
+        recording.write_text(RECORDING_CLI.format(python=sys.executable, aws=AwsEmulator.aws_executable(),
+                                                 real_tags=real_tags))
         recording.chmod(0o755)
         host.env.update(aws.env)
         host.env["PATH"] = f"{bin_dir}{os.pathsep}{host.env['PATH']}"

@@ -309,9 +309,9 @@ def _phase_tags(aws: AwsEmulator, host: Host) -> tuple[str, str, str]:
 
 
 def test_a_boot_ends_ready_on_its_own_instance_after_reporting_each_phase(
-    aws_host: Callable[[int], Host], aws: AwsEmulator,
+    aws_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    host, other = aws_host(1), aws_host(1)
+    host, other = aws_host(1, real_tags=True), aws_host(1, real_tags=True)
     started = datetime.now(UTC).replace(microsecond=0)
     result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)))
     assert result.returncode == 0, result.stdout
@@ -326,10 +326,10 @@ def test_a_boot_ends_ready_on_its_own_instance_after_reporting_each_phase(
     assert aws.instance_tags(other.instance_id) == {}
 
 
-def test_a_cache_hit_reports_download_export_and_ends_ready(aws_host: Callable[[int], Host], aws: AwsEmulator) -> None:
+def test_a_cache_hit_reports_download_export_and_ends_ready(aws_host: Callable[..., Host], aws: AwsEmulator) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
     script = render_boot_script(plan, BootOptions(artifact_cache=CACHE, signal=SIGNAL))
-    first, second = aws_host(1), aws_host(1)
+    first, second = aws_host(1, real_tags=True), aws_host(1, real_tags=True)
     assert first.boot(script).returncode == 0
     assert second.boot(script).returncode == 0, second.path("/var/log/neuron-serving/boot.log").read_text()
     upload, _ = _published(aws, TGI.export_key(plan, TGI_3_3_5))
@@ -339,9 +339,9 @@ def test_a_cache_hit_reports_download_export_and_ends_ready(aws_host: Callable[[
 
 
 def test_a_failed_export_leaves_failed_and_the_compilers_error_on_the_instance(
-    aws_host: Callable[[int], Host], aws: AwsEmulator,
+    aws_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    host = aws_host(1)
+    host = aws_host(1, real_tags=True)
     result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)),
                        STUB_EXPORT_FAIL="1")
     assert result.returncode != 0
@@ -350,10 +350,10 @@ def test_a_failed_export_leaves_failed_and_the_compilers_error_on_the_instance(
 
 
 def test_a_warm_pool_host_is_warmed_until_its_start_makes_it_ready(
-    aws_host: Callable[[int], Host], aws: AwsEmulator,
+    aws_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
-    host = aws_host(1)
+    host = aws_host(1, real_tags=True)
     options = BootOptions(signal=SIGNAL, warm_pool_hook=HOOK)
     result = host.boot(render_boot_script(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped")
     assert result.returncode == 0, result.stdout
@@ -368,7 +368,7 @@ def test_a_warm_pool_host_is_warmed_until_its_start_makes_it_ready(
 
 
 def test_create_tags_refused_by_iam_does_not_fail_the_boot(
-    aws_host: Callable[[int], Host], aws: AwsEmulator,
+    aws_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
     # moto's IAM enforcement: the host's identity may describe instances but not tag them.
     iam = aws.client("iam")
@@ -377,7 +377,7 @@ def test_create_tags_refused_by_iam_does_not_fail_the_boot(
         "Version": "2012-10-17",
         "Statement": [{"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"}]}))
     key = iam.create_access_key(UserName="host")["AccessKey"]
-    host = aws_host(1)
+    host = aws_host(1, real_tags=True)
     host.env.update(AWS_ACCESS_KEY_ID=key["AccessKeyId"], AWS_SECRET_ACCESS_KEY=key["SecretAccessKey"])
     with aws.moto.iam_enforced():
         result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL),

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .ops import logs, preflight, smoke, status
-from .ops.aws import Aws, Explainer, OpsError, run_aws, stack_not_found
+from .ops.aws import REGION_HELP, Aws, Explainer, OpsError, run_aws, stack_not_found
 from .ops.stack import DEFAULT_STACK
 from .plan.errors import ServingConfigError
 from .plan.instances import INSTANCES
@@ -69,8 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--stack", help=f"stack whose {SECRET_OUTPUT} output names the secret "
                                         f"(default: {DEFAULT_STACK})")
     source.add_argument("--secret", help="the secret's name or ARN, instead of finding it through the stack")
-    where.add_argument("--region", help="AWS region (default: boto3's, from AWS_DEFAULT_REGION or "
-                                        "the profile)")
+    where.add_argument("--region", help=REGION_HELP)
     keys = commands.add_parser("api-key", help="create, rotate, revoke or list the endpoint's API keys",
                                description="Manage the endpoint's API keys, kept in a Secrets Manager secret.",
                                epilog=_API_KEY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -32,6 +32,10 @@ CREDENTIALS_HELP = ("configure them (`aws configure`, `aws sso login`, AWS_PROFI
                     "AWS_SECRET_ACCESS_KEY)")
 
 
+REGION_HELP = "AWS region (default: AWS_DEFAULT_REGION or the profile's; botocore reads no AWS_REGION)"
+"""The ``--region`` option's help, wherever a command takes it."""
+
+
 class OpsError(Exception):
     """A failure the user can act on; its message says what to do. Never holds a secret."""
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .aws import Aws, OpsError, run_aws
-from .output import Printer
+from .output import Clock, Printer, Sleep
 from .stack import StackInfo, describe_stack, stack_options
 
 GROUPS = ("BootLogGroup", "ReplicasLogGroup")
@@ -37,9 +37,6 @@ https://docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_FilterL
 
 _SINCE = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
-Clock = Callable[[], dt.datetime]
-Sleep = Callable[[float], None]
 
 
 def since(text: str) -> dt.timedelta:

@@ -5,9 +5,10 @@ set), or one JSON document for scripts (``--output json``)."""
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -16,8 +17,24 @@ from rich.table import Table
 TEXT = "text"
 JSON = "json"
 
+Clock = Callable[[], dt.datetime]
+Sleep = Callable[[float], None]
+"""The clock and the wait of the commands that look again (``status --watch``, ``logs --follow``),
+given to them by tests."""
+
 OUTCOME_STYLES = {"pass": "green", "ready": "green", "warn": "yellow", "fail": "bold red", "failed": "bold red"}
 """How a cell that states an outcome is coloured (on a terminal)."""
+
+
+def positive_seconds(text: str) -> float:
+    """An option's number of seconds, more than 0 (an argparse ``type``: argparse names the option)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
 
 
 def output_option() -> argparse.ArgumentParser:

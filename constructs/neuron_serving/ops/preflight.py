@@ -29,7 +29,7 @@ from ..plan.instances import INSTANCES, InstanceSpec
 from ..plan.layout import plan_serving
 from ..render.boot import BootOptions, serving_image
 from ..settings import StackSettings
-from .aws import EXIT_FAILURE, Aws, OpsError, run_aws
+from .aws import EXIT_FAILURE, REGION_HELP, Aws, OpsError, run_aws
 from .output import Printer, output_option
 
 EXIT_BAD_SETTINGS = 2
@@ -459,7 +459,7 @@ def register(commands: Any) -> None:
     parser = commands.add_parser(
         "preflight", parents=[output_option()], help="check an account and region before deploying",
         description=__doc__.split("\n\n")[0], epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--region", help="AWS region (default: boto3's, from AWS_DEFAULT_REGION or the profile)")
+    parser.add_argument("--region", help=REGION_HELP)
     parser.add_argument("-c", "--context", action="append", metavar="KEY=VALUE",
                         help="a context value, as `cdk deploy -c` takes it (repeatable)")
     parser.add_argument("--app-dir", default=".", help="the CDK app's directory, holding cdk.json (default: .)")

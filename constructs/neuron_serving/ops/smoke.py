@@ -27,10 +27,11 @@ from typing import Any
 
 from ..plan.engines import ENGINES, Engine, SmokeRequest, engine
 from ..plan.engines.base import JsonPath
+from ..plan.phases import READY
 from ..render.boot import API_KEYS_SYNC_MINUTES as SYNC_MINUTES
-from .aws import EXIT_FAILURE, Aws, OpsError, run_aws
-from .output import Printer, output_option
-from .stack import DEFAULT_STACK, StackInfo, describe_stack
+from .aws import EXIT_FAILURE, REGION_HELP, Aws, OpsError, run_aws
+from .output import Printer, output_option, positive_seconds
+from .stack import DEFAULT_STACK, StackInfo, describe_stack, find_hosts
 
 API_KEY_ENV = "NEURON_SERVING_API_KEY"
 """The environment variable read for the key when ``--api-key`` is not given."""
@@ -121,24 +122,14 @@ def register(commands: Any) -> None:
                                        f"required (default: {DEFAULT_STACK})")
     where.add_argument("--url", help="the endpoint's base URL instead (e.g. http://localhost:8080 through Session "
                                      "Manager port forwarding); no AWS call is made")
-    smoke.add_argument("--region", help="AWS region of the stack (default: boto3's)")
+    smoke.add_argument("--region", help=REGION_HELP)
     smoke.add_argument("--api-key", help=f"the key sent as Authorization: Bearer <key> (default: ${API_KEY_ENV}, "
                        "which is better: other users of this machine can see a command line)")
     smoke.add_argument("--engine", choices=tuple(ENGINES), help="the endpoint's engine with --url (default: asked "
                                                                  "of the endpoint with one GET)")
-    smoke.add_argument("--timeout", type=_positive, default=DEFAULT_TIMEOUT,
+    smoke.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT,
                        help=f"seconds each request may take (default: {DEFAULT_TIMEOUT:g})")
     smoke.set_defaults(run=command)
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
-    return value
 
 
 def command(args: argparse.Namespace) -> int:
@@ -269,24 +260,22 @@ def _unreachable(endpoint: Endpoint, why: str) -> str:
 
 
 def _host(endpoint: Endpoint) -> str | None:
-    """One host's instance id: the stack's InstanceId output, or an in-service instance of its Auto
-    Scaling group (autoscaling:DescribeAutoScalingGroups); None when neither says."""
-    stack = endpoint.stack
-    if stack is None:
+    """One host's instance id: the stack's InstanceId output, or of a fleet's hosts
+    (:func:`~neuron_serving.ops.stack.find_hosts`) one that reported ``ready``, else one in service,
+    else any running; None without a stack, or when none can be listed (the message then says
+    ``<instance id>``)."""
+    if endpoint.stack is None or endpoint.region is None:
         return None
-    if stack.output("InstanceId"):
-        return stack.output("InstanceId")
-    group = stack.output("AutoScalingGroupName")
-    if not group:
-        return None
+    if endpoint.stack.output("InstanceId"):  # a single host: the output names it, no call needed
+        return endpoint.stack.output("InstanceId")
     try:
-        described = Aws.connect(endpoint.region).call(
-            "autoscaling", "describe_auto_scaling_groups", group, AutoScalingGroupNames=[group])
+        hosts = find_hosts(Aws.connect(endpoint.region), endpoint.stack)
     except OpsError:
         return None
-    instances = [i for g in described.get("AutoScalingGroups", []) for i in g.get("Instances", [])]
-    serving = [i for i in instances if i.get("LifecycleState") == "InService"] or instances
-    return str(serving[0]["InstanceId"]) if serving else None
+    # A stopped warm-pool host has no router to forward to.
+    running = [h for h in hosts if h.state == "running"]
+    ranked = sorted(running, key=lambda h: (h.phase != READY, h.lifecycle_state not in (None, "InService")))
+    return ranked[0].instance_id if ranked else None
 
 
 # --- HTTP ------------------------------------------------------------------------------------------------

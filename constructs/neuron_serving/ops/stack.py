@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..plan.phases import DETAIL_TAG, PHASE_TAG, SINCE_TAG, WARMED, Phase, find_phase
-from .aws import Aws, OpsError, stack_not_found
+from .aws import REGION_HELP, Aws, OpsError, stack_not_found
 
 DEFAULT_STACK = "NeuronLlamaStack"
 """The stack the commands look at unless ``--stack`` names another."""
@@ -183,8 +183,7 @@ def stack_options() -> argparse.ArgumentParser:
     """A parent parser with ``--stack`` and ``--region``."""
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument("--stack", default=DEFAULT_STACK, help=f"the stack's name (default: {DEFAULT_STACK})")
-    parent.add_argument("--region", help="AWS region (default: boto3's, from AWS_REGION, AWS_DEFAULT_REGION or "
-                                         "the profile)")
+    parent.add_argument("--region", help=REGION_HELP)
     return parent
 
 

@@ -14,7 +14,6 @@ import datetime as dt
 import re
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,7 @@ from rich.live import Live
 
 from ..plan.phases import FAILED, READY, WARMED
 from .aws import EXIT_FAILURE, Aws, OpsError, run_aws
-from .output import Printer, output_option
+from .output import Clock, Printer, Sleep, output_option, positive_seconds
 from .stack import Host, StackInfo, describe_stack, find_hosts, stack_options, while_in_progress
 
 DEFAULT_INTERVAL = 15
@@ -33,8 +32,6 @@ the load balancer checks each target every 15 seconds (the target group's Health
 INTERRUPTED = 130
 """``--watch``'s exit status when stopped with Ctrl-C before the hosts were done (128 + SIGINT, as shells say)."""
 
-Clock = Callable[[], dt.datetime]
-Sleep = Callable[[float], None]
 
 _REPLICAS = re.compile(r"\b(\d+) of (\d+)\b")
 """The count in a ``wait-ready`` detail: ``3 of 6 ready``."""
@@ -321,13 +318,6 @@ def _append(out: Printer, snapshot: Snapshot, shown: dict[str, str]) -> None:
             out.print(_line(snapshot, status))
 
 
-def _interval(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"--interval must be more than 0 seconds, not {text}")
-    return value
-
-
 def register(commands: Any) -> None:
     """Add ``status`` to the CLI's subcommands (``commands``, from ``add_subparsers``)."""
     parser = commands.add_parser(
@@ -343,7 +333,7 @@ def register(commands: Any) -> None:
     parser.add_argument("--watch", action="store_true",
                         help="look again every --interval seconds until every host serves (exit 0) or one "
                              "fails or the stack rolls back (exit 1)")
-    parser.add_argument("--interval", type=_interval, default=DEFAULT_INTERVAL,
+    parser.add_argument("--interval", type=positive_seconds, default=DEFAULT_INTERVAL,
                         help=f"seconds between looks with --watch (default: {DEFAULT_INTERVAL})")
     parser.set_defaults(run=status)
 

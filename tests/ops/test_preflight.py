@@ -344,6 +344,17 @@ def test_cdk_json_context_is_read_and_overridden_by_c(recorder, app, capsys):
     assert status == 2 and "min_capacity" in err and "fleet=asg" in err
 
 
+def test_cdk_json_wins_over_cdk_context_json_as_in_the_cdk_cli(recorder, app, capsys):
+    cdk_json = json.loads((app / "cdk.json").read_text())
+    cdk_json["context"]["instance_type"] = "inf2.48xlarge"
+    (app / "cdk.json").write_text(json.dumps(cdk_json))
+    (app / "cdk.context.json").write_text(json.dumps({"instance_type": "inf2.nope"}))
+    status, document, err = preflight(capsys)
+    # The settings pass (cdk.json's instance type), so the checks run: refused by synth, it would exit 2.
+    assert status != 2 and "inf2.nope" not in err
+    assert "inf2.48xlarge" in json.dumps(document)
+
+
 def test_a_missing_cdk_json_says_where_to_run(recorder, tmp_path, capsys):
     status, _, err = preflight(capsys, "--app-dir", str(tmp_path))
     assert status == 2 and "holds no cdk.json" in err

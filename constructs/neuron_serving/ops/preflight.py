@@ -96,7 +96,7 @@ class Target:
 
 
 def read_context(app_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
-    """The app's context: cdk.json's ``context``, overridden by cdk.context.json, then by ``-c``.
+    """The app's context: ``-c`` over cdk.json's ``context`` over cdk.context.json.
 
     That order is the CDK CLI's: ``Configuration.load`` builds its Context from the command line's
     bag, then cdk.json's ``context``, then cdk.context.json (then ~/.cdk.json, which preflight

@@ -60,8 +60,11 @@ def test_latency_and_cost_objectives_recommend_different_layouts_with_their_reas
 def test_a_limit_lists_the_degrees_it_rules_out(capsys):
     assert main([*LLAMA_8B, "--objective", "cost", "--max-itl-ms", "30"]) == 0
     out = capsys.readouterr().out
-    assert "ruled out: degree 2: misses max_itl_ms (30): 50.7 ms" in out
-    assert "recommended: degree 6 (4 replicas): " in out
+    slow = [degree for degree, row in _rows(out).items() if float(row[8]) > 30]
+    ruled_out = [line for line in out.splitlines() if line.startswith("ruled out: ")]
+    assert slow and [line.split()[3].rstrip(":") for line in ruled_out] == [str(degree) for degree in slow]
+    assert all(": misses max_itl_ms (30): " in line for line in ruled_out)
+    assert f"recommended: degree {slow[-1]} " not in out
 
 
 def test_the_workload_options_change_the_predictions(capsys):
@@ -84,8 +87,12 @@ def test_json_output_is_one_document_with_request_options_predictions_and_recomm
     assert set(document["degrees"][0]["prediction"]) == {
         "degree", "replicas", "ttft_s", "itl_batch1_s", "itl_full_batch_s", "tokens_per_second_replica",
         "tokens_per_second_instance", "requests_per_second_instance", "usd_per_million_tokens"}
-    assert [r["degree"] for r in document["rejected"]] == [2, 4]
-    assert document["recommendation"]["degree"] == 6
+    fast = [d for d in document["degrees"] if d["prediction"]["itl_full_batch_s"] <= 0.030]
+    assert [r["degree"] for r in document["rejected"]] == [
+        d["degree"] for d in document["degrees"] if d not in fast]
+    cheapest = min(fast, key=lambda d: d["prediction"]["usd_per_million_tokens"])
+    assert document["recommendation"]["degree"] == cheapest["degree"]
+    assert document["recommendation"]["prediction"] == cheapest["prediction"]
     assert document["recommendation"]["reason"].startswith("the lowest price per million output tokens")
     assert document["no_layout"] is None
 

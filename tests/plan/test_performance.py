@@ -179,12 +179,13 @@ def test_a_limit_must_be_a_positive_number(value):
 
 
 def test_a_latency_limit_rules_out_the_slow_degrees_before_the_cost_objective_picks():
-    chosen = recommend(LLAMA_8B, "cost", Constraints(max_itl_ms=30))
-    assert chosen.prediction.itl_full_batch_s <= 0.030
-    slow = [degree for degree, why in chosen.rejected if why.startswith("misses max_itl_ms (30): ")]
-    assert slow == [2, 4]
-    assert chosen.plan.degree == 6
-    assert chosen.reason.endswith("Ruled out by the limits: degree 2, 4.")
+    chosen = recommend(LLAMA_8B, "cost", Constraints(max_itl_ms=25))
+    slow = sorted(plan.degree for plan, p in chosen.candidates if p.itl_full_batch_s > 0.025)
+    assert slow and chosen.plan.degree not in slow
+    assert [degree for degree, why in chosen.rejected if why.startswith("misses max_itl_ms (25): ")] == slow
+    assert chosen.prediction.usd_per_million_tokens == min(
+        p.usd_per_million_tokens for plan, p in chosen.candidates if plan.degree not in slow)
+    assert chosen.reason.endswith(f"Ruled out by the limits: degree {', '.join(map(str, slow))}.")
 
 
 def test_a_throughput_limit_rules_out_the_degrees_with_fewer_tokens_per_second():
@@ -204,11 +205,13 @@ def test_a_limit_no_degree_meets_is_named_with_its_value_and_the_best_any_degree
     with pytest.raises(ServingConfigError) as raised:
         recommend(LLAMA_8B, "latency", Constraints(max_itl_ms=5, max_ttft_ms=50))
     itl, ttft = raised.value.problems
-    assert itl.startswith("max_itl_ms (5) cannot be met on inf2.48xlarge: the best inter-token latency at full batch "
-                          "of any degree that fits is ")
-    assert itl.endswith(" ms (degree 18)")
-    assert ttft.startswith("max_ttft_ms (50) cannot be met on inf2.48xlarge: the best time to first token")
-    assert ttft.endswith(" ms (degree 24)")
+    found = candidates(LLAMA_8B)
+    fastest_plan, fastest = min(found, key=lambda candidate: candidate[1].itl_full_batch_s)
+    assert itl == (f"max_itl_ms (5) cannot be met on inf2.48xlarge: the best inter-token latency at full batch of any "
+                   f"degree that fits is {fastest.itl_full_batch_s * 1e3:.1f} ms (degree {fastest_plan.degree})")
+    first_plan, first = min(found, key=lambda candidate: candidate[1].ttft_s)
+    assert ttft == (f"max_ttft_ms (50) cannot be met on inf2.48xlarge: the best time to first token of any degree "
+                    f"that fits is {first.ttft_s * 1e3:.1f} ms (degree {first_plan.degree})")
 
 
 def test_limits_each_met_by_some_degree_but_never_together_are_reported_as_such():

@@ -50,23 +50,24 @@ T = TypeVar("T")
 
 DECODE_MEMORY_EFFICIENCY = 0.567  # fitted: see PUBLISHED and tests/plan/test_performance.py
 """Fraction of the device memory bandwidth a decode step achieves while it streams weights and KV
-cache (the rest goes to the step's other work, which the model does not itemise)."""
+cache (the rest goes to the step's other work, which the model does not itemise). The Llama 2
+figures, timed without a server at degrees 2 and 24, set it."""
 
-PREFILL_COMPUTE_EFFICIENCY = 0.282  # fitted: see PUBLISHED and tests/plan/test_performance.py
-"""Fraction of the NeuronCores' BF16 FLOPS a prefill achieves. Fitted on one long prompt (15.9k
-tokens), where attention's quadratic term is a third of the FLOPs."""
+PREFILL_COMPUTE_EFFICIENCY = 0.238  # fitted: see PUBLISHED and tests/plan/test_performance.py
+"""Fraction of the NeuronCores' BF16 FLOPS a prefill achieves. The three served prefills set it:
+16512 and 4096 padded tokens, where attention is a fifth and a sixteenth of the FLOPs."""
 
 ALLREDUCE_HOP_S = 1.78e-6  # fitted: see PUBLISHED and tests/plan/test_performance.py
 """Cost of each hop of a ring all-reduce (reduce-scatter, then all-gather: ``2 (degree - 1)`` hops).
 Decode all-reduces carry a few kilobytes, so their cost is each hop's latency, not the links'
-bandwidth. A fixed cost per all-reduce besides the hops fitted to zero, so the model has none."""
+bandwidth. The Llama 2 figures at degrees 2 and 24 set it; a fixed cost per all-reduce besides
+the hops does not improve the fit (the figures cannot tell it apart), so the model has none."""
 
-SERVER_STEP_S = 11.3e-3  # fitted: see PUBLISHED and tests/plan/test_performance.py
-"""What a server adds to every prefill and decode step: the gRPC call from TGI's router to its
-Python server, host-side sampling of every slot's logits (over a 128k vocabulary for Llama 3),
-detokenizing and streaming. Fitted on TGI's synchronous inter-token latency alone (the only
-served figure measured at batch 1); taken to hold for optimum-neuron's vLLM server too, which
-nothing published measures."""
+SERVER_STEP_S = 9.24e-3  # fitted: see PUBLISHED and tests/plan/test_performance.py
+"""What a server adds to every prefill and decode step: for TGI, the gRPC call from its router to
+its Python server and the Python work around each forward pass; for vLLM, its scheduler and
+engine loop; for both, detokenizing and streaming. One figure for both servers: their synchronous
+inter-token latencies at the same shapes differ by under 1% (26.79 and 26.59 ms)."""
 
 # --- Architecture constants ------------------------------------------------------------------------------------
 
@@ -168,12 +169,15 @@ def prefill_s(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: in
 
     FLOPs: 2 per parameter per token, plus attention's scores and weighted values (2 matrix
     products of ``tokens x tokens x attention width``, 2 FLOPs per multiply-add) in every layer,
-    counted in full: a static graph computes the masked half too.
+    over the causal half: from 4096 tokens, optimum-neuron runs the causal flash-attention kernel
+    ``CausalAttentionMMSoftmaxMMWithoutSwap`` (v0.3.0, backend/modules/attention/attention_base.py,
+    ``perform_prefill``). Shorter prompts compute the full square, where attention is a tenth of
+    the FLOPs or less.
 
     :param served: whether a server (TGI, vLLM) runs the prefill, adding its own time. Default: true.
     """
     attention_width = model.num_attention_heads * model.head_dim
-    flops = 2 * model.parameter_count * tokens + 4 * model.num_layers * tokens**2 * attention_width
+    flops = 2 * model.parameter_count * tokens + 2 * model.num_layers * tokens**2 * attention_width
     compute = flops / (degree * device.bf16_flops_per_core * calibration.prefill_compute_efficiency)
     prefill = max(compute, _weights_read_s(model, device, degree, dtype_bytes, calibration))
     prefill += _allreduces_s(model, degree, calibration)
@@ -269,11 +273,19 @@ _TGI_BENCHMARK_URL = ("https://github.com/huggingface/optimum-neuron/blob/main/b
                       "performance/llama3.1-8b/tgi-results.csv")
 _TGI_JUNE = ("TGI Neuron image run 2025-06-03 (the benchmark's README pulls latest-neuron; TGI v3.3.2 of 2025-05-30 "
              "builds it with optimum-neuron 0.1.0 and neuronx-cc 2.16.372)")
+_VLLM_BENCHMARK = "optimum-neuron's vLLM data-parallel benchmark of Llama 3.1 8B on inf2.48xlarge (GuideLLM)"
+_VLLM_BENCHMARK_URL = ("https://github.com/huggingface/optimum-neuron/blob/main/benchmark/vllm/data-parallel/"
+                       "llama3.1-8b/vllm-results-dp3.csv")
+_VLLM = ("optimum-neuron-vllm image built from optimum-neuron main (0.3.1.dev, Neuron SDK 2.24 runtime), "
+         "run 2025-09-16")
 _LLAMA2_NOTE = ("end-to-end latency over 256 output tokens after a 256-token prompt (the lengths the post "
                 "states for its inf2.xlarge/inf2.48xlarge comparison), bf16")
 _TGI_BENCHMARK_NOTE = ("3 replicas of degree 8 behind nginx (the benchmark's docker-compose.yaml and .env); "
                        "figures are the means of the CSV's three runs; output lengths are its tokens per second "
                        "over its requests per second")
+_VLLM_BENCHMARK_NOTE = ("3 replicas of degree 8 behind nginx (docker-compose-dp3.yaml, .env), GuideLLM "
+                        "prompt_tokens=1500, generated_tokens=250; output lengths are its tokens per second over "
+                        "its requests per second")
 _GUIDE_NOTE = ("3 replicas of degree 8 behind nginx round robin; figures are GuideLLM's means, the workload "
                "its mean prompt and output lengths")
 
@@ -337,6 +349,11 @@ def _llama31_short(metric: str, value: float, workload: Workload) -> PublishedFi
                            _TGI_BENCHMARK, _TGI_BENCHMARK_URL, _TGI_BENCHMARK_NOTE)
 
 
+def _llama31_vllm(metric: str, value: float, workload: Workload) -> PublishedFigure:
+    return PublishedFigure("llama-3.1-8b", "inf2.48xlarge", 8, 3, 32, 4096, workload, metric, value, _VLLM, True,
+                           _VLLM_BENCHMARK, _VLLM_BENCHMARK_URL, _VLLM_BENCHMARK_NOTE)
+
+
 _SYNCHRONOUS = Workload(15903, 293)
 """GuideLLM's synchronous run: one request at a time, mean prompt 15902.82 and output 293.09 tokens."""
 _THROUGHPUT = Workload(15899, 294)
@@ -368,6 +385,13 @@ PUBLISHED: tuple[PublishedFigure, ...] = (
     _llama31_short("itl_ms", 26.79, Workload(1500, 175)),
     _llama31_short("requests_per_second", 5.108, Workload(1500, 180)),
     _llama31_short("output_tokens_per_second", 919.2, Workload(1500, 180)),
+    # The same layout and workload on optimum-neuron's vLLM server (the run of 2025-09-16, committed
+    # in optimum-neuron 1a5f34f4): synchronous TTFT 475.05 ms and ITL 26.59 ms; throughput 5.331
+    # req/s and 1226.1 tokens/s.
+    _llama31_vllm("ttft_s", 0.4751, Workload(1500, 242)),
+    _llama31_vllm("itl_ms", 26.59, Workload(1500, 242)),
+    _llama31_vllm("requests_per_second", 5.331, Workload(1500, 230)),
+    _llama31_vllm("output_tokens_per_second", 1226.1, Workload(1500, 230)),
 )
 """Every published measurement the fitted constants rest on, with its source."""
 

@@ -3,8 +3,8 @@ cost per million output tokens of a serving plan, and the layout an objective re
 
 The physics, for one replica of ``degree`` NeuronCores:
 
-- **Static shapes.** Both engines' optimum-neuron (0.3.0 in TGI 3.3.5, 0.4.5 in the vLLM image,
-  0.1.0 in the TGI runs of :data:`PUBLISHED`) compile Llama without bucketing: one
+- **Static shapes.** Both engines' optimum-neuron (0.3.0 in TGI 3.3.5, 0.4.5 in the vLLM image;
+  0.1.0 and 0.3.1.dev in the runs of :data:`PUBLISHED`) compile Llama without bucketing: one
   context-encoding graph of ``sequence_length`` tokens, so every prompt is padded to the export's
   sequence length, and one token-generation graph that runs every slot of the batch over the whole
   sequence length, busy or not (optimum-neuron v0.3.0,
@@ -306,7 +306,7 @@ class PublishedFigure:
         ``output_tokens_per_second``.
     :param value: the published figure, in the metric's unit.
     :param engine: the software that served it, with its Neuron SDK.
-    :param served: whether a server (TGI) stood between the clock and the model.
+    :param served: whether a server (TGI, vLLM) stood between the clock and the model.
     :param source: the publication's title.
     :param url: where it is published.
     :param note: how the figure was taken.
@@ -424,9 +424,9 @@ def predict_published(figure: PublishedFigure, calibration: Calibration = CALIBR
 # --- Recommending a layout ------------------------------------------------------------------------------------
 
 OBJECTIVES = ("latency", "throughput", "cost")
-"""What a recommendation optimises: ``latency`` the inter-token latency at full batch (then the time
-to first token), ``throughput`` the output tokens per second of the instance, ``cost`` the price per
-million output tokens."""
+"""What a recommendation optimises: ``latency`` the inter-token latency at full batch (among those
+within :data:`LATENCY_TIE_FRACTION` of the lowest, the time to first token), ``throughput`` the
+output tokens per second of the instance, ``cost`` the price per million output tokens."""
 
 
 @dataclass(frozen=True)
@@ -517,7 +517,7 @@ LATENCY_TIE_FRACTION = 0.05
 """Inter-token latencies within this fraction of the lowest count as equal for the ``latency``
 objective, which then prefers the shortest time to first token. Degrees of one model differ by
 less only where the collectives' cost catches up with the bandwidth gained, and the model is not
-that precise: its figures stray up to a fifth from the published ones."""
+that precise: its figures stray up to a quarter from the published ones."""
 
 
 def _ranked(objective: str, items: Sequence[T], prediction: Callable[[T], Prediction]) -> list[T]:

@@ -1,27 +1,140 @@
-"""The neuron-serving CLI prints every valid degree so a user can choose before deploying."""
+"""The neuron-serving CLI prints every valid degree, with the performance model's predictions, so a
+user can choose before deploying; an objective recommends one."""
 
+import json
 import subprocess
 import sys
 
+import pytest
+
 from neuron_serving.cli import main
+
+LLAMA_8B = ["plan", "--model", "meta-llama/Meta-Llama-3.1-8B-Instruct", "--instance-type", "inf2.48xlarge"]
+HEADER = ["degree", "replicas", "idle", "cores", "GiB/core", "of", "fits", "TTFT", "s", "ITL1", "ms", "ITL", "ms",
+          "tok/s", "$/Mtok"]
+
+
+def _rows(out: str) -> dict[int, list[str]]:
+    return {int(line.split()[0]): line.split() for line in out.splitlines() if line.split()[0].isdigit()}
 
 
 def test_plan_lists_every_allowed_degree_with_replicas_memory_and_fit(capsys):
     assert main(["plan", "--model", "meta-llama/Llama-3.1-70B-Instruct", "--instance-type", "inf2.48xlarge"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("meta-llama/Llama-3.1-70B-Instruct on inf2.48xlarge (about $12.98/h on demand)")
-    assert lines[1].split() == ["degree", "replicas", "idle", "cores", "GiB/core", "of", "fits"]
-    rows = {int(line.split()[0]): line.split() for line in lines[2:14]}
+    assert lines[1].startswith("predicted for 512 input and 256 output tokens per request")
+    assert lines[2].split() == HEADER
+    rows = _rows("\n".join(lines))
     assert sorted(rows) == list(range(2, 25, 2))
-    assert rows[8][1] == "3" and rows[8][-1] == "no"
-    assert rows[24][1] == "1" and rows[24][-1] == "yes"
+    assert rows[8][1] == "3" and rows[8][5] == "no"
+    assert rows[24][1] == "1" and rows[24][5] == "yes"
     assert lines[-1].startswith("default (smallest degree that fits): 12 -> replica-0: neuron0-5")
+
+
+def test_plan_predicts_every_fitting_degree_and_leaves_the_others_blank(capsys):
+    assert main(["plan", "--model", "meta-llama/Llama-3.1-70B-Instruct", "--instance-type", "inf2.48xlarge"]) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert rows[8][6:] == ["-"] * 5
+    ttft, itl1, itl, tokens, usd = map(float, rows[12][6:])
+    assert 0 < ttft < 10 and 0 < itl1 <= itl < 1000 and tokens > 0 and usd > 0
 
 
 def test_plan_on_trainium_lists_only_runtime_topologies(capsys):
     assert main(["plan", "--model", "llama-3.1-8b", "--instance-type", "trn1.32xlarge", "--batch-size", "32"]) == 0
-    degrees = [int(line.split()[0]) for line in capsys.readouterr().out.splitlines()[2:-1]]
-    assert degrees == [2, 8, 16, 32]
+    assert sorted(_rows(capsys.readouterr().out)) == [2, 8, 16, 32]
+
+
+def test_latency_and_cost_objectives_recommend_different_layouts_with_their_reasons(capsys):
+    recommended = []
+    for objective in ("latency", "cost"):
+        assert main([*LLAMA_8B, "--objective", objective]) == 0
+        *_, line, layout = capsys.readouterr().out.splitlines()
+        assert line.startswith("recommended: degree ")
+        assert layout.startswith("layout: replica-0: ")
+        recommended.append(line)
+    latency, cost = recommended
+    assert latency.startswith("recommended: degree 24 (1 replica): an inter-token latency at full batch of ")
+    assert cost.startswith("recommended: degree 2 (12 replicas): the lowest price per million output tokens, $")
+
+
+def test_a_limit_lists_the_degrees_it_rules_out(capsys):
+    assert main([*LLAMA_8B, "--objective", "cost", "--max-itl-ms", "30"]) == 0
+    out = capsys.readouterr().out
+    slow = [degree for degree, row in _rows(out).items() if float(row[8]) > 30]
+    ruled_out = [line for line in out.splitlines() if line.startswith("ruled out: ")]
+    assert slow and [line.split()[3].rstrip(":") for line in ruled_out] == [str(degree) for degree in slow]
+    assert all(": misses max_itl_ms (30): " in line for line in ruled_out)
+    assert f"recommended: degree {slow[-1]} " not in out
+
+
+def test_the_workload_options_change_the_predictions(capsys):
+    assert main([*LLAMA_8B, "--output-tokens", "64"]) == 0
+    short = float(_rows(capsys.readouterr().out)[8][9])
+    assert main([*LLAMA_8B, "--output-tokens", "1024"]) == 0
+    long = float(_rows(capsys.readouterr().out)[8][9])
+    assert short < long
+
+
+def test_json_output_is_one_document_with_request_options_predictions_and_recommendation(capsys):
+    assert main([*LLAMA_8B, "--objective", "cost", "--max-itl-ms", "30", "--input-tokens", "1000",
+                 "--output", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["request"]["instance_type"] == "inf2.48xlarge"
+    assert document["workload"] == {"input_tokens": 1000, "output_tokens": 256}
+    assert document["objective"] == "cost"
+    assert document["constraints"] == {"max_itl_ms": 30.0, "max_ttft_ms": None, "min_tokens_per_second": None}
+    assert [d["degree"] for d in document["degrees"]] == list(range(2, 25, 2))
+    assert set(document["degrees"][0]["prediction"]) == {
+        "degree", "replicas", "ttft_s", "itl_batch1_s", "itl_full_batch_s", "tokens_per_second_replica",
+        "tokens_per_second_instance", "requests_per_second_instance", "usd_per_million_tokens"}
+    fast = [d for d in document["degrees"] if d["prediction"]["itl_full_batch_s"] <= 0.030]
+    assert [r["degree"] for r in document["rejected"]] == [
+        d["degree"] for d in document["degrees"] if d not in fast]
+    cheapest = min(fast, key=lambda d: d["prediction"]["usd_per_million_tokens"])
+    assert document["recommendation"]["degree"] == cheapest["degree"]
+    assert document["recommendation"]["prediction"] == cheapest["prediction"]
+    assert document["recommendation"]["reason"].startswith("the lowest price per million output tokens")
+    assert document["no_layout"] is None
+
+
+def test_json_output_without_an_objective_recommends_the_default_layout(capsys):
+    assert main([*LLAMA_8B, "--output", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["objective"] is None
+    assert document["recommendation"]["degree"] == 2
+
+
+def test_any_instance_type_with_the_cost_objective_compares_every_instance_type(capsys):
+    assert main(["plan", "--model", "llama-3.1-8b", "--instance-type", "any", "--objective", "cost"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[2].split()[:4] == ["instance", "type", "$/h", "degree"]
+    assert "ruled out: inf2.xlarge: instance_type ('inf2.xlarge') has 16 GiB of host memory" in out
+    assert "recommended: inf2.24xlarge, degree 2 (6 replicas): the best of the 5 instance types" in out
+
+
+def test_an_unknown_objective_exits_2_naming_the_allowed_ones(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main([*LLAMA_8B, "--objective", "fast"])
+    assert exited.value.code == 2
+    assert "argument --objective: invalid choice: 'fast' (choose from 'latency', 'throughput', 'cost')" in (
+        capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--objective", "cost", "--max-itl-ms", "-3"], "max_itl_ms (-3.0) must be a positive number"),
+    (["--max-ttft-ms", "500"], "max_ttft_ms (500.0) needs --objective"),
+    (["--input-tokens", "0"], "input_tokens (0) must be an integer of at least 1"),
+    (["--output-tokens", "4000"], "output_tokens (4000) plus input_tokens (512) must be at most sequence_length"),
+    (["--objective", "latency", "--max-itl-ms", "5"], "max_itl_ms (5.0) cannot be met on inf2.48xlarge"),
+])
+def test_bad_plan_input_exits_2_naming_it(capsys, arguments, message):
+    assert main([*LLAMA_8B, *arguments]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_any_instance_type_needs_an_objective(capsys):
+    assert main(["plan", "--instance-type", "any"]) == 2
+    assert "instance_type ('any') needs --objective" in capsys.readouterr().err
 
 
 def test_plan_reports_a_model_that_fits_nowhere(capsys):

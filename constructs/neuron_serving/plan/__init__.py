@@ -1,7 +1,8 @@
-"""Pure planning: catalogs, the layout planner and the serving engines. Imports nothing from CDK."""
+"""Pure planning: catalogs, the layout planner, the performance model and the serving engines. Imports nothing
+from CDK."""
 
 from .errors import ServingConfigError
-from .instances import INSTANCES, InstanceSpec, instance_spec
+from .instances import DEVICES, INSTANCES, DeviceSpec, InstanceSpec, instance_spec
 from .layout import (
     DegreeOption,
     MemoryEstimate,
@@ -12,20 +13,50 @@ from .layout import (
     plan_serving,
 )
 from .models import MODELS, ModelSpec, resolve_model
+from .performance import (
+    DEFAULT_WORKLOAD,
+    OBJECTIVES,
+    PUBLISHED,
+    Constraints,
+    InstanceComparison,
+    Prediction,
+    PublishedFigure,
+    Recommendation,
+    Workload,
+    candidates,
+    compare_instances,
+    predict,
+    recommend,
+)
 
 __all__ = [
+    "DEFAULT_WORKLOAD",
+    "DEVICES",
     "INSTANCES",
     "MODELS",
+    "OBJECTIVES",
+    "PUBLISHED",
+    "Constraints",
     "DegreeOption",
+    "DeviceSpec",
+    "InstanceComparison",
     "InstanceSpec",
     "MemoryEstimate",
     "ModelSpec",
+    "Prediction",
+    "PublishedFigure",
+    "Recommendation",
     "Replica",
     "ServingConfigError",
     "ServingPlan",
     "ServingRequest",
+    "Workload",
+    "candidates",
+    "compare_instances",
     "degree_options",
     "instance_spec",
     "plan_serving",
+    "predict",
+    "recommend",
     "resolve_model",
 ]

@@ -1,8 +1,12 @@
-"""The Neuron instance catalog and the tensor-parallel degrees each instance accepts.
+"""The Neuron instance catalog, the tensor-parallel degrees each instance accepts, and the figures
+of each family's Neuron device that the performance model needs.
 
-Figures: AWS Neuron documentation, about-neuron/arch/neuron-hardware/{inf2,trn1}-arch.
+Figures: AWS Neuron documentation, about-neuron/arch/neuron-hardware/{inf2,trn1}-arch and
+{inferentia2,trainium}.
 Hourly prices are on-demand us-east-1 figures from third-party sources (not verified against the
-AWS price list); they feed cost notes only, never a decision.
+AWS price list). They give the performance model's cost per million tokens, which the ``cost``
+objective ranks layouts by: on one instance type the price only scales the figures, so the ranking
+holds whatever the real price; across instance types, check the prices before relying on it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,45 @@ CORES_PER_DEVICE = 2
 
 
 @dataclass(frozen=True)
+class DeviceSpec:
+    """One Neuron device (chip) as the performance model sees it.
+
+    :param name: the chip, e.g. ``Inferentia2``.
+    :param memory_bytes_per_second: device memory (HBM) bandwidth of the whole chip.
+    :param bf16_flops: dense BF16 FLOPS of the chip's NeuronCores together.
+    """
+
+    name: str
+    memory_bytes_per_second: float
+    bf16_flops: float
+
+    @property
+    def memory_bytes_per_second_per_core(self) -> float:
+        return self.memory_bytes_per_second / CORES_PER_DEVICE
+
+    @property
+    def bf16_flops_per_core(self) -> float:
+        return self.bf16_flops / CORES_PER_DEVICE
+
+
+DEVICES: dict[str, DeviceSpec] = {
+    # "Two NeuronCore-v2 cores, delivering ... 190 FP16/BF16/cFP8/TF32 TFLOPS"; "32GiB of
+    # high-bandwidth device memory (HBM) ... with 820 GiB/sec of bandwidth" (Neuron docs,
+    # https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/inferentia2.html).
+    # Older releases of the page (v2.9.1) and the NKI architecture guide say 820 GB/s: the decimal
+    # reading is taken, and the fitted memory efficiency of the performance model absorbs the 7% between.
+    "inf2": DeviceSpec("Inferentia2", memory_bytes_per_second=820e9, bf16_flops=190e12),
+    # The same NeuronCore-v2 pair and the same figures: "Two NeuronCore-v2 delivering ... 190
+    # FP16/BF16/cFP8/TF32 TFLOPS"; "32 GiB of device memory ... with 820 GiB/sec of bandwidth"
+    # (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/trainium.html).
+    # The chips differ in their NeuronLink-v2 links (2 per Inferentia2 chip in a ring, 4 per Trainium
+    # chip in a torus), which the fitted collective cost, measured on inf2 only, does not tell apart.
+    "trn1": DeviceSpec("Trainium", memory_bytes_per_second=820e9, bf16_flops=190e12),
+}
+"""The Neuron device of each instance family."""
+
+
+@dataclass(frozen=True)
 class InstanceSpec:
     """One Neuron instance type.
 
@@ -25,7 +68,7 @@ class InstanceSpec:
     :param memory_per_core_gib: device memory per NeuronCore.
     :param vcpus: host vCPUs.
     :param host_ram_gib: host memory, which bounds what the compiler can export on this host.
-    :param hourly_usd: approximate on-demand price, for cost notes.
+    :param hourly_usd: approximate on-demand price in US dollars, for cost figures.
     """
 
     name: str
@@ -39,6 +82,11 @@ class InstanceSpec:
     @property
     def cores(self) -> int:
         return self.devices * CORES_PER_DEVICE
+
+    @property
+    def device(self) -> DeviceSpec:
+        """The family's Neuron device, whose figures drive the performance model."""
+        return DEVICES[self.family]
 
     @property
     def min_root_volume_gib(self) -> int:

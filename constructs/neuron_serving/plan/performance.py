@@ -1,0 +1,706 @@
+"""The performance model: time to first token, inter-token latency, throughput at saturation and
+cost per million output tokens of a serving plan, and the layout an objective recommends.
+
+The physics, for one replica of ``degree`` NeuronCores:
+
+- **Static shapes.** Both engines' optimum-neuron (0.3.0 in TGI 3.3.5, 0.4.5 in the vLLM image;
+  0.1.0 and 0.3.1.dev in the runs of :data:`PUBLISHED`) compile Llama without bucketing: one
+  context-encoding graph of ``sequence_length`` tokens, so every prompt is padded to the export's
+  sequence length, and one token-generation graph that runs every slot of the batch over the whole
+  sequence length, busy or not (optimum-neuron v0.3.0,
+  optimum/neuron/models/inference/backend/modules/decoder/modeling_decoder.py,
+  ``create_context_encoding_wrapper`` and ``create_token_generation_wrapper``, with
+  ``enable_bucketing`` left at its default, False, by llama/modeling_llama.py; v0.1.0 pads the
+  same way in optimum/neuron/backends/hlo/decoder.py). So the time to first token does not depend
+  on the prompt's length, and a decode step does not depend on how many slots are busy.
+- **Decode** is bound by device memory bandwidth: each step reads every weight once and the KV
+  cache of the whole batch, each core its share, at the device's bandwidth times
+  :data:`DECODE_MEMORY_EFFICIENCY`. Every decoder layer also all-reduces its activations across
+  the replica's cores twice; an all-reduce costs :data:`ALLREDUCE_HOP_S` for each of a ring's
+  ``2 (degree - 1)`` hops, which is why more cores stop paying off.
+- **Prefill** is bound by compute: 2 FLOPs per parameter per token plus attention's quadratic
+  term, over the cores' BF16 FLOPS times :data:`PREFILL_COMPUTE_EFFICIENCY` (or by the weight
+  read, for a prompt too short to be compute bound).
+- **Behind a server** (TGI, vLLM) every prefill and step also pays :data:`SERVER_STEP_S`.
+- **At saturation** every batch slot is busy and new requests queue. A replica then alternates
+  between decoding the whole batch and prefilling one newcomer while the batch waits: TGI's
+  Neuron backend pauses the active slots during a prefill (TGI v3.3.1,
+  backends/neuron/server/text_generation_server/generator.py, ``Generator.prefill``).
+
+Hardware figures come from :class:`~neuron_serving.plan.instances.DeviceSpec`; the four constants
+above are fitted on the published measurements of :data:`PUBLISHED` (the fit:
+``scripts/fit_performance.py``; the check of every figure: ``tests/plan/test_performance.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+from .errors import Problems, ServingConfigError, problem
+from .instances import INSTANCES, DeviceSpec, instance_spec
+from .layout import DTYPE_BYTES, ServingPlan, ServingRequest, degree_options, plan_serving
+from .models import ModelSpec, resolve_model
+
+T = TypeVar("T")
+
+# --- Fitted constants ------------------------------------------------------------------------------------------
+
+DECODE_MEMORY_EFFICIENCY = 0.567  # fitted: see PUBLISHED and tests/plan/test_performance.py
+"""Fraction of the device memory bandwidth a decode step achieves while it streams weights and KV
+cache (the rest goes to the step's other work, which the model does not itemise). The Llama 2
+figures, timed without a server at degrees 2 and 24, set it."""
+
+PREFILL_COMPUTE_EFFICIENCY = 0.238  # fitted: see PUBLISHED and tests/plan/test_performance.py
+"""Fraction of the NeuronCores' BF16 FLOPS a prefill achieves. The three served prefills set it:
+16512 and 4096 padded tokens, where attention is a fifth and a sixteenth of the FLOPs."""
+
+ALLREDUCE_HOP_S = 1.78e-6  # fitted: see PUBLISHED and tests/plan/test_performance.py
+"""Cost of each hop of a ring all-reduce (reduce-scatter, then all-gather: ``2 (degree - 1)`` hops).
+Decode all-reduces carry a few kilobytes, so their cost is each hop's latency, not the links'
+bandwidth. The Llama 2 figures at degrees 2 and 24 set it; a fixed cost per all-reduce besides
+the hops does not improve the fit (the figures cannot tell it apart), so the model has none."""
+
+SERVER_STEP_S = 9.24e-3  # fitted: see PUBLISHED and tests/plan/test_performance.py
+"""What a server adds to every prefill and decode step: for TGI, the gRPC call from its router to
+its Python server and the Python work around each forward pass; for vLLM, its scheduler and
+engine loop; for both, detokenizing and streaming. One figure for both servers: their synchronous
+inter-token latencies at the same shapes differ by under 1% (26.79 and 26.59 ms)."""
+
+# --- Architecture constants ------------------------------------------------------------------------------------
+
+ALLREDUCES_PER_LAYER = 2
+"""Tensor-parallel decoder layers all-reduce twice in a forward pass: after attention's output
+projection and after the MLP's down projection (Shoeybi et al., "Megatron-LM", arXiv:1909.08053,
+section 3; transformers-neuronx and optimum-neuron shard Llama the same way)."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The fitted constants together, so that a fit can try other values.
+
+    :param decode_memory_efficiency: Default: :data:`DECODE_MEMORY_EFFICIENCY`.
+    :param prefill_compute_efficiency: Default: :data:`PREFILL_COMPUTE_EFFICIENCY`.
+    :param allreduce_hop_s: Default: :data:`ALLREDUCE_HOP_S`.
+    :param server_step_s: Default: :data:`SERVER_STEP_S`.
+    """
+
+    decode_memory_efficiency: float = DECODE_MEMORY_EFFICIENCY
+    prefill_compute_efficiency: float = PREFILL_COMPUTE_EFFICIENCY
+    allreduce_hop_s: float = ALLREDUCE_HOP_S
+    server_step_s: float = SERVER_STEP_S
+
+
+CALIBRATION = Calibration()
+"""The shipped calibration."""
+
+# --- Workload -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Tokens per request: the prompt and the generated text.
+
+    :param input_tokens: prompt tokens per request.
+    :param output_tokens: generated tokens per request.
+    """
+
+    input_tokens: int
+    output_tokens: int
+
+    def __post_init__(self) -> None:
+        problems = Problems()
+        for name in ("input_tokens", "output_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                problems.add(name, value, "must be an integer of at least 1")
+        problems.raise_if_any()
+
+    def check_fits(self, request: ServingRequest) -> None:
+        """Raise :class:`ServingConfigError` unless every request of this workload fits the export's shapes."""
+        problems = Problems()
+        if self.input_tokens > request.effective_max_input_tokens:
+            problems.add("input_tokens", self.input_tokens,
+                         f"must be at most max_input_tokens ({request.effective_max_input_tokens})")
+        if self.input_tokens + self.output_tokens > request.sequence_length:
+            problems.add("output_tokens", self.output_tokens,
+                         f"plus input_tokens ({self.input_tokens}) must be at most sequence_length "
+                         f"({request.sequence_length})")
+        problems.raise_if_any()
+
+
+DEFAULT_WORKLOAD = Workload(input_tokens=512, output_tokens=256)
+"""A chat turn: a system prompt and some history (512 tokens) and an answer of a few paragraphs
+(256 tokens). A stated choice, not a measurement; give the workload you expect."""
+
+# --- The physics ----------------------------------------------------------------------------------------------
+
+
+def _allreduces_s(model: ModelSpec, degree: int, calibration: Calibration) -> float:
+    hops = 2 * (degree - 1)
+    return model.num_layers * ALLREDUCES_PER_LAYER * hops * calibration.allreduce_hop_s
+
+
+def _weights_read_s(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: int,
+                    calibration: Calibration) -> float:
+    weights_per_core = model.parameter_count * dtype_bytes / degree
+    return weights_per_core / (device.memory_bytes_per_second_per_core * calibration.decode_memory_efficiency)
+
+
+def decode_step_s(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: int, *, batch_size: int,
+                  sequence_length: int, calibration: Calibration = CALIBRATION, served: bool = True) -> float:
+    """Seconds one decode step takes: a new token for each of the ``batch_size`` slots, each
+    attending over a cache of ``sequence_length`` positions.
+
+    :param served: whether a server (TGI, vLLM) runs the step, adding its own time. Default: true.
+    """
+    kv_per_core = batch_size * sequence_length * model.kv_cache_bytes_per_token(dtype_bytes, degree)
+    kv_read = kv_per_core / (device.memory_bytes_per_second_per_core * calibration.decode_memory_efficiency)
+    step = _weights_read_s(model, device, degree, dtype_bytes, calibration) + kv_read
+    step += _allreduces_s(model, degree, calibration)
+    return step + (calibration.server_step_s if served else 0.0)
+
+
+def prefill_s(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: int, *, tokens: int,
+              calibration: Calibration = CALIBRATION, served: bool = True) -> float:
+    """Seconds the prefill of a ``tokens``-token context takes, which yields the first output token.
+
+    FLOPs: 2 per parameter per token, plus attention's scores and weighted values (2 matrix
+    products of ``tokens x tokens x attention width``, 2 FLOPs per multiply-add) in every layer,
+    over the causal half: from 4096 tokens, optimum-neuron runs the causal flash-attention kernel
+    ``CausalAttentionMMSoftmaxMMWithoutSwap`` (v0.3.0, backend/modules/attention/attention_base.py,
+    ``perform_prefill``). Shorter prompts compute the full square, where attention is a tenth of
+    the FLOPs or less.
+
+    :param served: whether a server (TGI, vLLM) runs the prefill, adding its own time. Default: true.
+    """
+    attention_width = model.num_attention_heads * model.head_dim
+    flops = 2 * model.parameter_count * tokens + 2 * model.num_layers * tokens**2 * attention_width
+    compute = flops / (degree * device.bf16_flops_per_core * calibration.prefill_compute_efficiency)
+    prefill = max(compute, _weights_read_s(model, device, degree, dtype_bytes, calibration))
+    prefill += _allreduces_s(model, degree, calibration)
+    return prefill + (calibration.server_step_s if served else 0.0)
+
+
+def saturated_requests_per_second(batch_size: int, prefill: float, full_batch_step: float,
+                                  output_tokens: int) -> float:
+    """Requests per second one replica completes when requests always wait for its slots.
+
+    In a cycle, each of the ``batch_size`` slots takes a new request (a prefill, while the other
+    slots wait, which yields its first token) and the slots decode their remaining
+    ``output_tokens - 1`` tokens together, one full-batch step per token.
+    """
+    return batch_size / (batch_size * prefill + (output_tokens - 1) * full_batch_step)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the model predicts for one layout and workload.
+
+    :param degree: NeuronCores per replica.
+    :param replicas: replicas on the instance.
+    :param ttft_s: time to first token of a request alone on a replica (synchronous), seconds:
+        the prefill of a whole sequence, whatever the prompt's length (static shapes).
+    :param itl_batch1_s: inter-token latency of a request alone on a replica, seconds. Equal to
+        ``itl_full_batch_s``: the engines' static token-generation graph computes every slot.
+    :param itl_full_batch_s: inter-token latency with every batch slot busy, seconds. At
+        saturation, the prefills of newcomers pause it further.
+    :param tokens_per_second_replica: output tokens per second of one replica at saturation,
+        prefills included.
+    :param tokens_per_second_instance: the same for every replica of the instance.
+    :param requests_per_second_instance: requests per second of the instance at saturation.
+    :param usd_per_million_tokens: on-demand price of the instance per million output tokens at
+        saturation (``InstanceSpec.hourly_usd``).
+    """
+
+    degree: int
+    replicas: int
+    ttft_s: float
+    itl_batch1_s: float
+    itl_full_batch_s: float
+    tokens_per_second_replica: float
+    tokens_per_second_instance: float
+    requests_per_second_instance: float
+    usd_per_million_tokens: float
+
+
+def predict(plan: ServingPlan, workload: Workload = DEFAULT_WORKLOAD) -> Prediction:
+    """The predicted latency, throughput and cost of ``plan`` serving ``workload``.
+
+    Raises :class:`ServingConfigError` when the workload does not fit the plan's shapes.
+    """
+    workload.check_fits(plan.request)
+    return _predict(plan.model, plan.instance.device, plan.degree, DTYPE_BYTES[plan.dtype], plan.batch_size,
+                    plan.sequence_length, len(plan.replicas), plan.instance.hourly_usd, workload.output_tokens,
+                    CALIBRATION)
+
+
+def _predict(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: int, batch_size: int,
+             sequence_length: int, replicas: int, hourly_usd: float, output_tokens: int,
+             calibration: Calibration) -> Prediction:
+    shape = (model, device, degree, dtype_bytes)
+    ttft = prefill_s(*shape, tokens=sequence_length, calibration=calibration)
+    step = decode_step_s(*shape, batch_size=batch_size, sequence_length=sequence_length, calibration=calibration)
+    requests = saturated_requests_per_second(batch_size, ttft, step, output_tokens)
+    per_replica = requests * output_tokens
+    per_instance = per_replica * replicas
+    return Prediction(
+        degree=degree,
+        replicas=replicas,
+        ttft_s=ttft,
+        itl_batch1_s=step,
+        itl_full_batch_s=step,
+        tokens_per_second_replica=per_replica,
+        tokens_per_second_instance=per_instance,
+        requests_per_second_instance=requests * replicas,
+        usd_per_million_tokens=hourly_usd / (per_instance * 3600) * 1e6,
+    )
+
+
+# --- Published measurements -----------------------------------------------------------------------------------
+
+_PYTORCH_BLOG = "High performance Llama 2 deployments with AWS Inferentia2 using TorchServe (PyTorch blog)"
+_PYTORCH_BLOG_URL = "https://pytorch.org/blog/high-performance-llama/"
+_TRANSFORMERS_NEURONX = "transformers-neuronx LlamaForSampling, no server; Neuron SDK 2.13 (2.13.2 artifacts)"
+_HF_GUIDE = "Optimum Neuron benchmark guide: TGI on Inferentia2 with data parallelism, measured with GuideLLM"
+_HF_GUIDE_URL = "https://huggingface.co/docs/optimum-neuron/guides/benchmark"
+_TGI = ("TGI latest-neuron image run 2025-05-27; TGI v3.3.0 to v3.3.2 build it with optimum-neuron 0.1.0, "
+        "neuronx-cc 2.16.372 and transformers-neuronx 0.13.322 (Dockerfile.neuron)")
+_TGI_BENCHMARK = "optimum-neuron's TGI benchmark of Llama 3.1 8B on inf2.48xlarge with 3 replicas (GuideLLM)"
+_TGI_BENCHMARK_URL = ("https://github.com/huggingface/optimum-neuron/blob/main/benchmark/text-generation-inference/"
+                      "performance/llama3.1-8b/tgi-results.csv")
+_TGI_JUNE = ("TGI Neuron image run 2025-06-03 (the benchmark's README pulls latest-neuron; TGI v3.3.2 of 2025-05-30 "
+             "builds it with optimum-neuron 0.1.0 and neuronx-cc 2.16.372)")
+_VLLM_BENCHMARK = "optimum-neuron's vLLM data-parallel benchmark of Llama 3.1 8B on inf2.48xlarge (GuideLLM)"
+_VLLM_BENCHMARK_URL = ("https://github.com/huggingface/optimum-neuron/blob/main/benchmark/vllm/data-parallel/"
+                       "llama3.1-8b/vllm-results-dp3.csv")
+_VLLM = ("optimum-neuron-vllm image built from optimum-neuron main (0.3.1.dev, Neuron SDK 2.24 runtime), "
+         "run 2025-09-16")
+_LLAMA2_NOTE = ("end-to-end latency over 256 output tokens after a 256-token prompt (the lengths the post "
+                "states for its inf2.xlarge/inf2.48xlarge comparison), bf16")
+_TGI_BENCHMARK_NOTE = ("3 replicas of degree 8 behind nginx (the benchmark's docker-compose.yaml and .env); "
+                       "figures are the means of the CSV's three runs; output lengths are its tokens per second "
+                       "over its requests per second")
+_VLLM_BENCHMARK_NOTE = ("3 replicas of degree 8 behind nginx (docker-compose-dp3.yaml, .env), GuideLLM "
+                        "prompt_tokens=1500, generated_tokens=250; output lengths are its tokens per second over "
+                        "its requests per second")
+_GUIDE_NOTE = ("3 replicas of degree 8 behind nginx round robin; figures are GuideLLM's means, the workload "
+               "its mean prompt and output lengths")
+
+
+@dataclass(frozen=True)
+class PublishedFigure:
+    """One published measurement the model is fitted on and checked against.
+
+    :param model: catalog name of the model.
+    :param instance: instance type it ran on.
+    :param degree: tensor-parallel degree of each replica.
+    :param replicas: replicas serving together (figures of the whole instance).
+    :param batch: static batch size of the export.
+    :param sequence: static sequence length of the export.
+    :param workload: prompt and output tokens per request.
+    :param metric: what was measured, in its unit: ``ms_per_output_token`` (end-to-end latency
+        over output tokens), ``ttft_s``, ``itl_ms``, ``requests_per_second`` or
+        ``output_tokens_per_second``.
+    :param value: the published figure, in the metric's unit.
+    :param engine: the software that served it, with its Neuron SDK.
+    :param served: whether a server (TGI, vLLM) stood between the clock and the model.
+    :param source: the publication's title.
+    :param url: where it is published.
+    :param note: how the figure was taken.
+    """
+
+    model: str
+    instance: str
+    degree: int
+    replicas: int
+    batch: int
+    sequence: int
+    workload: Workload
+    metric: str
+    value: float
+    engine: str
+    served: bool
+    source: str
+    url: str
+    note: str = field(default="", compare=False)
+
+    @property
+    def name(self) -> str:
+        """A short label, e.g. ``llama-2-7b degree 2 ms_per_output_token``."""
+        return f"{self.model} degree {self.degree} {self.metric}"
+
+
+def _llama2(model: str, instance: str, degree: int, ms_per_token: float) -> PublishedFigure:
+    return PublishedFigure(model, instance, degree, 1, 1, 512, Workload(256, 256), "ms_per_output_token",
+                           ms_per_token, _TRANSFORMERS_NEURONX, False, _PYTORCH_BLOG, _PYTORCH_BLOG_URL,
+                           _LLAMA2_NOTE)
+
+
+def _llama31_long(metric: str, value: float, workload: Workload) -> PublishedFigure:
+    return PublishedFigure("llama-3.1-8b", "inf2.48xlarge", 8, 3, 8, 16512, workload, metric, value, _TGI, True,
+                           _HF_GUIDE, _HF_GUIDE_URL, _GUIDE_NOTE)
+
+
+def _llama31_short(metric: str, value: float, workload: Workload) -> PublishedFigure:
+    return PublishedFigure("llama-3.1-8b", "inf2.48xlarge", 8, 3, 32, 4096, workload, metric, value, _TGI_JUNE, True,
+                           _TGI_BENCHMARK, _TGI_BENCHMARK_URL, _TGI_BENCHMARK_NOTE)
+
+
+def _llama31_vllm(metric: str, value: float, workload: Workload) -> PublishedFigure:
+    return PublishedFigure("llama-3.1-8b", "inf2.48xlarge", 8, 3, 32, 4096, workload, metric, value, _VLLM, True,
+                           _VLLM_BENCHMARK, _VLLM_BENCHMARK_URL, _VLLM_BENCHMARK_NOTE)
+
+
+_SYNCHRONOUS = Workload(15903, 293)
+"""GuideLLM's synchronous run: one request at a time, mean prompt 15902.82 and output 293.09 tokens."""
+_THROUGHPUT = Workload(15899, 294)
+"""GuideLLM's throughput run: as many requests as the replicas take, mean prompt 15899.22 and output
+294.24 tokens."""
+
+PUBLISHED: tuple[PublishedFigure, ...] = (
+    # "For the Llama-2 7B model, latency decreases from 30.1 ms/token with 2 cores to 7.9 ms/token with
+    # 24 cores; similarly for the Llama-2 13B model, it goes down from 57.3 ms/token to 11.1 ms/token."
+    # Batch 1, bf16. 7B's 2 cores are an inf2.xlarge (the post's cost comparison); 13B's instance
+    # with 2 cores is not named, and one device is one device on inf2.xlarge and inf2.8xlarge.
+    _llama2("llama-2-7b", "inf2.xlarge", 2, 30.1),
+    _llama2("llama-2-7b", "inf2.48xlarge", 24, 7.9),
+    _llama2("llama-2-13b", "inf2.8xlarge", 2, 57.3),
+    _llama2("llama-2-13b", "inf2.48xlarge", 24, 11.1),
+    # GuideLLM's "Performance Summary by Benchmark": synchronous TTFT 1585.08 ms and ITL 29.81 ms;
+    # throughput 0.85 req/sec and 249.64 tokens/sec. The guide's latest text names optimum-neuron's
+    # vLLM image, but its results are those of the TGI run of 2025-05-27 that the earlier text
+    # (and its `docker pull ghcr.io/huggingface/text-generation-inference:latest-neuron`) describes.
+    _llama31_long("ttft_s", 1.585, _SYNCHRONOUS),
+    _llama31_long("itl_ms", 29.81, _SYNCHRONOUS),
+    _llama31_long("requests_per_second", 0.85, _THROUGHPUT),
+    _llama31_long("output_tokens_per_second", 249.64, _THROUGHPUT),
+    # The same layout with short prompts (GuideLLM prompt_tokens=1500, generated_tokens=250, many
+    # answers ending sooner), batch 32, sequence 4096: synchronous TTFT 315.8, 317.9 and 316.8 ms,
+    # ITL 26.79, 26.90 and 26.69 ms; throughput 5.17, 5.01 and 5.14 req/s, 929.0, 913.6 and
+    # 914.9 tokens/s.
+    _llama31_short("ttft_s", 0.3168, Workload(1500, 175)),
+    _llama31_short("itl_ms", 26.79, Workload(1500, 175)),
+    _llama31_short("requests_per_second", 5.108, Workload(1500, 180)),
+    _llama31_short("output_tokens_per_second", 919.2, Workload(1500, 180)),
+    # The same layout and workload on optimum-neuron's vLLM server (the run of 2025-09-16, committed
+    # in optimum-neuron 1a5f34f4): synchronous TTFT 475.05 ms and ITL 26.59 ms; throughput 5.331
+    # req/s and 1226.1 tokens/s.
+    _llama31_vllm("ttft_s", 0.4751, Workload(1500, 242)),
+    _llama31_vllm("itl_ms", 26.59, Workload(1500, 242)),
+    _llama31_vllm("requests_per_second", 5.331, Workload(1500, 230)),
+    _llama31_vllm("output_tokens_per_second", 1226.1, Workload(1500, 230)),
+)
+"""Every published measurement the fitted constants rest on, with its source."""
+
+
+def predict_published(figure: PublishedFigure, calibration: Calibration = CALIBRATION) -> float:
+    """What the model predicts for ``figure``, in the figure's unit."""
+    model = resolve_model(figure.model)
+    instance = instance_spec(figure.instance)
+    shape = (model, instance.device, figure.degree, DTYPE_BYTES["bf16"])
+    if figure.metric == "ms_per_output_token":
+        # transformers-neuronx of 2023 encoded the context in buckets near the prompt's length
+        # ("parallel context encoding" in the post), so the prompt is what its prefill computes.
+        output = figure.workload.output_tokens
+        first = prefill_s(*shape, tokens=figure.workload.input_tokens, calibration=calibration,
+                          served=figure.served)
+        step = decode_step_s(*shape, batch_size=figure.batch, sequence_length=figure.sequence,
+                             calibration=calibration, served=figure.served)
+        return (first + (output - 1) * step) / output * 1e3
+    prediction = _predict(*shape, figure.batch, figure.sequence, figure.replicas, instance.hourly_usd,
+                          figure.workload.output_tokens, calibration)
+    figures = {
+        "ttft_s": prediction.ttft_s,
+        "itl_ms": prediction.itl_batch1_s * 1e3,
+        "requests_per_second": prediction.requests_per_second_instance,
+        "output_tokens_per_second": prediction.tokens_per_second_instance,
+    }
+    return figures[figure.metric]
+
+
+# --- Recommending a layout ------------------------------------------------------------------------------------
+
+OBJECTIVES = ("latency", "throughput", "cost")
+"""What a recommendation optimises: ``latency`` the inter-token latency at full batch (among those
+within :data:`LATENCY_TIE_FRACTION` of the lowest, the time to first token), ``throughput`` the
+output tokens per second of the instance, ``cost`` the price per million output tokens."""
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Limits every recommended layout must meet; ``None`` sets no limit.
+
+    :param max_itl_ms: highest inter-token latency with every batch slot busy, milliseconds.
+    :param max_ttft_ms: highest time to first token of a request alone on a replica, milliseconds.
+    :param min_tokens_per_second: fewest output tokens per second of the instance at saturation.
+    """
+
+    max_itl_ms: float | None = None
+    max_ttft_ms: float | None = None
+    min_tokens_per_second: float | None = None
+
+    def __post_init__(self) -> None:
+        problems = Problems()
+        for name in ("max_itl_ms", "max_ttft_ms", "min_tokens_per_second"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                problems.add(name, value, "must be a positive number")
+        problems.raise_if_any()
+
+    def misses(self, prediction: Prediction) -> tuple[str, ...]:
+        """Each limit ``prediction`` does not meet, as ``setting (limit): predicted figure``."""
+        return tuple(
+            f"{_CONSTRAINTS[name].setting} ({_number(limit)}): {_CONSTRAINTS[name].show(prediction)}"
+            for name, limit in self.limits()
+            if not _CONSTRAINTS[name].meets(prediction, limit)
+        )
+
+    def limits(self) -> tuple[tuple[str, float], ...]:
+        """``(setting, limit)`` for each limit that is set."""
+        return tuple((name, limit) for name in _CONSTRAINTS if (limit := getattr(self, name)) is not None)
+
+
+@dataclass(frozen=True)
+class _Constraint:
+    setting: str
+    figure: Callable[[Prediction], float]
+    unit: str
+    at_most: bool
+    describes: str
+
+    def meets(self, prediction: Prediction, limit: float) -> bool:
+        value = self.figure(prediction)
+        return value <= limit if self.at_most else value >= limit
+
+    def show(self, prediction: Prediction) -> str:
+        return f"{self.figure(prediction):.1f} {self.unit}"
+
+
+_CONSTRAINTS = {
+    "max_itl_ms": _Constraint("max_itl_ms", lambda p: p.itl_full_batch_s * 1e3, "ms", True,
+                              "inter-token latency at full batch"),
+    "max_ttft_ms": _Constraint("max_ttft_ms", lambda p: p.ttft_s * 1e3, "ms", True, "time to first token"),
+    "min_tokens_per_second": _Constraint("min_tokens_per_second", lambda p: p.tokens_per_second_instance,
+                                         "tokens/s", False, "output tokens per second of the instance"),
+}
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The layout an objective picks, and why.
+
+    :param plan: the recommended layout.
+    :param prediction: its predicted figures.
+    :param reason: why, in one or two sentences for the user, starting with what the layout has
+        that the objective asks for: it reads after "degree 8 (3 replicas): ".
+    :param candidates: every degree whose memory fits, each with its prediction, by degree.
+    :param rejected: ``(degree, why)`` for each degree ruled out, by memory or by a constraint.
+    """
+
+    plan: ServingPlan
+    prediction: Prediction
+    reason: str
+    candidates: tuple[tuple[ServingPlan, Prediction], ...]
+    rejected: tuple[tuple[int, str], ...]
+
+
+LATENCY_TIE_FRACTION = 0.05
+"""Inter-token latencies within this fraction of the lowest count as equal for the ``latency``
+objective, which then prefers the shortest time to first token. Degrees of one model differ by
+less only where the collectives' cost catches up with the bandwidth gained, and the model is not
+that precise: its figures stray up to a quarter from the published ones."""
+
+
+def _ranked(objective: str, items: Sequence[T], prediction: Callable[[T], Prediction]) -> list[T]:
+    """``items`` best first for ``objective``."""
+    if objective == "throughput":
+        return sorted(items, key=lambda i: (-prediction(i).tokens_per_second_instance, prediction(i).itl_full_batch_s))
+    if objective == "cost":
+        return sorted(items, key=lambda i: (prediction(i).usd_per_million_tokens, prediction(i).itl_full_batch_s))
+    lowest = min(prediction(i).itl_full_batch_s for i in items)
+
+    def latency(item: T) -> tuple[bool, float]:
+        figures = prediction(item)
+        if figures.itl_full_batch_s <= lowest * (1 + LATENCY_TIE_FRACTION):
+            return False, figures.ttft_s
+        return True, figures.itl_full_batch_s
+
+    return sorted(items, key=latency)
+
+
+def candidates(request: ServingRequest,
+               workload: Workload = DEFAULT_WORKLOAD) -> tuple[tuple[ServingPlan, Prediction], ...]:
+    """Every degree of ``request``'s instance whose memory fits, each laid out and predicted
+    (``request.tensor_parallel`` is ignored). Raises :class:`ServingConfigError` for a bad request
+    or workload."""
+    request = replace(request, tensor_parallel=None)
+    fitting = [option.degree for option in degree_options(request) if option.memory.fits]
+    workload.check_fits(request)
+    plans = [plan_serving(replace(request, tensor_parallel=degree)) for degree in fitting]
+    return tuple((plan, predict(plan, workload)) for plan in plans)
+
+
+def _check_objective(objective: str) -> None:
+    if objective not in OBJECTIVES:
+        raise ServingConfigError([problem("objective", objective, f"must be one of {', '.join(OBJECTIVES)}")])
+
+
+def recommend(request: ServingRequest, objective: str, constraints: Constraints = Constraints(),
+              workload: Workload = DEFAULT_WORKLOAD) -> Recommendation:
+    """The layout of ``request``'s instance that best meets ``objective`` within ``constraints``.
+
+    Every degree the instance accepts whose memory fits is predicted (``request.tensor_parallel``
+    is ignored); those missing a constraint are ruled out; the objective picks among the rest:
+    ``latency`` the lowest inter-token latency at full batch (within :data:`LATENCY_TIE_FRACTION`,
+    the shortest time to first token), ``throughput`` the most output tokens per second of the
+    instance, ``cost`` the lowest price per million output tokens.
+
+    Raises :class:`ServingConfigError` for a bad objective, request or workload, when no degree
+    fits, and when no degree meets the constraints (naming each, with the best any degree achieves).
+    """
+    _check_objective(objective)
+    request = replace(request, tensor_parallel=None)
+    found = candidates(request, workload)
+    if not found:
+        plan_serving(request)  # raises the planner's own error, which says what would fit
+    rejected = [
+        (option.degree, f"does not fit: needs {option.memory.describe()}")
+        for option in degree_options(request)
+        if not option.memory.fits
+    ]
+    passing = []
+    for plan, prediction in found:
+        misses = constraints.misses(prediction)
+        if misses:
+            rejected.append((plan.degree, "misses " + "; ".join(misses)))
+        else:
+            passing.append((plan, prediction))
+    if not passing:
+        raise ServingConfigError(_unmet(constraints, found))
+    ranked = _ranked(objective, passing, lambda candidate: candidate[1])
+    missed = sorted(degree for degree, why in rejected if why.startswith("misses"))
+    plan, prediction = ranked[0]
+    return Recommendation(plan, prediction, _reason(objective, ranked, missed), found, tuple(sorted(rejected)))
+
+
+def _unmet(constraints: Constraints, found: Sequence[tuple[ServingPlan, Prediction]]) -> list[str]:
+    instance = found[0][0].instance.name
+    problems = []
+    each_alone = True
+    for name, limit in constraints.limits():
+        constraint = _CONSTRAINTS[name]
+        pick = min if constraint.at_most else max
+        plan, prediction = pick(found, key=lambda candidate: constraint.figure(candidate[1]))
+        best = f"{constraint.show(prediction)} (degree {plan.degree})"
+        if constraint.meets(prediction, limit):
+            best += ", but not together with the other limits"
+        else:
+            each_alone = False
+        problems.append(problem(name, limit, f"cannot be met on {instance}: the best {constraint.describes} "
+                                             f"of any degree that fits is {best}"))
+    if each_alone:
+        problems.append("no single degree meets every limit: relax one of them")
+    return problems
+
+
+def _replicas(count: int) -> str:
+    return f"{count} replica" + ("" if count == 1 else "s")
+
+
+def _reason(objective: str, ranked: Sequence[tuple[ServingPlan, Prediction]], missed: Sequence[int]) -> str:
+    plan, best = ranked[0]
+    if objective == "latency":
+        reason = _latency_reason(ranked)
+    elif objective == "throughput":
+        reason = f"the most output tokens per second on {plan.instance.name}, {_throughput_figure(best)}"
+    else:
+        hourly = plan.instance.hourly_usd
+        reason = f"the lowest price per million output tokens, {_cost_figure(best)} at ${hourly:.2f}/h"
+    if objective != "latency" and len(ranked) > 1:
+        figure = _throughput_figure if objective == "throughput" else _cost_figure
+        reason += f" ({figure(ranked[1][1])} at degree {ranked[1][0].degree})"
+    if len(ranked) == 1:
+        reason += ", the only degree that fits" + (" and meets the limits" if missed else "")
+    reason += "."
+    if objective == "cost":
+        reason += " " + _ONE_PRICE
+    if missed:
+        reason += f" Ruled out by the limits: degree {', '.join(map(str, missed))}."
+    return reason
+
+
+_ONE_PRICE = ("On one instance type the price per hour is fixed, so the cheapest layout is also the one with the "
+              "most tokens per second: the throughput objective picks the same.")
+
+
+def _throughput_figure(prediction: Prediction) -> str:
+    return f"{prediction.tokens_per_second_instance:.0f} tokens/s"
+
+
+def _cost_figure(prediction: Prediction) -> str:
+    return f"${prediction.usd_per_million_tokens:.2f}"
+
+
+def _latency_reason(ranked: Sequence[tuple[ServingPlan, Prediction]]) -> str:
+    best = ranked[0][1]
+    itl = f"{best.itl_full_batch_s * 1e3:.1f} ms"
+    lowest_plan, lowest = min(ranked, key=lambda candidate: candidate[1].itl_full_batch_s)
+    if lowest is not best:
+        return (f"an inter-token latency at full batch of {itl}, within {LATENCY_TIE_FRACTION:.0%} of the lowest "
+                f"({lowest.itl_full_batch_s * 1e3:.1f} ms at degree {lowest_plan.degree}), and the shortest time "
+                f"to first token of those, {best.ttft_s:.2f} s")
+    reason = f"the lowest inter-token latency at full batch, {itl}"
+    if len(ranked) > 1:
+        reason += f" ({ranked[1][1].itl_full_batch_s * 1e3:.1f} ms at degree {ranked[1][0].degree})"
+    return reason + f", with a time to first token of {best.ttft_s:.2f} s"
+
+
+@dataclass(frozen=True)
+class InstanceComparison:
+    """The recommendation of each instance type of the catalog for one model and objective.
+
+    :param best: the recommendation of the instance type that best meets the objective.
+    :param per_instance: every instance type's own recommendation, best first.
+    :param ruled_out: ``(instance type, why)`` for each instance type with no recommendation.
+    """
+
+    best: Recommendation
+    per_instance: tuple[Recommendation, ...]
+    ruled_out: tuple[tuple[str, str], ...]
+
+
+def compare_instances(request: ServingRequest, objective: str, constraints: Constraints = Constraints(),
+                      workload: Workload = DEFAULT_WORKLOAD,
+                      instance_types: Sequence[str] = tuple(INSTANCES)) -> InstanceComparison:
+    """:func:`recommend` on each of ``instance_types`` (``request.instance_type`` is ignored), and the
+    one whose recommendation best meets ``objective``: with ``cost``, the cheapest per token of all.
+
+    Raises :class:`ServingConfigError` for a bad objective, and naming each instance type when none
+    has a recommendation.
+    """
+    _check_objective(objective)
+    found: list[Recommendation] = []
+    ruled_out: list[tuple[str, str]] = []
+    for instance_type in instance_types:
+        try:
+            found.append(recommend(replace(request, instance_type=instance_type), objective, constraints, workload))
+        except ServingConfigError as err:
+            ruled_out.append((instance_type, "; ".join(err.problems)))
+    if not found:
+        raise ServingConfigError([f"{instance_type}: {why}" for instance_type, why in ruled_out])
+    ranked = _ranked(objective, found, lambda recommendation: recommendation.prediction)
+    best = ranked[0]
+    reason = f"the best of the {len(ranked)} instance types that can serve the model"
+    if len(ranked) > 1:
+        reason += f" (next: {ranked[1].plan.instance.name} at degree {ranked[1].plan.degree})"
+    reason += ", with " + best.reason.replace(" " + _ONE_PRICE, "")
+    return InstanceComparison(replace(best, reason=reason), tuple(ranked), tuple(ruled_out))

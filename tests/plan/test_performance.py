@@ -1,0 +1,240 @@
+"""The performance model: each published figure within 30%, the physics' directions, and the
+objectives and constraints that pick a layout."""
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from neuron_serving.plan import (
+    DEFAULT_WORKLOAD,
+    PUBLISHED,
+    Constraints,
+    ServingConfigError,
+    ServingRequest,
+    Workload,
+    candidates,
+    compare_instances,
+    plan_serving,
+    predict,
+    recommend,
+)
+from neuron_serving.plan.performance import LATENCY_TIE_FRACTION, predict_published
+
+LLAMA_8B = ServingRequest("meta-llama/Meta-Llama-3.1-8B-Instruct", "inf2.48xlarge")
+
+
+def _at(degree: int, request: ServingRequest = LLAMA_8B, workload: Workload = DEFAULT_WORKLOAD):
+    return predict(plan_serving(replace(request, tensor_parallel=degree)), workload)
+
+
+# --- Published figures ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("figure", PUBLISHED, ids=lambda figure: f"{figure.name} b{figure.batch} s{figure.sequence}")
+def test_the_model_is_within_30_percent_of_each_published_figure(figure):
+    predicted = predict_published(figure)
+    error = predicted / figure.value - 1
+    assert abs(error) <= 0.30, (
+        f"{figure.name} (batch {figure.batch}, sequence {figure.sequence}, {figure.engine}; {figure.source}): "
+        f"published {figure.value}, predicted {predicted:.4g}, off by {error:+.1%}"
+    )
+
+
+def test_every_published_figure_names_its_engine_and_source():
+    for figure in PUBLISHED:
+        assert figure.engine and figure.source and figure.url.startswith("https://"), figure.name
+
+
+# --- The physics' directions ----------------------------------------------------------------------------------
+
+
+def test_more_cores_per_replica_lower_the_inter_token_latency_at_batch_1():
+    itl = [_at(degree).itl_batch1_s for degree in (2, 4, 8, 16)]
+    assert itl == sorted(itl, reverse=True)
+    assert itl[0] > 2 * itl[2]
+
+
+def test_past_some_degree_the_collectives_cost_more_than_the_bandwidth_gained():
+    assert _at(24).itl_batch1_s > _at(16).itl_batch1_s
+
+
+def test_a_larger_batch_gives_more_throughput_and_a_higher_inter_token_latency():
+    small, large = (_at(8, replace(LLAMA_8B, batch_size=batch)) for batch in (4, 16))
+    assert large.tokens_per_second_instance > small.tokens_per_second_instance
+    assert large.itl_full_batch_s > small.itl_full_batch_s
+
+
+def test_a_longer_export_sequence_raises_the_time_to_first_token():
+    short, long = (_at(8, replace(LLAMA_8B, sequence_length=s)) for s in (2048, 8192))
+    assert long.ttft_s > 3 * short.ttft_s
+
+
+def test_the_prompt_length_does_not_change_the_time_to_first_token_because_every_prompt_is_padded():
+    assert _at(8, workload=Workload(100, 256)).ttft_s == _at(8, workload=Workload(3000, 256)).ttft_s
+
+
+def test_a_lone_request_steps_as_slowly_as_a_full_batch_because_the_graph_computes_every_slot():
+    prediction = _at(8)
+    assert prediction.itl_batch1_s == prediction.itl_full_batch_s
+
+
+def test_shorter_answers_give_fewer_tokens_per_second_because_prefills_interrupt_decoding():
+    assert _at(8, workload=Workload(512, 32)).tokens_per_second_instance < _at(8).tokens_per_second_instance
+
+
+def test_the_instance_serves_each_replica_s_tokens():
+    prediction = _at(8)
+    assert prediction.replicas == 3
+    assert prediction.tokens_per_second_instance == pytest.approx(3 * prediction.tokens_per_second_replica)
+    assert prediction.tokens_per_second_instance == pytest.approx(
+        prediction.requests_per_second_instance * DEFAULT_WORKLOAD.output_tokens)
+
+
+def test_the_cost_is_the_hourly_price_over_the_tokens_of_an_hour():
+    prediction = _at(8)
+    tokens_per_hour = prediction.tokens_per_second_instance * 3600
+    assert prediction.usd_per_million_tokens == pytest.approx(12.98 / tokens_per_hour * 1e6)
+
+
+# --- Workload -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tokens", [0, -5, True, 1.5])
+def test_a_workload_needs_whole_positive_token_counts(tokens):
+    with pytest.raises(ServingConfigError, match=r"input_tokens \(.*\) must be an integer of at least 1"):
+        Workload(tokens, 10)
+
+
+def test_a_workload_longer_than_the_sequence_is_refused_naming_both():
+    with pytest.raises(ServingConfigError, match=r"output_tokens \(2000\) plus input_tokens \(3000\) must be at most "
+                                                 r"sequence_length \(4096\)"):
+        _at(8, workload=Workload(3000, 2000))
+
+
+def test_a_prompt_longer_than_max_input_tokens_is_refused():
+    with pytest.raises(ServingConfigError, match=r"input_tokens \(3500\) must be at most max_input_tokens \(3072\)"):
+        recommend(LLAMA_8B, "latency", workload=Workload(3500, 100))
+
+
+# --- Objectives -----------------------------------------------------------------------------------------------
+
+
+def test_latency_and_cost_recommend_different_layouts_for_llama_8b_on_inf2_48xlarge():
+    latency, cost = (recommend(LLAMA_8B, objective) for objective in ("latency", "cost"))
+    assert latency.plan.degree != cost.plan.degree
+    assert latency.prediction.itl_full_batch_s < cost.prediction.itl_full_batch_s
+    assert cost.prediction.usd_per_million_tokens < latency.prediction.usd_per_million_tokens
+
+
+def test_latency_picks_the_shortest_first_token_among_the_lowest_inter_token_latencies():
+    chosen = recommend(LLAMA_8B, "latency")
+    lowest = min(p.itl_full_batch_s for _, p in chosen.candidates)
+    tied = [p for _, p in chosen.candidates if p.itl_full_batch_s <= lowest * (1 + LATENCY_TIE_FRACTION)]
+    assert chosen.prediction.ttft_s == min(p.ttft_s for p in tied)
+    assert "within 5% of the lowest" in chosen.reason
+
+
+def test_throughput_picks_the_most_tokens_per_second():
+    chosen = recommend(LLAMA_8B, "throughput")
+    assert chosen.prediction.tokens_per_second_instance == max(
+        p.tokens_per_second_instance for _, p in chosen.candidates)
+
+
+def test_cost_picks_the_lowest_price_per_token_and_says_throughput_agrees_on_one_instance_type():
+    chosen = recommend(LLAMA_8B, "cost")
+    assert chosen.prediction.usd_per_million_tokens == min(p.usd_per_million_tokens for _, p in chosen.candidates)
+    assert chosen.plan.degree == recommend(LLAMA_8B, "throughput").plan.degree
+    assert "the throughput objective picks the same" in chosen.reason
+
+
+def test_a_recommendation_predicts_every_fitting_degree_and_rejects_the_others_by_memory():
+    chosen = recommend(ServingRequest("llama-3.1-70b", "inf2.48xlarge"), "throughput")
+    assert [plan.degree for plan, _ in chosen.candidates] == list(range(12, 25, 2))
+    assert [degree for degree, _ in chosen.rejected] == list(range(2, 11, 2))
+    assert chosen.rejected[0][1].startswith("does not fit: needs ")
+
+
+def test_a_recommendation_ignores_the_requested_degree():
+    assert recommend(replace(LLAMA_8B, tensor_parallel=8), "cost").plan.degree == 2
+
+
+def test_an_unknown_objective_is_refused_naming_the_allowed_ones():
+    with pytest.raises(ServingConfigError, match=r"objective \('fast'\) must be one of latency, throughput, cost"):
+        recommend(LLAMA_8B, "fast")
+
+
+def test_a_model_that_fits_nowhere_gets_the_planner_s_error():
+    with pytest.raises(ServingConfigError, match=r"fits at no tensor_parallel degree on inf2.8xlarge"):
+        recommend(ServingRequest("llama-3-8b", "inf2.8xlarge", batch_size=64, sequence_length=8192), "latency")
+
+
+# --- Constraints ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, -1.0, math.nan, math.inf, True, "20"])
+def test_a_limit_must_be_a_positive_number(value):
+    with pytest.raises(ServingConfigError, match=r"max_itl_ms \(.*\) must be a positive number"):
+        Constraints(max_itl_ms=value)
+
+
+def test_a_latency_limit_rules_out_the_slow_degrees_before_the_cost_objective_picks():
+    chosen = recommend(LLAMA_8B, "cost", Constraints(max_itl_ms=25))
+    slow = sorted(plan.degree for plan, p in chosen.candidates if p.itl_full_batch_s > 0.025)
+    assert slow and chosen.plan.degree not in slow
+    assert [degree for degree, why in chosen.rejected if why.startswith("misses max_itl_ms (25): ")] == slow
+    assert chosen.prediction.usd_per_million_tokens == min(
+        p.usd_per_million_tokens for plan, p in chosen.candidates if plan.degree not in slow)
+    assert chosen.reason.endswith(f"Ruled out by the limits: degree {', '.join(map(str, slow))}.")
+
+
+def test_a_throughput_limit_rules_out_the_degrees_with_fewer_tokens_per_second():
+    chosen = recommend(LLAMA_8B, "latency", Constraints(min_tokens_per_second=400))
+    assert {plan.degree for plan, p in chosen.candidates if p.tokens_per_second_instance < 400} == {
+        degree for degree, why in chosen.rejected}
+    assert chosen.prediction.tokens_per_second_instance >= 400
+
+
+def test_a_first_token_limit_is_checked_against_the_time_to_first_token():
+    chosen = recommend(LLAMA_8B, "throughput", Constraints(max_ttft_ms=500))
+    assert chosen.prediction.ttft_s <= 0.5
+    assert 2 in {degree for degree, _ in chosen.rejected}
+
+
+def test_a_limit_no_degree_meets_is_named_with_its_value_and_the_best_any_degree_achieves():
+    with pytest.raises(ServingConfigError) as raised:
+        recommend(LLAMA_8B, "latency", Constraints(max_itl_ms=5, max_ttft_ms=50))
+    itl, ttft = raised.value.problems
+    found = candidates(LLAMA_8B)
+    fastest_plan, fastest = min(found, key=lambda candidate: candidate[1].itl_full_batch_s)
+    assert itl == (f"max_itl_ms (5) cannot be met on inf2.48xlarge: the best inter-token latency at full batch of any "
+                   f"degree that fits is {fastest.itl_full_batch_s * 1e3:.1f} ms (degree {fastest_plan.degree})")
+    first_plan, first = min(found, key=lambda candidate: candidate[1].ttft_s)
+    assert ttft == (f"max_ttft_ms (50) cannot be met on inf2.48xlarge: the best time to first token of any degree "
+                    f"that fits is {first.ttft_s * 1e3:.1f} ms (degree {first_plan.degree})")
+
+
+def test_limits_each_met_by_some_degree_but_never_together_are_reported_as_such():
+    with pytest.raises(ServingConfigError) as raised:
+        recommend(LLAMA_8B, "latency", Constraints(max_itl_ms=25, min_tokens_per_second=600))
+    *limits, summary = raised.value.problems
+    assert all(limit.endswith("but not together with the other limits") for limit in limits)
+    assert summary == "no single degree meets every limit: relax one of them"
+
+
+# --- Across instance types ------------------------------------------------------------------------------------
+
+
+def test_cost_across_instance_types_picks_the_cheapest_token_of_all_and_says_why_others_cannot_serve():
+    compared = compare_instances(LLAMA_8B, "cost")
+    cheapest = min(r.prediction.usd_per_million_tokens for r in compared.per_instance)
+    assert compared.best.prediction.usd_per_million_tokens == cheapest
+    assert compared.best.reason.startswith(f"the best of the {len(compared.per_instance)} instance types")
+    ruled_out = dict(compared.ruled_out)
+    assert set(ruled_out) == {"inf2.xlarge", "trn1.2xlarge"}
+    assert "of host memory" in ruled_out["inf2.xlarge"]
+
+
+def test_candidates_refuse_a_workload_that_does_not_fit_before_predicting():
+    with pytest.raises(ServingConfigError, match="sequence_length"):
+        candidates(replace(LLAMA_8B, sequence_length=512, max_input_tokens=None), DEFAULT_WORKLOAD)

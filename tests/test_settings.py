@@ -107,3 +107,56 @@ def test_a_bad_image_is_refused_naming_image_with_the_other_problems(context, ex
         _settings(batch_size="x", **context)
     assert len(err.value.problems) == 2
     assert err.value.problems[1].startswith(expected)
+
+
+# --- the degree chosen by an objective ---------------------------------------------------------------
+
+LLAMA_31_48XL = {"model_id": "meta-llama/Meta-Llama-3.1-8B-Instruct", "instance_type": "inf2.48xlarge",
+                 "tensor_parallel": "auto"}
+
+
+def test_objective_and_constraints_are_read_as_numbers():
+    settings = _settings(**LLAMA_31_48XL, objective="latency", max_itl_ms="40", max_ttft_ms="2000",
+                         min_tokens_per_second="100", workload_input_tokens="2000", workload_output_tokens="300")
+    assert settings.objective == "latency"
+    assert (settings.constraints.max_itl_ms, settings.constraints.max_ttft_ms) == (40.0, 2000.0)
+    assert settings.constraints.min_tokens_per_second == 100.0
+    assert (settings.workload.input_tokens, settings.workload.output_tokens) == (2000, 300)
+
+
+def test_without_an_objective_the_smallest_fitting_degree_is_kept():
+    plan, why = _settings(**LLAMA_31_48XL).layout()
+    assert plan.degree == 2
+    assert "smallest degree that fits" in why
+
+
+def test_latency_and_cost_objectives_choose_different_degrees():
+    latency, why = _settings(**LLAMA_31_48XL, objective="latency").layout()
+    cost, _ = _settings(**LLAMA_31_48XL, objective="cost").layout()
+    assert latency.degree > cost.degree
+    assert why
+
+
+@pytest.mark.parametrize(
+    ("context", "expected"),
+    [
+        ({"objective": "speed"}, "objective ('speed') must be one of latency, throughput, cost"),
+        ({"objective": "latency", "tensor_parallel": "8"},
+         "objective ('latency') applies only with tensor_parallel=auto: tensor_parallel 8 leaves no degree"),
+        ({"max_itl_ms": "30"}, "max_itl_ms ('30') is a constraint on the degree the objective chooses"),
+        ({"objective": "cost", "min_tokens_per_second": "0"}, "min_tokens_per_second (0.0) must be a positive number"),
+        ({"workload_input_tokens": "5000"}, "workload_input_tokens (5000) must be at most max_input_tokens (3072)"),
+        ({"workload_output_tokens": "0"}, "workload_output_tokens (0) must be an integer of at least 1"),
+        ({"objective": "cost", "max_ttft_ms": "fast"}, "max_ttft_ms ('fast') must be a number"),
+    ],
+)
+def test_bad_objective_settings_name_the_key(context, expected):
+    with pytest.raises(ServingConfigError) as err:
+        _settings(**{**LLAMA_31_48XL, **context})
+    assert expected in str(err.value)
+
+
+def test_constraints_no_degree_meets_fail_naming_the_constraint():
+    settings = _settings(**LLAMA_31_48XL, objective="latency", max_itl_ms="0.5")
+    with pytest.raises(ServingConfigError, match="max_itl_ms"):
+        settings.plan()

@@ -14,11 +14,15 @@ from typing import TYPE_CHECKING, Any
 from .plan import (
     INSTANCES,
     MODELS,
+    Constraints,
     ServingConfigError,
     ServingPlan,
     ServingRequest,
+    Workload,
     degree_options,
     plan_serving,
+    predict,
+    recommend,
 )
 from .render.boot import ReadinessSignal, WarmPoolHook
 from .settings import StackSettings
@@ -59,6 +63,7 @@ __all__ = [
     "INSTANCES",
     "MODELS",
     "AlarmThresholds",
+    "Constraints",
     "NeuronArtifactCache",
     "NeuronBootScript",
     "NeuronLlamaStack",
@@ -74,7 +79,10 @@ __all__ = [
     "ServingRequest",
     "StackSettings",
     "WarmPoolHook",
+    "Workload",
     "degree_options",
     "neuron_dlami",
     "plan_serving",
+    "predict",
+    "recommend",
 ]

@@ -16,7 +16,8 @@ from typing import Any
 
 from .plan.engines import DEFAULT_ENGINE, ENGINES
 from .plan.errors import Problems, ServingConfigError
-from .plan.layout import ServingRequest
+from .plan.layout import ServingPlan, ServingRequest, plan_serving
+from .plan.performance import DEFAULT_WORKLOAD, OBJECTIVES, Constraints, Workload, recommend
 from .plan.timing import MAX_CLOUDFORMATION_MINUTES
 
 DEFAULT_MODEL_ID = "NousResearch/Meta-Llama-3-8B-Instruct"
@@ -35,8 +36,12 @@ CONTEXT_KEYS = (
     "min_capacity", "max_capacity",
     "desired_capacity", "warm_pool", "scale_down_schedule", "scale_up_schedule", "target_requests_per_minute",
     "prebuilt_export", "boot_timeout_minutes", "target_in_flight_requests", "log_retention_days", "alarm_email",
-    "alarm_5xx_percent", "alarm_p99_latency_seconds", "alarm_disk_percent",
+    "alarm_5xx_percent", "alarm_p99_latency_seconds", "alarm_disk_percent", "objective", "max_itl_ms",
+    "max_ttft_ms", "min_tokens_per_second", "workload_input_tokens", "workload_output_tokens",
 )
+
+CONSTRAINT_KEYS = ("max_itl_ms", "max_ttft_ms", "min_tokens_per_second")
+"""Limits on the performance model's predictions that the chosen degree must meet, with ``objective``."""
 
 OIDC_KEYS = ("oidc_issuer", "oidc_client_id", "oidc_client_secret", "oidc_authorization_endpoint",
              "oidc_token_endpoint", "oidc_user_info_endpoint")
@@ -122,6 +127,17 @@ class StackSettings:
         or ``hf://org/repo``. Default: export once, through the stack's artifact cache.
     :param boot_timeout_minutes: how long CloudFormation waits for a host to serve.
         Default: estimated from the model (pull, export, load).
+    :param objective: with ``tensor_parallel`` auto, choose the degree by the performance model
+        (:mod:`neuron_serving.plan.performance`): ``latency`` (lowest time per token at full batch),
+        ``throughput`` (most output tokens per second per instance) or ``cost`` (lowest price per
+        million output tokens). Default: none (the smallest degree that fits, which gives the most
+        replicas).
+    :param constraints: with ``objective``, predictions the chosen degree must meet
+        (``max_itl_ms``, ``max_ttft_ms``, ``min_tokens_per_second``); synthesis fails, naming the
+        best figure any degree reaches, when none meets them. Default: none.
+    :param workload: the tokens in and out of a typical request, for the predictions
+        (``workload_input_tokens``, ``workload_output_tokens``). Default:
+        :data:`~neuron_serving.plan.performance.DEFAULT_WORKLOAD`.
     """
 
     request: ServingRequest
@@ -156,6 +172,24 @@ class StackSettings:
     alarm_disk_percent: float = 85.0
     prebuilt_export: str | None = None
     boot_timeout_minutes: int | None = None
+    objective: str | None = None
+    constraints: Constraints = field(default_factory=Constraints)
+    workload: Workload = DEFAULT_WORKLOAD
+
+    def plan(self) -> ServingPlan:
+        """The layout: ``tensor_parallel`` when given; else the degree ``objective`` recommends;
+        else the smallest degree that fits. Raises :class:`ServingConfigError` naming the setting."""
+        return self.layout()[0]
+
+    def layout(self) -> tuple[ServingPlan, str]:
+        """The layout (see :meth:`plan`) and why it was chosen, in a sentence."""
+        if self.objective is None:
+            plan = plan_serving(self.request)
+            why = ("tensor_parallel given" if self.request.tensor_parallel is not None
+                   else "the smallest degree that fits, which gives the most replicas")
+            return plan, why
+        chosen = recommend(self.request, self.objective, self.constraints, self.workload)
+        return chosen.plan, chosen.reason
 
     @classmethod
     def from_context(cls, get: Callable[[str], Any]) -> StackSettings:
@@ -207,7 +241,11 @@ class StackSettings:
             alarm_disk_percent=reader.number("alarm_disk_percent", cls.alarm_disk_percent),
             prebuilt_export=reader.optional_text("prebuilt_export"),
             boot_timeout_minutes=reader.optional_integer("boot_timeout_minutes"),
+            objective=reader.optional_text("objective"),
+            constraints=_constraints(reader, problems),
+            workload=_workload(reader, request, problems),
         )
+        _check_objective(settings, get, problems)
         if settings.engine not in ENGINES:
             problems.add("engine", settings.engine, f"must be one of {', '.join(ENGINES)}")
         else:
@@ -242,6 +280,47 @@ class StackSettings:
                          "(CloudFormation waits at most 12 hours for signals)")
         problems.raise_if_any()
         return settings
+
+
+def _constraints(reader: _Reader, problems: Problems) -> Constraints:
+    try:
+        return Constraints(**{key: reader.optional_number(key) for key in CONSTRAINT_KEYS})
+    except ServingConfigError as error:
+        problems.add_all(error.problems)
+        return Constraints()
+
+
+def _workload(reader: _Reader, request: ServingRequest, problems: Problems) -> Workload:
+    """The workload keys, checked against the export's shapes (its problems named by their context keys)."""
+    try:
+        workload = Workload(reader.integer("workload_input_tokens", DEFAULT_WORKLOAD.input_tokens),
+                            reader.integer("workload_output_tokens", DEFAULT_WORKLOAD.output_tokens))
+    except ServingConfigError as error:
+        # Workload names its fields input_tokens and output_tokens.
+        problems.add_all(f"workload_{p}" for p in error.problems)
+        return DEFAULT_WORKLOAD
+    try:
+        workload.check_fits(request, prefix="workload_")
+    except ServingConfigError as error:
+        problems.add_all(error.problems)
+    return workload
+
+
+def _check_objective(settings: StackSettings, get: Callable[[str], Any], problems: Problems) -> None:
+    """An objective and its constraints choose a degree: only when none is given."""
+    objective = settings.objective
+    if objective is not None and objective not in OBJECTIVES:
+        problems.add("objective", objective, f"must be one of {', '.join(OBJECTIVES)}")
+    if objective is not None and settings.request.tensor_parallel is not None:
+        problems.add("objective", objective, f"applies only with tensor_parallel=auto: tensor_parallel "
+                     f"{settings.request.tensor_parallel} leaves no degree to choose")
+    for key in CONSTRAINT_KEYS:
+        value = get(key)
+        if value in (None, ""):
+            continue
+        if objective is None:
+            problems.add(key, value, "is a constraint on the degree the objective chooses: add "
+                         f"-c objective=<{'|'.join(OBJECTIVES)}> (and tensor_parallel=auto)")
 
 
 def _check_endpoint(settings: StackSettings, problems: Problems) -> None:

@@ -363,3 +363,23 @@ def test_the_vllm_stack_boots_the_vllm_image_on_its_dlami_and_scales_on_in_fligh
     metric = policy["TargetTrackingConfiguration"]["CustomizedMetricSpecification"]
     assert json.dumps(metric).count('"InFlightRequests"') == 1
     assert policy["TargetTrackingConfiguration"]["TargetValue"] == 16  # the batch size
+
+
+# --- the performance model's choice and predictions ----------------------------------------------------
+
+def test_outputs_carry_the_layout_and_its_predicted_performance(synth):
+    outputs = _outputs(synth())
+    assert json.loads(outputs["ServingPlan"]) == {
+        "model_id": "NousResearch/Meta-Llama-3-8B-Instruct", "instance_type": "inf2.24xlarge", "tensor_parallel": 2,
+        "batch_size": 4, "sequence_length": 4096, "max_input_tokens": 3072, "dtype": "bf16"}
+    predicted = json.loads(outputs["PredictedPerformance"])
+    assert predicted["ttft_s"] > 0 and predicted["itl_full_batch_s"] >= predicted["itl_batch1_s"] > 0
+    assert predicted["usd_per_million_tokens"] > 0
+
+
+def test_an_objective_chooses_the_degree_and_says_why():
+    latency = synthesize({"model_id": "meta-llama/Meta-Llama-3.1-8B-Instruct", "instance_type": "inf2.48xlarge",
+                          "objective": "latency"})
+    chosen = latency.json["Outputs"]["ServingPlan"]
+    assert json.loads(chosen["Value"])["tensor_parallel"] > 2
+    assert chosen["Description"].startswith("The layout (")

@@ -1,8 +1,17 @@
 """The planner: published layouts, the automatic degree, device groups and memory estimates."""
 
+import json
+
 import pytest
 
-from neuron_serving.plan import MODELS, ServingRequest, plan_serving
+from neuron_serving.plan import (
+    MODELS,
+    ServingConfigError,
+    ServingRequest,
+    layout_document,
+    plan_serving,
+    request_from_layout,
+)
 from neuron_serving.plan.layout import GIB, OVERHEAD_FRACTION
 
 
@@ -113,3 +122,16 @@ def test_root_volume_holds_image_weights_and_export_and_is_512_gib_on_trainium()
 def test_default_max_input_tokens_is_three_quarters_of_the_sequence():
     plan = plan_serving(ServingRequest("llama-3-8b", "inf2.24xlarge", sequence_length=4096))
     assert plan.max_input_tokens == 3072
+
+
+def test_a_layout_document_reads_back_as_the_same_plan():
+    plan = plan_serving(ServingRequest("meta-llama/Llama-3.1-8B-Instruct", "inf2.48xlarge", batch_size=8,
+                                       sequence_length=16512, tensor_parallel=8))
+    again = plan_serving(request_from_layout(json.loads(json.dumps(layout_document(plan)))))
+    assert (again.degree, again.replicas, again.max_input_tokens) == (8, plan.replicas, plan.max_input_tokens)
+
+
+def test_a_layout_document_missing_keys_names_them():
+    with pytest.raises(ServingConfigError, match=r"ServingPlan .* lacks tensor_parallel, dtype"):
+        request_from_layout({"model_id": "llama-3-8b", "instance_type": "inf2.xlarge", "batch_size": 4,
+                             "sequence_length": 4096, "max_input_tokens": 3072})

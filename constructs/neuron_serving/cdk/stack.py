@@ -28,7 +28,8 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct, IConstruct
 
 from ..plan.engines import check_dlami_parameter
-from ..plan.layout import ServingPlan, plan_serving
+from ..plan.layout import ServingPlan, layout_document
+from ..plan.performance import predict, prediction_document
 from ..plan.phases import phase_minutes
 from ..plan.timing import boot_minutes, longest_generation_seconds
 from ..render.boot import ReadinessSignal, WarmPoolHook
@@ -72,7 +73,8 @@ class NeuronLlamaStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.settings = settings
-        self.plan: ServingPlan = plan_serving(settings.request)
+        self.plan: ServingPlan
+        self.plan, self.layout_reason = settings.layout()
         self.vpc = vpc or self._new_vpc()
 
         secret = self._import_secret("HfToken", settings.hf_token_secret) if settings.hf_token_secret else None
@@ -305,6 +307,14 @@ class NeuronLlamaStack(Stack):
         CfnOutput(self, "RouterPort", value=str(plan.router_port), description="Each host's router port")
         CfnOutput(self, "BootPhaseMinutes", value=json.dumps(phase_minutes(plan), sort_keys=True),
                   description="Estimated minutes of the boot's phases (neuron_serving.plan.phases)")
+        # What `neuron-serving bench --stack` compares its measurements with: the layout, and the
+        # performance model's predictions for it.
+        CfnOutput(self, "ServingPlan", value=json.dumps(layout_document(plan), sort_keys=True),
+                  description=f"The layout ({self.layout_reason})")
+        CfnOutput(self, "PredictedPerformance",
+                  value=json.dumps(prediction_document(predict(plan, self.settings.workload)), sort_keys=True),
+                  description=f"The performance model's predictions for {self.settings.workload.input_tokens} "
+                  f"input and {self.settings.workload.output_tokens} output tokens per request")
         if self.api_keys_secret is not None:
             CfnOutput(self, "ApiKeysSecretArn", value=self.api_keys_secret.secret_arn,
                       description="The API keys' secret: neuron-serving api-key create <name> --stack "

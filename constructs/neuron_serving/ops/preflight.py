@@ -26,7 +26,6 @@ from typing import Any
 from ..plan.engines import check_dlami_parameter
 from ..plan.errors import ServingConfigError, problem
 from ..plan.instances import INSTANCES, InstanceSpec
-from ..plan.layout import plan_serving
 from ..render.boot import BootOptions, serving_image
 from ..settings import StackSettings
 from .aws import EXIT_FAILURE, REGION_HELP, Aws, OpsError, run_aws
@@ -136,7 +135,7 @@ def target_of(args: argparse.Namespace, region: str) -> Target:
     ``NeuronLlamaStack`` checks them)."""
     context = read_context(Path(args.app_dir), args.context or [])
     settings = StackSettings.from_context(context.get)
-    plan = plan_serving(settings.request)
+    plan = settings.plan()
     parameter = None
     if not settings.ami_id:
         image = serving_image(plan, BootOptions(engine=settings.engine, image=settings.image))

@@ -10,7 +10,9 @@ from .layout import (
     ServingPlan,
     ServingRequest,
     degree_options,
+    layout_document,
     plan_serving,
+    request_from_layout,
 )
 from .models import MODELS, ModelSpec, resolve_model
 from .performance import (
@@ -26,6 +28,7 @@ from .performance import (
     candidates,
     compare_instances,
     predict,
+    prediction_document,
     recommend,
 )
 
@@ -55,8 +58,11 @@ __all__ = [
     "compare_instances",
     "degree_options",
     "instance_spec",
+    "layout_document",
     "plan_serving",
     "predict",
+    "prediction_document",
     "recommend",
+    "request_from_layout",
     "resolve_model",
 ]

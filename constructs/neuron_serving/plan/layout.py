@@ -5,6 +5,7 @@ its own contiguous group of Neuron devices, and the device memory each NeuronCor
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -358,3 +359,30 @@ def _fitting_hint(model: ModelSpec, instance: InstanceSpec, request: ServingRequ
     if fitting:
         return f"; degrees that fit: {', '.join(map(str, fitting))}"
     return "; no degree fits on this instance"
+
+
+def layout_document(plan: ServingPlan) -> dict[str, object]:
+    """What a deployed layout is made of, as the stack's ``ServingPlan`` output carries it for
+    ``neuron-serving bench``; :func:`request_from_layout` reads it back."""
+    request = plan.request
+    return {
+        "model_id": request.model_id,
+        "instance_type": request.instance_type,
+        "tensor_parallel": plan.degree,
+        "batch_size": request.batch_size,
+        "sequence_length": request.sequence_length,
+        "max_input_tokens": plan.max_input_tokens,
+        "dtype": request.dtype,
+    }
+
+
+def request_from_layout(document: Mapping[str, object]) -> ServingRequest:
+    """The request that :func:`layout_document` describes; :func:`plan_serving` validates it."""
+    missing = [key for key in _LAYOUT_KEYS if key not in document]
+    if missing:
+        raise ServingConfigError([problem("ServingPlan", dict(document), f"lacks {', '.join(missing)}")])
+    return ServingRequest(**{key: document[key] for key in _LAYOUT_KEYS})  # type: ignore[arg-type]
+
+
+_LAYOUT_KEYS = ("model_id", "instance_type", "tensor_parallel", "batch_size", "sequence_length",
+                "max_input_tokens", "dtype")

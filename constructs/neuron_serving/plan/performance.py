@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TypeVar
 
 from .errors import Problems, ServingConfigError, problem
@@ -118,15 +118,19 @@ class Workload:
                 problems.add(name, value, "must be an integer of at least 1")
         problems.raise_if_any()
 
-    def check_fits(self, request: ServingRequest) -> None:
-        """Raise :class:`ServingConfigError` unless every request of this workload fits the export's shapes."""
+    def check_fits(self, request: ServingRequest, prefix: str = "") -> None:
+        """Raise :class:`ServingConfigError` unless every request of this workload fits the export's shapes.
+
+        :param prefix: put before the field names in the problems, such as ``workload_`` for the
+            stack's context keys. Default: none.
+        """
         problems = Problems()
         if self.input_tokens > request.effective_max_input_tokens:
-            problems.add("input_tokens", self.input_tokens,
+            problems.add(f"{prefix}input_tokens", self.input_tokens,
                          f"must be at most max_input_tokens ({request.effective_max_input_tokens})")
         if self.input_tokens + self.output_tokens > request.sequence_length:
-            problems.add("output_tokens", self.output_tokens,
-                         f"plus input_tokens ({self.input_tokens}) must be at most sequence_length "
+            problems.add(f"{prefix}output_tokens", self.output_tokens,
+                         f"plus {prefix}input_tokens ({self.input_tokens}) must be at most sequence_length "
                          f"({request.sequence_length})")
         problems.raise_if_any()
 
@@ -257,6 +261,14 @@ def _predict(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: int
         requests_per_second_instance=requests * replicas,
         usd_per_million_tokens=hourly_usd / (per_instance * 3600) * 1e6,
     )
+
+
+def prediction_document(prediction: Prediction) -> dict[str, float | int]:
+    """``prediction``'s fields, times in seconds, rounded to four significant digits: the stack's
+    ``PredictedPerformance`` output, which ``neuron-serving bench --stack`` compares with what it
+    measures."""
+    return {name: float(f"{value:.4g}") if isinstance(value, float) else value
+            for name, value in asdict(prediction).items()}
 
 
 # --- Published measurements -----------------------------------------------------------------------------------

@@ -26,8 +26,11 @@ from typing import Any
 import pytest
 
 from neuron_serving.cli import main
+from neuron_serving.ops import bench as bench_module
 from neuron_serving.ops import guidellm
 from neuron_serving.ops.endpoint import API_KEY_ENV
+from neuron_serving.ops.guidellm import Measured, Percentiles
+from neuron_serving.ops.output import Printer
 from neuron_serving.plan.engines import engine
 from neuron_serving.userdata import api_keys
 from tests.harness.aws import REGION, AwsEmulator
@@ -317,3 +320,33 @@ print(json.dumps([len(ids), ids.count(tokenizer.unk_token_id), len(prompt.split(
 
     assert tokens > 10_000 and unknown == 0
     assert words == again == 500
+
+
+# --- predictions beside the measured figures (the performance model plugs into _layout_predictions) -----------
+
+
+def test_each_prediction_sits_beside_the_figure_it_predicts():
+    def measured(profile: str, rate: float | None) -> Measured:
+        latency = Percentiles(1.5, 1.6, 1.7)
+        return Measured(profile, rate, 60.0, 50, 0, 0, 0.8, 240.0, 3.0, 15900.0, 290.0, 14500, latency,
+                        Percentiles(29.0, 30.0, 31.0), latency, None)
+
+    predictions = {"ttft_s": 1.59, "itl_batch1_s": 0.0298, "itl_full_batch_s": 0.045, "output_tokens_per_second": 250.0,
+                   "requests_per_second": 0.85}
+    profiles = [bench_module._profile_document(measured(p, r), predictions)
+                for p, r in (("synchronous", None), ("constant", 0.5), ("throughput", None))]
+    out = io.StringIO()
+    bench_module._report(Printer(stream=out), {
+        "url": "http://x", "engine": "tgi", "route": "/v1/completions", "layout": None, "layout_source": "-",
+        "predictions": predictions, "profiles": profiles, "results": {"json": "j", "png": "p"},
+        "workload": {k: {"mean": 1, "stdev": 0, "minimum": None, "maximum": None}
+                     for k in ("input_tokens", "output_tokens")}})
+
+    assert [p["predicted"] for p in profiles] == [
+        {"ttft_s": 1.59, "itl_ms": pytest.approx(29.8)}, None,
+        {"itl_ms": 45.0, "output_tokens_per_second": 250.0, "requests_per_second": 0.85}]
+    synchronous, constant, throughput = (line for line in out.getvalue().splitlines()
+                                         if line.startswith(("synchronous", "constant", "throughput")))
+    assert "1.5 / 1.6 / 1.7 (pred 1.59)" in synchronous and "29 / 30 / 31 (pred 29.8)" in synchronous
+    assert "pred" not in constant
+    assert "0.8 (pred 0.85)" in throughput and "240 (pred 250)" in throughput and "(pred 45)" in throughput

@@ -62,7 +62,8 @@ def plot(points: Sequence[Point], title: str, path: Path) -> None:
         axes.set_title(name)
         axes.set_xlabel("completed requests per second")
         axes.set_ylabel(f"{name} ({unit})")
-        axes.set_ylim(bottom=0)
+        highest = max([m[1] for m in measured] + [y for _, y in known], default=0.0)
+        axes.set_ylim(0, highest * 1.15 or 1.0)  # from zero, with room above the highest point
         axes.grid(True, alpha=0.3)
         axes.legend()
     figure.savefig(path, format="png", dpi=100)

@@ -105,17 +105,22 @@ def register(commands: Any) -> None:
                        help=f"the environment variable holding the key when --api-key is not given "
                             f"(default: {API_KEY_ENV})")
     workload = bench.add_argument_group("workload")
+    # guidellm asks for the output tokens with max_tokens and ignore_eos
+    # (guidellm/backends/openai/request_handlers.py); vLLM 0.11.0 honours ignore_eos (protocol.py,
+    # its sampling extras), TGI v3.3.5 has no such field (router/src/lib.rs, CompletionRequest and
+    # ChatRequest, whose serde ignores unknown fields).
     for kind, default in (("input", DEFAULT_INPUT_TOKENS), ("output", DEFAULT_OUTPUT_TOKENS)):
         workload.add_argument(f"--{kind}-tokens", type=_positive, default=default, metavar="N",
-                              help=f"mean {kind} tokens per request (default: {default})")
+                              help=f"mean {kind} tokens per request (default: {default})" + (
+                                  "; vLLM generates them all (ignore_eos), TGI may stop at the model's end of "
+                                  "sequence: the report counts what came" if kind == "output" else ""))
         workload.add_argument(f"--{kind}-stdev", type=_count, default=0, metavar="N",
                               help=f"standard deviation of the {kind} tokens (default: 0, all equal)")
         workload.add_argument(f"--{kind}-min", type=_positive, metavar="N", help=f"fewest {kind} tokens")
         workload.add_argument(f"--{kind}-max", type=_positive, metavar="N", help=f"most {kind} tokens")
     workload.add_argument("--route", choices=tuple(ROUTES), default="completions",
                           help="the OpenAI-compatible route: completions (/v1/completions, the default: the prompt "
-                               "is exactly the tokens asked for) or chat (/v1/chat/completions: the model's chat "
-                               "template adds tokens)")
+                               "alone) or chat (/v1/chat/completions: the model's chat template adds its tokens)")
     workload.add_argument("--tokenizer", type=Path, metavar="DIR",
                           help="a local tokenizer directory (tokenizer.json, tokenizer_config.json) that makes "
                                "prompts of the asked token counts; give the served model's own for exact counts "

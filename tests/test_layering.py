@@ -82,6 +82,8 @@ def test_templates_ship_inside_the_wheel(tmp_path):
     assert {n.rsplit("/", 1)[-1] for n in names if n.startswith("neuron_serving/userdata/")} >= templates
     assert "neuron_serving/py.typed" in names
     assert "neuron_serving/ops/aws.py" in names
+    assert {"neuron_serving/ops/bench_tokenizer/tokenizer.json",
+            "neuron_serving/ops/bench_tokenizer/tokenizer_config.json"} <= set(names)
 
 
 def test_only_the_cli_and_its_ops_layer_import_boto3_rich_or_ops():

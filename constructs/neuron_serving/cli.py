@@ -1,8 +1,8 @@
-"""``neuron-serving``: plan a layout, check an account, follow a deployment, test and secure its endpoint.
+"""``neuron-serving``: plan a layout, check an account, follow a deployment, test, measure and secure its endpoint.
 
-``neuron-serving preflight``, ``status``, ``logs`` and ``smoke`` (:mod:`neuron_serving.ops`) check an
-account before deploying, show each host's boot phase, read the hosts' logs and send one request to
-each generation route.
+``neuron-serving preflight``, ``status``, ``logs``, ``smoke`` and ``bench`` (:mod:`neuron_serving.ops`)
+check an account before deploying, show each host's boot phase, read the hosts' logs, send one
+request to each generation route and measure the endpoint under a synthetic LLM workload.
 
 ``neuron-serving plan --model M --instance-type T`` prints every tensor-parallel degree the
 instance accepts, with the replicas it gives, whether the model fits, and the performance model's
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .ops import logs, preflight, smoke, status
+from .ops import bench, logs, preflight, smoke, status
 from .ops.aws import REGION_HELP, Aws, Explainer, OpsError, run_aws, stack_not_found
 from .ops.stack import DEFAULT_STACK
 from .plan.errors import Problems, ServingConfigError
@@ -117,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
                        description="The keys' names and how each is stored, never their values.",
                        epilog=_API_KEY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     # The operator's commands (neuron_serving.ops): each sets the function that runs it as args.run.
-    for module in (preflight, status, logs, smoke):
+    for module in (preflight, status, logs, smoke, bench):
         module.register(commands)
     return parser
 

@@ -140,3 +140,13 @@ def test_each_engine_has_a_source_for_every_replica_metric_of_the_catalog():
     replica = {m.name for m in METRICS if m.source == "replica"}
     for e in ENGINES.values():
         assert set(e.metrics.published) == replica, e.name
+
+
+def test_openai_requests_name_the_model_vllm_lists_and_tgi_is_named_tgi():
+    models = {"object": "list", "data": [{"id": "meta-llama/Llama-3.1-8B-Instruct", "object": "model"}]}
+
+    assert VLLM.openai_model(models) == "meta-llama/Llama-3.1-8B-Instruct"
+    assert VLLM.openai_model({"object": "list", "data": []}) is None
+    assert VLLM.openai_model(None) is None
+    # Any other name TGI hands its backend as a LoRA adapter to load.
+    assert TGI.openai_model({"model_id": "/var/lib/neuron-serving/exports/k"}) == "tgi"

@@ -10,12 +10,26 @@
   (text-generation-inference v3.3.5 router/src/lib.rs).
 - ``POST /v1/chat/completions`` (unstreamed): TGI's ``ChatCompletion`` with the message's content
   and ``usage`` (router/src/lib.rs at v3.3.5).
+- ``POST /v1/completions`` and ``/v1/chat/completions`` with ``"stream": true``, as TGI v3.3.5
+  streams them (router/src/server.rs ``completions`` and ``chat_completions``, router/src/chat.rs
+  ``ChatState::push``, the types in router/src/lib.rs): one ``data: <json>`` event per token, then
+  ``data: [DONE]``. Completions: a ``text_completion`` ``Chunk`` per token, the last one a
+  ``CompletionFinal`` with ``finish_reason`` and ``usage`` (always). Chat: a
+  ``chat.completion.chunk`` per token with ``delta {role, content}`` and ``usage: null``, the last
+  with ``finish_reason``; with ``stream_options.include_usage``, one more chunk with no choices and
+  the ``usage``. Other request fields (``ignore_eos``, ``stream_options.continuous_usage_stats``)
+  are ignored, as TGI's serde structs ignore unknown fields. ``usage.prompt_tokens`` counts the
+  prompt's whitespace-separated words, standing in for the model's tokenizer. TGI serves
+  ``/v1/completions`` unstreamed too; this fake does not.
 - ``GET /info``: TGI's ``Info`` (its ``model_id`` and a few other fields; router/src/lib.rs).
 - A route in ``failing`` answers 424 with TGI's ``ErrorResponse``, as TGI answers a generation
   error (router/src/server.rs at v3.3.5: ``InferError::GenerationError`` is FAILED_DEPENDENCY).
+  Streamed on an OpenAI route, the error is an event of the 200 stream instead, then ``[DONE]``
+  (server.rs: ``Err(err) => yield Ok(err.into_openai_event())``; router/src/infer/mod.rs
+  ``OpenaiErrorEvent {error: {message, http_status_code: 422}}``).
 
 Every answer names the replica in an ``X-Replica`` header, and every generation request is
-recorded, so tests can count the traffic each replica served.
+recorded, so tests can count the traffic each replica served, and the tokens it generated.
 """
 
 from __future__ import annotations
@@ -30,6 +44,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 SERVED_MODEL = "meta-llama/Llama-3.2-1B-Instruct"
+
+OPENAI_ROUTES = ("/v1/completions", "/v1/chat/completions")
+
+FINGERPRINT = "3.3.5-native"
+"""TGI's ``system_fingerprint``: its version and docker label (server.rs)."""
+
+GENERATION_ERROR = "Request failed during generation: Server error: device lost"
 
 MAX_TOKENS = 50
 """Upper bound on the tokens one fake request generates, so no test can make a replica busy for
@@ -100,12 +121,23 @@ class _Handler(BaseHTTPRequestHandler):
         replica = self.server.replica
         body = self._read_json()
         tokens = _token_count(body)
-        if self.path not in ("/generate", "/generate_stream", "/v1/chat/completions"):
+        if self.path not in ("/generate", "/generate_stream", *OPENAI_ROUTES):
             self._send_json(404, {"error": f"no route {self.path}"})
             return
+        openai_stream = self.path in OPENAI_ROUTES and body.get("stream") is True
+        if self.path == "/v1/completions" and not openai_stream:
+            self._send_json(422, {"error": "this fake serves /v1/completions streamed only",
+                                  "error_type": "validation"})
+            return
         if self.path in replica.failing:
-            self._send_json(424, {"error": "Request failed during generation: Server error: device lost",
-                                  "error_type": "generation"})
+            if openai_stream:
+                self._start_stream("text/event-stream", ("Cache-Control", "no-cache"))
+                error = {"error": {"message": GENERATION_ERROR, "http_status_code": 422}}
+                self._write_chunk(f"data: {json.dumps(error)}\n\n".encode())
+                self._write_chunk(b"data: [DONE]\n\n")
+                self._write_chunk(b"")
+                return
+            self._send_json(424, {"error": GENERATION_ERROR, "error_type": "generation"})
             return
         replica._begin(Served("POST", self.path, time.monotonic(), received(self.headers)))
         parameters = body.get("parameters")
@@ -113,12 +145,15 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/generate_stream":
             self._stream(tokens, replica.token_delay, details)
             return
+        if openai_stream:
+            self._stream_openai(body, replica.token_delay)
+            return
         if self.path == "/v1/chat/completions":
             tokens = _chat_token_count(body)
         time.sleep(tokens * replica.token_delay)
         # Done generating before the answer leaves: once the router has it, it may send the
         # next request at once, and that must not count as overlapping this one.
-        replica._end()
+        replica._end(tokens)
         text = " ".join(_token(i) for i in range(tokens))
         if self.path == "/generate":
             self._send_json(200, {"generated_text": text, **({"details": {
@@ -126,11 +161,10 @@ class _Handler(BaseHTTPRequestHandler):
                 "tokens": []}} if details else {})})
         else:
             self._send_json(200, {"object": "chat.completion", "id": "", "created": int(time.time()),
-                                  "model": SERVED_MODEL, "system_fingerprint": "3.3.5-native",
+                                  "model": SERVED_MODEL, "system_fingerprint": FINGERPRINT,
                                   "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                                                "logprobs": None, "finish_reason": "length"}],
-                                  "usage": {"prompt_tokens": 1, "completion_tokens": tokens,
-                                            "total_tokens": tokens + 1}})
+                                  "usage": _usage(body, tokens)})
 
     def _read_json(self) -> dict[str, Any]:
         length = int(self.headers.get("Content-Length") or 0)
@@ -176,8 +210,44 @@ class _Handler(BaseHTTPRequestHandler):
                 "sent_at": time.monotonic(),
             }
             if last:
-                self.server.replica._end()
+                self.server.replica._end(tokens)
             self._write_chunk(f"data: {json.dumps(event)}\n\n".encode())
+        self._write_chunk(b"")
+
+    def _stream_openai(self, body: dict[str, Any], delay: float) -> None:
+        chat = self.path == "/v1/chat/completions"
+        tokens = _chat_token_count(body)
+        usage = _usage(body, tokens)
+        common = {"id": "", "created": int(time.time())}
+        self._start_stream("text/event-stream", ("Cache-Control", "no-cache"))
+        for i in range(tokens):
+            time.sleep(delay)
+            last = i == tokens - 1
+            if chat:
+                event: dict[str, Any] = {
+                    "object": "chat.completion.chunk", **common, "model": SERVED_MODEL,
+                    "system_fingerprint": FINGERPRINT,
+                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": _piece(i)}, "logprobs": None,
+                                 "finish_reason": "length" if last else None}],
+                    "usage": None}
+            elif last:
+                event = {"object": "text_completion", **common, "model": SERVED_MODEL,
+                         "system_fingerprint": FINGERPRINT,
+                         "choices": [{"index": 0, "text": _piece(i), "logprobs": None, "finish_reason": "length"}],
+                         "usage": usage}
+            else:
+                event = {"object": "text_completion", **common,
+                         "choices": [{"index": 0, "text": _piece(i), "logprobs": None, "finish_reason": ""}],
+                         "model": SERVED_MODEL, "system_fingerprint": FINGERPRINT}
+            if last:
+                self.server.replica._end(tokens)
+            self._write_chunk(f"data: {json.dumps(event)}\n\n".encode())
+        options = body.get("stream_options")
+        if chat and isinstance(options, dict) and options.get("include_usage") is True:
+            final = {"object": "chat.completion.chunk", **common, "model": SERVED_MODEL,
+                     "system_fingerprint": FINGERPRINT, "choices": [], "usage": usage}
+            self._write_chunk(f"data: {json.dumps(final)}\n\n".encode())
+        self._write_chunk(b"data: [DONE]\n\n")
         self._write_chunk(b"")
 
     def _write_chunk(self, data: bytes) -> None:
@@ -194,8 +264,27 @@ def _token_count(body: dict[str, Any]) -> int:
 
 
 def _chat_token_count(body: dict[str, Any]) -> int:
-    requested = body.get("max_tokens", 1)
+    # router/src/lib.rs at v3.3.5: ChatRequest's max_tokens takes max_completion_tokens as an alias.
+    requested = body.get("max_tokens", body.get("max_completion_tokens", 1))
     return min(requested, MAX_TOKENS) if isinstance(requested, int) and requested > 0 else 1
+
+
+def _usage(body: dict[str, Any], tokens: int) -> dict[str, int]:
+    """TGI's ``Usage`` of a generation of ``tokens`` tokens (router/src/lib.rs at v3.3.5)."""
+    prompt = _prompt_words(body)
+    return {"prompt_tokens": prompt, "completion_tokens": tokens, "total_tokens": prompt + tokens}
+
+
+def _prompt_words(body: dict[str, Any]) -> int:
+    """The words of an OpenAI request's prompt, or of its messages' contents: a string, or a list of
+    ``{"type": "text", "text": ...}`` parts (TGI v3.3.5 router/src/lib.rs ``MessageContent``;
+    vLLM's ``ChatCompletionContentPartTextParam``)."""
+    prompt = body.get("prompt")
+    contents = [prompt] if isinstance(prompt, str) else [
+        m.get("content") for m in body.get("messages") or [] if isinstance(m, dict)]
+    texts = [t for c in contents for t in ([c] if isinstance(c, str) else [
+        part.get("text") for part in c if isinstance(part, dict)] if isinstance(c, list) else [])]
+    return sum(len(t.split()) for t in texts if isinstance(t, str))
 
 
 def _token(i: int) -> str:
@@ -228,6 +317,7 @@ class FakeTgi:
         """Routes answered with the engine's error instead of a generation."""
         self.health_checks = 0
         self._served: list[Served] = []
+        self._generated_tokens = 0
         self._in_flight = 0
         self._max_in_flight = 0
         self._lock = threading.Lock()
@@ -240,6 +330,12 @@ class FakeTgi:
         """The generation requests answered so far (health checks are not counted)."""
         with self._lock:
             return list(self._served)
+
+    @property
+    def generated_tokens(self) -> int:
+        """The tokens of every generation finished so far."""
+        with self._lock:
+            return self._generated_tokens
 
     @property
     def max_in_flight(self) -> int:
@@ -283,9 +379,10 @@ class FakeTgi:
             self._in_flight += 1
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
 
-    def _end(self) -> None:
+    def _end(self, tokens: int) -> None:
         with self._lock:
             self._in_flight -= 1
+            self._generated_tokens += tokens
 
     def _connection_opened(self, conn: socket.socket) -> None:
         with self._lock:

@@ -11,7 +11,8 @@ protocol.py in vLLM 0.11.0's PyPI wheel).
   per token (``data: <json>``, each flushed as its own HTTP chunk), then ``data: [DONE]``. A model
   other than the served one: 404 with vLLM's error body. Streamed with
   ``stream_options.include_usage``, a last event before ``[DONE]`` has no choices and the ``usage``
-  (serving_completion.py and serving_chat.py).
+  (serving_completion.py and serving_chat.py). ``usage.prompt_tokens`` counts the prompt's
+  whitespace-separated words, standing in for the model's tokenizer.
 - A route in ``failing`` answers 500 with vLLM's ``ErrorResponse`` (protocol.py), as vLLM answers
   an engine error.
 
@@ -25,7 +26,7 @@ import json
 import time
 from typing import Any
 
-from fake_tgi import MAX_TOKENS, SERVED_MODEL, FakeTgi, Served, _Handler, _piece, _token, received
+from fake_tgi import MAX_TOKENS, SERVED_MODEL, FakeTgi, Served, _Handler, _piece, _token, _usage, received
 
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
@@ -62,26 +63,27 @@ class _VllmHandler(_Handler):
             self._send_json(500, {"error": {"message": "EngineCore encountered an issue.",
                                             "type": "InternalServerError", "param": None, "code": 500}})
             return
-        requested = body.get("max_tokens", 16)
-        tokens = min(requested, MAX_TOKENS) if isinstance(requested, int) and requested > 0 else 16
         chat = self.path == "/v1/chat/completions"
+        # protocol.py: chat requests name max_completion_tokens, or the deprecated max_tokens.
+        requested = body.get("max_completion_tokens", body.get("max_tokens", 16)) if chat else body.get(
+            "max_tokens", 16)
+        tokens = min(requested, MAX_TOKENS) if isinstance(requested, int) and requested > 0 else 16
         replica._begin(Served("POST", self.path, time.monotonic(), received(self.headers)))
         if body.get("stream"):
             options = body.get("stream_options")
             usage = isinstance(options, dict) and options.get("include_usage") is True
-            self._stream_openai(tokens, replica.token_delay, chat, usage)
+            self._stream_openai(tokens, replica.token_delay, chat, _usage(body, tokens) if usage else None)
             return
         time.sleep(tokens * replica.token_delay)
-        replica._end()
+        replica._end(tokens)
         text = " ".join(_token(i) for i in range(tokens))
         choice = {"index": 0, "finish_reason": "length", "stop_reason": None,
                   **({"message": {"role": "assistant", "content": text}} if chat else {"text": text})}
         self._send_json(200, {"id": "cmpl-0", "object": "chat.completion" if chat else "text_completion",
                               "created": int(time.time()), "model": SERVED_MODEL, "choices": [choice],
-                              "usage": {"prompt_tokens": 1, "completion_tokens": tokens,
-                                        "total_tokens": tokens + 1}})
+                              "usage": _usage(body, tokens)})
 
-    def _stream_openai(self, tokens: int, delay: float, chat: bool, usage: bool = False) -> None:
+    def _stream_openai(self, tokens: int, delay: float, chat: bool, usage: dict[str, int] | None) -> None:
         self._start_stream("text/event-stream; charset=utf-8")
         for i in range(tokens):
             time.sleep(delay)
@@ -91,12 +93,12 @@ class _VllmHandler(_Handler):
                      "model": SERVED_MODEL, "sent_at": time.monotonic(),
                      "choices": [{"index": 0, **delta, "finish_reason": "length" if last else None}]}
             if last:
-                self.server.replica._end()
+                self.server.replica._end(tokens)
             self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode())
         if usage:
             final = {"id": "cmpl-0", "object": "chat.completion.chunk" if chat else "text_completion",
                      "model": SERVED_MODEL, "choices": [],
-                     "usage": {"prompt_tokens": 1, "completion_tokens": tokens, "total_tokens": tokens + 1}}
+                     "usage": usage}
             self._write_chunk(f"data: {json.dumps(final)}\n\n".encode())
         self._write_chunk(b"data: [DONE]\n\n")
         self._write_chunk(b"")
@@ -112,3 +114,4 @@ class FakeVllm(FakeTgi):
     """One fake vLLM server on ``127.0.0.1:port``; see :class:`FakeTgi`."""
 
     handler: Any = _VllmHandler
+

@@ -376,6 +376,13 @@ class Engine(ABC):
         ``max_tokens`` tokens answering ``prompt``. They name no model, so that they need nothing
         but the endpoint: both engines then use the one they serve."""
 
+    @abstractmethod
+    def openai_model(self, probe_answer: object) -> str | None:
+        """The ``model`` that OpenAI-compatible requests name to reach the served model, given the
+        endpoint's answer to :attr:`probe`; None when the answer names none. A load generator must
+        name one: guidellm 0.8.1 asks ``GET /v1/models`` for it otherwise
+        (guidellm/backends/openai/http.py, ``default_model``), a route TGI's router does not pass."""
+
 
 def check_dlami_parameter(image: ServingImage, parameter: str) -> None:
     """Refuse a public Neuron DLAMI parameter other than ``image``'s own when ``image``'s runtime

@@ -157,5 +157,11 @@ class Tgi(Engine):
             openai_chat(prompt, max_tokens),
         )
 
+    def openai_model(self, probe_answer: object) -> str | None:
+        # text-generation-inference v3.3.5 router/src/server.rs (completions) and lib.rs
+        # (ChatRequest.try_into_generate): `adapter_id: model.filter(|m| *m != "tgi")`, so any
+        # other name is handed to the backend as a LoRA adapter to load; "tgi" is the served model.
+        return "tgi"
+
 
 TGI = Tgi()

@@ -95,7 +95,7 @@ class Vllm(Engine):
     api_routes = (*GENERATION_ROUTES, "/v1/models")
     # vllm/entrypoints/openai/api_server.py (0.11.0): GET /v1/models answers a ModelList {object,
     # data}. TGI serves /v1/models too (router/src/server.rs at v3.3.5), so an endpoint is asked
-    # TGI's /info first (neuron_serving.ops.smoke), and TGI's router forwards no /v1/models.
+    # TGI's /info first (neuron_serving.ops.endpoint), and TGI's router forwards no /v1/models.
     probe = EngineProbe("/v1/models", "data")
     # vLLM takes any prompt up to max_model_len minus the tokens asked for
     # (vllm/entrypoints/openai/serving_engine.py, _validate_input): no separate input limit.
@@ -221,6 +221,15 @@ class Vllm(Engine):
                          text=("choices", 0, "text"), tokens=("usage", "completion_tokens")),
             openai_chat(prompt, max_tokens),
         )
+
+    def openai_model(self, probe_answer: object) -> str | None:
+        # vllm/entrypoints/openai/serving_engine.py (0.11.0), _check_model: a request naming a model
+        # the server does not serve is answered 404; GET /v1/models lists the served ones as
+        # ModelList.data[].id (protocol.py), the first the --served-model-name.
+        data = probe_answer.get("data") if isinstance(probe_answer, dict) else None
+        first = data[0] if isinstance(data, list) and data else None
+        model = first.get("id") if isinstance(first, dict) else None
+        return model if isinstance(model, str) and model else None
 
 
 VLLM = Vllm()

@@ -1,0 +1,450 @@
+"""``neuron-serving bench``: drive a deployed endpoint with a synthetic LLM workload (prompt and
+output token counts drawn from given distributions) at the synchronous, constant-rate and
+maximum-throughput profiles, and report, per profile, completed requests per second, time to first
+token, inter-token latency and end-to-end latency percentiles, output tokens per second and errors,
+in the units of the published inf2 tables; beside each, the performance model's prediction for the
+same workload and layout, when the layout is known.
+
+The load generator is guidellm 0.8 (:mod:`neuron_serving.ops.guidellm`), run as a program of its
+own. The endpoint, its engine and key are :mod:`neuron_serving.ops.endpoint`'s: one GET reaches it
+and checks the key before any load. Results go to a directory: ``bench.json`` (the report, as
+``--output json`` prints it), ``bench.png`` (latency against load), and guidellm's own scenarios,
+reports and log.
+
+Exit status: 0 when some request completed, 1 when none did or the endpoint could not be reached,
+2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..plan.engines import Engine
+from ..plan.layout import ServingRequest
+from . import guidellm
+from .aws import EXIT_FAILURE, OpsError, run_aws
+from .bench_plot import Point, plot
+from .endpoint import API_KEY_ENV, Endpoint, endpoint_options, find_endpoint, reach
+from .guidellm import ROUTES, Measured, Percentiles, Tokens, Workload
+from .output import Printer, output_option, positive_seconds
+
+SYNCHRONOUS, CONSTANT, THROUGHPUT = "synchronous", "constant", "throughput"
+PROFILES = (SYNCHRONOUS, CONSTANT, THROUGHPUT)
+"""guidellm's names (guidellm/benchmark/profiles): one request at a time; requests started at a
+fixed rate; as many at once as the endpoint takes (up to guidellm's 512)."""
+
+DEFAULT_INPUT_TOKENS = 512
+DEFAULT_OUTPUT_TOKENS = 128
+DEFAULT_RATE_STEPS = 3
+DEFAULT_MAX_SECONDS = 60.0
+DEFAULT_MAX_CONCURRENCY = 512
+"""guidellm's own default for its sweep (guidellm/schemas/benchmark/profiles/sweep.py); its
+throughput profile has none and must be given one (throughput.py)."""
+PROBE_TIMEOUT = 30.0
+"""Seconds the GET that reaches the endpoint may take."""
+
+LAYOUT_OUTPUT = "ServingPlan"
+"""The stack output holding the serving layout as JSON: ``model_id``, ``instance_type``,
+``tensor_parallel``, ``batch_size``, ``sequence_length``, ``max_input_tokens``, ``dtype``,
+``engine``."""
+
+LAYOUT_FLAGS = ("model", "instance_type", "tensor_parallel")
+"""With ``--url``, the flags that together make the layout known (batch size and sequence length
+have the stack's defaults)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the endpoint serves: what the performance model needs to predict its figures."""
+
+    model_id: str
+    instance_type: str
+    tensor_parallel: int
+    batch_size: int
+    sequence_length: int
+    max_input_tokens: int | None
+    dtype: str
+    engine: str
+
+    @classmethod
+    def from_output(cls, stack: str, text: str) -> Layout:
+        """The layout of ``stack``'s :data:`LAYOUT_OUTPUT` output (``text``); :class:`OpsError`
+        when it is not that JSON object."""
+        try:
+            value = json.loads(text)
+            layout = cls(str(value["model_id"]), str(value["instance_type"]), int(value["tensor_parallel"]),
+                         int(value["batch_size"]), int(value["sequence_length"]),
+                         None if value.get("max_input_tokens") is None else int(value["max_input_tokens"]),
+                         str(value["dtype"]), str(value["engine"]))
+        except (ValueError, TypeError, KeyError) as err:
+            raise OpsError(f"stack {stack}'s {LAYOUT_OUTPUT} output is not the layout this version of "
+                           f"cdk-neuron-serving writes ({type(err).__name__}: {err}): upgrade it") from None
+        return layout
+
+
+# --- the command -----------------------------------------------------------------------------------------
+
+
+def register(commands: Any) -> None:
+    """Add ``bench`` to the CLI's subcommands (``commands``, from ``add_subparsers``)."""
+    bench = commands.add_parser(
+        "bench", parents=[output_option()], help="measure the endpoint under a synthetic LLM workload",
+        description="Drive the endpoint with synthetic requests (guidellm) at the synchronous, constant-rate and "
+        "maximum-throughput profiles; report requests/s, TTFT, ITL and end-to-end latency percentiles, output "
+        "tokens/s and errors per profile, beside the performance model's prediction when the layout is known. "
+        "Writes bench.json and bench.png to --results-dir.")
+    endpoint_options(bench)
+    bench.add_argument("--api-key-env", default=API_KEY_ENV, metavar="NAME",
+                       help=f"the environment variable holding the key when --api-key is not given "
+                            f"(default: {API_KEY_ENV})")
+    workload = bench.add_argument_group("workload")
+    # guidellm asks for the output tokens with max_tokens and ignore_eos
+    # (guidellm/backends/openai/request_handlers.py); vLLM 0.11.0 honours ignore_eos (protocol.py,
+    # its sampling extras), TGI v3.3.5 has no such field (router/src/lib.rs, CompletionRequest and
+    # ChatRequest, whose serde ignores unknown fields).
+    for kind, default in (("input", DEFAULT_INPUT_TOKENS), ("output", DEFAULT_OUTPUT_TOKENS)):
+        workload.add_argument(f"--{kind}-tokens", type=_positive, default=default, metavar="N",
+                              help=f"mean {kind} tokens per request (default: {default})" + (
+                                  "; vLLM generates them all (ignore_eos), TGI may stop at the model's end of "
+                                  "sequence: the report counts what came" if kind == "output" else ""))
+        workload.add_argument(f"--{kind}-stdev", type=_count, default=0, metavar="N",
+                              help=f"standard deviation of the {kind} tokens (default: 0, all equal)")
+        workload.add_argument(f"--{kind}-min", type=_positive, metavar="N", help=f"fewest {kind} tokens")
+        workload.add_argument(f"--{kind}-max", type=_positive, metavar="N", help=f"most {kind} tokens")
+    workload.add_argument("--route", choices=tuple(ROUTES), default="completions",
+                          help="the OpenAI-compatible route: completions (/v1/completions, the default: the prompt "
+                               "alone) or chat (/v1/chat/completions: the model's chat template adds its tokens)")
+    workload.add_argument("--tokenizer", type=Path, metavar="DIR",
+                          help="a local tokenizer directory (tokenizer.json, tokenizer_config.json) that makes "
+                               "prompts of the asked token counts; give the served model's own for exact counts "
+                               "(default: a word-level tokenizer shipped with this package, about one token per "
+                               "word as Llama tokenizers count these words). Nothing is downloaded")
+    load = bench.add_argument_group("load")
+    load.add_argument("--profiles", type=_profiles, default=PROFILES, metavar="LIST",
+                      help=f"comma-separated, of {', '.join(PROFILES)} (default: all)")
+    load.add_argument("--rate", type=_rates, metavar="R[,R...]",
+                      help="requests per second of the constant profile, one benchmark each (default: "
+                           "--rate-steps rates spread between the synchronous and throughput profiles' rates)")
+    load.add_argument("--rate-steps", type=_positive, default=DEFAULT_RATE_STEPS, metavar="N",
+                      help=f"without --rate, how many constant rates (default: {DEFAULT_RATE_STEPS})")
+    load.add_argument("--max-seconds", type=positive_seconds, default=DEFAULT_MAX_SECONDS, metavar="S",
+                      help=f"each benchmark's time limit; requests in flight then count as incomplete "
+                           f"(default: {DEFAULT_MAX_SECONDS:g})")
+    load.add_argument("--max-requests", type=_positive, metavar="N", help="each benchmark's request limit")
+    load.add_argument("--max-concurrency", type=_positive, default=DEFAULT_MAX_CONCURRENCY, metavar="N",
+                      help=f"the most requests in flight at once, at constant rates and at throughput (default: "
+                           f"{DEFAULT_MAX_CONCURRENCY})")
+    layout = bench.add_argument_group("layout, for predictions with --url (the stack's ServingPlan output gives it "
+                                      "with --stack)")
+    layout.add_argument("--model", help="the served model's Hugging Face id")
+    layout.add_argument("--instance-type")
+    layout.add_argument("--tensor-parallel", type=_positive, metavar="N")
+    layout.add_argument("--batch-size", type=_positive, metavar="N",
+                        help=f"default: {ServingRequest.batch_size}")
+    layout.add_argument("--sequence-length", type=_positive, metavar="N",
+                        help=f"default: {ServingRequest.sequence_length}")
+    bench.add_argument("--results-dir", type=Path, metavar="DIR",
+                       help="where bench.json, bench.png and guidellm's files go; new or empty (default: "
+                            "bench-results/<UTC time>)")
+    bench.add_argument("--guidellm", metavar="PATH",
+                       help=f"the guidellm 0.8 executable (default: ${guidellm.GUIDELLM_ENV}, else guidellm on "
+                            "PATH)")
+    bench.set_defaults(run=command, usage_error=bench.error)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number of at least 1")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number of at least 0")
+    return value
+
+
+def _profiles(text: str) -> tuple[str, ...]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PROFILES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a comma-separated list of {', '.join(PROFILES)}")
+    return tuple(p for p in PROFILES if p in names)
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        rates = tuple(float(r) for r in text.split(","))
+    except ValueError:
+        rates = ()
+    if not rates or not all(r > 0 for r in rates):
+        raise argparse.ArgumentTypeError(f"{text!r} must be requests per second above 0, comma-separated")
+    return tuple(sorted(set(rates)))
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options together, or None."""
+    for kind in ("input", "output"):
+        mean, low, high = (getattr(args, f"{kind}_{k}") for k in ("tokens", "min", "max"))
+        if (low is not None and low > mean) or (high is not None and high < mean):
+            return (f"--{kind}-min ({low}) <= --{kind}-tokens ({mean}) <= --{kind}-max ({high}) must hold"
+                    .replace("(None)", "(none)"))
+    if args.rate and CONSTANT not in args.profiles:
+        return f"--rate is the constant profile's, which --profiles ({','.join(args.profiles)}) leaves out"
+    if CONSTANT in args.profiles and not args.rate and not {SYNCHRONOUS, THROUGHPUT} <= set(args.profiles):
+        return ("the constant profile needs --rate, or both the synchronous and throughput profiles in --profiles "
+                "to spread its rates between")
+    given = [f for f in (*LAYOUT_FLAGS, "batch_size", "sequence_length") if getattr(args, f) is not None]
+    flags = ", ".join("--" + f.replace("_", "-") for f in given)
+    if given and not args.url:
+        return f"{flags} (the layout) go with --url: with --stack, the stack's {LAYOUT_OUTPUT} output gives the layout"
+    missing = [f for f in LAYOUT_FLAGS if getattr(args, f) is None]
+    if given and missing:
+        return (f"{flags} need {', '.join('--' + f.replace('_', '-') for f in missing)} too: the layout is known "
+                "with all three or none")
+    if args.tokenizer is not None and not (args.tokenizer / "tokenizer_config.json").is_file():
+        return f"--tokenizer {str(args.tokenizer)!r} is not a tokenizer directory (it has no tokenizer_config.json)"
+    if args.results_dir is not None and args.results_dir.exists() and (
+            not args.results_dir.is_dir() or any(args.results_dir.iterdir())):
+        return f"--results-dir {str(args.results_dir)!r} exists and is not an empty directory: name a new one"
+    return None
+
+
+def command(args: argparse.Namespace) -> int:
+    """Run ``bench``; a usage error exits 2 (argparse's), every other failure a user can act on is
+    one line on stderr (and a JSON document with ``--output json``) and exit status 1."""
+    problem = _check(args)
+    if problem:
+        args.usage_error(problem)
+    printer = Printer(args.output)
+    key = args.api_key or os.environ.get(args.api_key_env) or None
+    workload = Workload(Tokens(args.input_tokens, args.input_stdev, args.input_min, args.input_max),
+                        Tokens(args.output_tokens, args.output_stdev, args.output_min, args.output_max))
+
+    def run() -> int:
+        try:
+            document = bench(args, workload, key)
+        except OpsError as err:
+            if printer.json:
+                printer.document({"error": str(err)})
+            raise
+        _report(printer, document)
+        if not any(p["requests"]["successful"] for p in document["profiles"]):
+            first = next((p["first_error"] for p in document["profiles"] if p["first_error"]), "none recorded")
+            print(f"neuron-serving: no request completed (first error: {first})", file=sys.stderr)
+            return EXIT_FAILURE
+        return 0
+
+    return run_aws(run)
+
+
+def bench(args: argparse.Namespace, workload: Workload, key: str | None) -> dict[str, Any]:
+    """Measure the endpoint; the report's document (also written to ``bench.json``)."""
+    endpoint = find_endpoint(args)
+    executable = guidellm.find(args.guidellm)
+    version = guidellm.check_version(executable)
+    serving, probe = reach(endpoint, key, PROBE_TIMEOUT, "bench")
+    model = serving.openai_model(probe)
+    if model is None:
+        raise OpsError(f"{endpoint.url} answered GET {serving.probe.path} without naming its model")
+    layout, layout_source = _layout(args, endpoint, serving)
+    predictions = _layout_predictions(layout, workload)
+    results = args.results_dir or Path("bench-results") / dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    results.mkdir(parents=True, exist_ok=True)
+    measured: list[Measured] = []
+    for name, what, profile in _runs(args):
+        print(f"neuron-serving: bench: {what} against {endpoint.url}, each benchmark at most {args.max_seconds:g} s"
+              + (f" and {args.max_requests} requests" if args.max_requests else "") + f" (log: {results}/guidellm.log)",
+              file=sys.stderr)
+        spec = guidellm.scenario(target=endpoint.url, model=model, route=args.route, workload=workload,
+                                 profile=profile, max_seconds=args.max_seconds, max_requests=args.max_requests,
+                                 tokenizer=args.tokenizer or guidellm.DEFAULT_TOKENIZER,
+                                 report=(results / f"{name}.guidellm.json").resolve())
+        measured += guidellm.run(executable, spec, name, results, key)
+    measured.sort(key=lambda m: (PROFILES.index(m.profile), m.rate or 0.0))
+    document = {
+        "url": endpoint.url, "engine": serving.name, "model": model, "route": ROUTES[args.route],
+        "workload": {"input_tokens": asdict(workload.input), "output_tokens": asdict(workload.output)},
+        "layout": asdict(layout) if layout else None, "layout_source": layout_source,
+        "predictions": predictions,
+        "profiles": [_profile_document(m, predictions) for m in measured],
+        "results": {"json": str(results / "bench.json"), "png": str(results / "bench.png"),
+                    "guidellm_log": str(results / "guidellm.log")},
+        "guidellm": version,
+    }
+    (results / "bench.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    plot([_point(m, predictions) for m in measured if m.ttft_s and m.itl_ms], _title(document),
+         results / "bench.png")
+    return document
+
+
+def _runs(args: argparse.Namespace) -> list[tuple[str, str, dict[str, Any]]]:
+    """The guidellm runs the profiles take, each a name, what it measures and guidellm's profile
+    section. The synchronous and throughput profiles, with the constant rates spread between them,
+    are one run of guidellm's sweep (guidellm/benchmark/profiles/sweep.py: synchronous, throughput,
+    then ``sweep_size - 2`` constant rates evenly between their measured rates); given rates are a
+    run of their own."""
+    profiles = set(args.profiles)
+    if {SYNCHRONOUS, THROUGHPUT} <= profiles and not args.rate:
+        steps = args.rate_steps if CONSTANT in profiles else 0
+        between = f" and {steps} constant rates between them" if steps else ""
+        return [("sweep", f"synchronous, throughput{between}", {
+            "kind": "sweep", "sweep_size": 2 + steps, "strategy_type": "constant",
+            "max_concurrency": args.max_concurrency})]
+    sections: dict[str, dict[str, Any]] = {
+        SYNCHRONOUS: {"kind": SYNCHRONOUS},
+        CONSTANT: {"kind": CONSTANT, "rate": list(args.rate or ()), "max_concurrency": args.max_concurrency},
+        THROUGHPUT: {"kind": THROUGHPUT, "max_concurrency": args.max_concurrency},
+    }
+    what = {SYNCHRONOUS: SYNCHRONOUS, CONSTANT: f"constant at {', '.join(f'{r:g}' for r in args.rate or ())} "
+                                                  "requests/s", THROUGHPUT: THROUGHPUT}
+    return [(name, what[name], sections[name]) for name in PROFILES if name in profiles]
+
+
+def _layout(args: argparse.Namespace, endpoint: Endpoint, serving: Engine) -> tuple[Layout | None, str]:
+    """The endpoint's layout, and where it came from or why it is unknown."""
+    if endpoint.stack is not None:
+        text = endpoint.stack.output(LAYOUT_OUTPUT)
+        if not text:
+            return None, f"stack {endpoint.stack.name} has no {LAYOUT_OUTPUT} output (deployed by an older version)"
+        return Layout.from_output(endpoint.stack.name, text), f"stack {endpoint.stack.name}'s {LAYOUT_OUTPUT} output"
+    if args.model is None:
+        return None, "not given (--model, --instance-type and --tensor-parallel)"
+    return Layout(args.model, args.instance_type, args.tensor_parallel,
+                  args.batch_size or ServingRequest.batch_size, args.sequence_length or ServingRequest.sequence_length,
+                  None, ServingRequest.dtype, serving.name), "the command's flags"
+
+
+def _layout_predictions(layout: Layout | None, workload: Workload) -> dict[str, float] | None:
+    """The performance model's predictions for ``workload`` (its mean token counts) on ``layout``,
+    per instance: ``ttft_s``, ``itl_batch1_s``, ``itl_full_batch_s``, ``output_tokens_per_second``
+    and ``requests_per_second`` (the last two at saturation). None without a layout, and until
+    :mod:`neuron_serving.plan.performance` is wired in here."""
+    return None
+
+
+def _predicted(profile: str, predictions: dict[str, float] | None) -> dict[str, float]:
+    """The predictions that apply to a profile's measured figures, in their units: at one request
+    at a time (synchronous) time to first token and batch-1 inter-token latency; at saturation
+    (throughput) full-batch inter-token latency, tokens and requests per second. A constant rate
+    lies between, where queueing the model does not describe decides."""
+    if predictions is None:
+        return {}
+    if profile == SYNCHRONOUS:
+        return {"ttft_s": predictions["ttft_s"], "itl_ms": predictions["itl_batch1_s"] * 1e3}
+    if profile == THROUGHPUT:
+        return {"itl_ms": predictions["itl_full_batch_s"] * 1e3,
+                "output_tokens_per_second": predictions["output_tokens_per_second"],
+                "requests_per_second": predictions["requests_per_second"]}
+    return {}
+
+
+def _profile_document(m: Measured, predictions: dict[str, float] | None) -> dict[str, Any]:
+    def percentiles(p: Percentiles | None) -> dict[str, float] | None:
+        return asdict(p) if p else None
+
+    return {
+        "profile": m.profile, "rate": m.rate, "duration_s": m.duration_s,
+        "requests": {"successful": m.successful, "errored": m.errored, "incomplete": m.incomplete},
+        "requests_per_second": m.requests_per_second, "output_tokens_per_second": m.output_tokens_per_second,
+        "concurrency": m.concurrency, "input_tokens_mean": m.input_tokens, "output_tokens_mean": m.output_tokens,
+        "output_tokens": m.output_tokens_total,
+        "ttft_s": percentiles(m.ttft_s), "itl_ms": percentiles(m.itl_ms), "e2e_s": percentiles(m.e2e_s),
+        "first_error": m.error, "predicted": _predicted(m.profile, predictions) or None,
+    }
+
+
+def _point(m: Measured, predictions: dict[str, float] | None) -> Point:
+    assert m.ttft_s is not None and m.itl_ms is not None
+    predicted = _predicted(m.profile, predictions)
+    return Point(_label(m.profile, m.rate), m.requests_per_second, (m.ttft_s.p50, m.ttft_s.p99),
+                 (m.itl_ms.p50, m.itl_ms.p99), predicted.get("ttft_s"), predicted.get("itl_ms"))
+
+
+# --- the report ------------------------------------------------------------------------------------------
+
+
+def _title(document: dict[str, Any]) -> str:
+    workload = document["workload"]
+    return (f"{document['engine']} at {document['url']}, {document['route']}: {_tokens(workload['input_tokens'])} "
+            f"input and {_tokens(workload['output_tokens'])} output tokens")
+
+
+def _tokens(tokens: dict[str, Any]) -> str:
+    spread = f" ± {tokens['stdev']}" if tokens["stdev"] else ""
+    bounds = (f" in [{tokens['minimum'] or 1}, {tokens['maximum'] or '∞'}]"
+              if tokens["minimum"] or tokens["maximum"] else "")
+    return f"{tokens['mean']}{spread}{bounds}"
+
+
+def _label(profile: str, rate: float | None) -> str:
+    return f"constant {_number(rate)}/s" if rate is not None else profile
+
+
+def _number(value: float | None) -> str:
+    """Three significant figures, without an exponent."""
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.3g}" if abs(value) >= 0.001 else f"{value:.2e}"
+
+
+def _cell(measured: float | Percentiles | None, predicted: float | None) -> str:
+    if isinstance(measured, Percentiles):
+        text = " / ".join(_number(v) for v in (measured.p50, measured.p90, measured.p99))
+    else:
+        text = _number(measured)
+    return text if predicted is None else f"{text} (pred {_number(predicted)})"
+
+
+def _report(printer: Printer, document: dict[str, Any]) -> None:
+    if printer.json:
+        printer.document(document)
+        return
+    rows = []
+    for p in document["profiles"]:
+        predicted = p["predicted"] or {}
+
+        def percentiles(name: str, row: dict[str, Any] = p) -> Percentiles | None:
+            return Percentiles(**row[name]) if row[name] else None
+
+        rows.append([_label(p["profile"], p["rate"]), _cell(p["requests_per_second"], predicted.get(
+            "requests_per_second")), _cell(percentiles("ttft_s"), predicted.get("ttft_s")),
+            _cell(percentiles("itl_ms"), predicted.get("itl_ms")), _cell(percentiles("e2e_s"), None),
+            _cell(p["output_tokens_per_second"], predicted.get("output_tokens_per_second")),
+            f"{p['requests']['successful']}", str(p["requests"]["errored"])])
+    printer.print(printer.table(
+        ["profile", "req/s", "TTFT s p50 / p90 / p99", "ITL ms p50 / p90 / p99", "latency s p50 / p90 / p99",
+         "output tok/s", "completed", "errors"], rows, title=_title(document)))
+    layout = document["layout"]
+    printer.print(f"layout: {_layout_text(layout)} ({document['layout_source']})" if layout
+                  else f"layout: unknown, {document['layout_source']}: no prediction")
+    if layout and document["predictions"] is None:
+        printer.print("predictions: none (no performance model for this layout)")
+    for p in document["profiles"]:
+        if p["first_error"]:
+            printer.print(f"{_label(p['profile'], p['rate'])}: {p['requests']['errored']} errors, the first: "
+                          f"{p['first_error']}")
+    results = document["results"]
+    printer.print(f"results: {results['json']}, {results['png']} (guidellm's reports and log beside them)")
+
+
+def _layout_text(layout: dict[str, Any]) -> str:
+    return (f"{layout['model_id']} on {layout['instance_type']}, degree {layout['tensor_parallel']}, batch "
+            f"{layout['batch_size']}, sequence {layout['sequence_length']}, {layout['dtype']}, {layout['engine']}")

@@ -1,0 +1,352 @@
+"""``neuron-serving bench`` driving the REAL guidellm 0.8.1 (its own venv, ``.tools/guidellm``, from
+tests/harness/requirements-guidellm.txt) against the REAL router (HAProxy with the rendered config) in
+front of the fake TGI replicas and fake vLLM servers of tests/router, and, with ``--stack``, a stack in
+moto's CloudFormation whose outputs point at that router. The CLI runs in this process (``main``).
+
+guidellm runs with one worker process (``GUIDELLM__MAX_WORKER_PROCESSES``: its default, 10, each
+importing torch, would take the 2 cores for seconds) and a 0.1 s scheduler start delay instead of 1 s
+(``GUIDELLM__SCHEDULER_START_DELAY_NON_DISTRIBUTED``, guidellm/settings.py): each run still costs about
+4 s of start-up, so the sweep's figures are measured once and checked by several tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from neuron_serving.cli import main
+from neuron_serving.ops import bench as bench_module
+from neuron_serving.ops import guidellm
+from neuron_serving.ops.endpoint import API_KEY_ENV
+from neuron_serving.ops.guidellm import Measured, Percentiles
+from neuron_serving.ops.output import Printer
+from neuron_serving.plan.engines import engine
+from neuron_serving.userdata import api_keys
+from tests.harness.aws import REGION, AwsEmulator
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "router"))
+from fake_tgi import GENERATION_ERROR, SERVED_MODEL
+from routersim import MISSING_HAPROXY, Router, find_haproxy, launch_router
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDELLM = Path(os.environ.get(guidellm.GUIDELLM_ENV) or ROOT / ".tools" / "guidellm" / "bin" / "guidellm")
+TEST_SETTINGS = {"GUIDELLM__MAX_WORKER_PROCESSES": "1", "GUIDELLM__SCHEDULER_START_DELAY_NON_DISTRIBUTED": "0.1"}
+TOKEN_DELAY = 0.01
+INPUT, OUTPUT, REQUESTS = 32, 8, 12
+PNG = b"\x89PNG\r\n\x1a\n"
+STACK = "BenchStack"
+LAYOUT = {"model_id": SERVED_MODEL, "instance_type": "inf2.xlarge", "tensor_parallel": 2, "batch_size": 4,
+          "sequence_length": 4096, "max_input_tokens": 3072, "dtype": "bf16", "engine": "vllm"}
+
+
+def need(tool: Path | str | None, missing: str) -> None:
+    """Skip without ``tool``, or fail when ``CI`` is set: CI would otherwise pass without running bench."""
+    if tool is None or not Path(tool).exists():
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
+
+
+MISSING_GUIDELLM = (f"{GUIDELLM} is missing: python3 -m venv .tools/guidellm && .tools/guidellm/bin/pip install -r "
+                    "tests/harness/requirements-guidellm.txt (scripts/test does)")
+
+
+@contextlib.contextmanager
+def guidellm_settings() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(guidellm.GUIDELLM_ENV, str(GUIDELLM))
+        for name, value in TEST_SETTINGS.items():
+            patch.setenv(name, value)
+        patch.delenv(API_KEY_ENV, raising=False)
+        yield
+
+
+@dataclass
+class Ran:
+    code: int
+    out: str
+    err: str
+
+
+def bench(*args: str) -> Ran:
+    """``neuron-serving bench ARGS``, its exit status and what it printed (guidellm's own output goes to
+    its log in the results directory)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(["bench", *args])
+        except SystemExit as exit_:
+            code = int(exit_.code or 0)
+    return Ran(code, out.getvalue(), err.getvalue())
+
+
+def start(workdir: Path, name: str = "tgi", replicas: int = 3, **options: Any) -> Router:
+    haproxy = find_haproxy()
+    need(haproxy, MISSING_HAPROXY)
+    need(GUIDELLM, MISSING_GUIDELLM)
+    assert haproxy is not None
+    return launch_router(haproxy, workdir, replicas, TOKEN_DELAY, serving=engine(name), **options)
+
+
+# --- one sweep, measured once: synchronous, two constant rates between, throughput -----------------------
+
+
+@dataclass
+class Sweep:
+    ran: Ran
+    document: dict[str, Any]
+    results: Path
+    generated_tokens: int
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sweep]:
+    workdir = tmp_path_factory.mktemp("sweep")
+    router = start(workdir)
+    try:
+        with guidellm_settings():
+            ran = bench("--url", f"http://127.0.0.1:{router.port}", "--input-tokens", str(INPUT), "--output-tokens",
+                        str(OUTPUT), "--max-requests", str(REQUESTS), "--max-seconds", "30", "--rate-steps", "2",
+                        "--results-dir", str(workdir / "results"))
+        generated = sum(fake.generated_tokens for fake in router.replicas.values())
+    finally:
+        router.stop()
+    assert ran.code == 0, ran.err
+    yield Sweep(ran, json.loads((workdir / "results" / "bench.json").read_text()), workdir / "results", generated)
+
+
+def test_every_profile_runs_in_order_of_load(sweep):
+    profiles = sweep.document["profiles"]
+
+    assert [p["profile"] for p in profiles] == ["synchronous", "constant", "constant", "throughput"]
+    low, high = (p["rate"] for p in profiles[1:3])
+    assert 0 < low < high
+    assert all(p["requests"] == {"successful": REQUESTS, "errored": 0, "incomplete": 0} for p in profiles)
+
+
+def test_latencies_are_those_of_the_fakes_token_pace(sweep):
+    for p in sweep.document["profiles"]:
+        ttft, itl, e2e = p["ttft_s"], p["itl_ms"], p["e2e_s"]
+        assert 0 < ttft["p50"] <= ttft["p90"] <= ttft["p99"] < e2e["p50"], p
+        assert 0.8 * TOKEN_DELAY * 1e3 <= itl["p50"] <= 3 * TOKEN_DELAY * 1e3, p
+        assert e2e["p50"] >= (OUTPUT - 1) * TOKEN_DELAY * 0.8, p
+
+
+def test_load_grows_from_synchronous_to_throughput(sweep):
+    rates = [p["requests_per_second"] for p in sweep.document["profiles"]]
+
+    assert 0 < rates[0] < rates[-1]
+    # One request at a time: about one per end-to-end latency.
+    synchronous = sweep.document["profiles"][0]
+    assert rates[0] == pytest.approx(1 / synchronous["e2e_s"]["p50"], rel=0.3)
+
+
+def test_tokens_counted_are_the_tokens_the_fakes_generated(sweep):
+    profiles = sweep.document["profiles"]
+
+    assert sum(p["output_tokens"] for p in profiles) == sweep.generated_tokens == 4 * REQUESTS * OUTPUT
+    # The fakes count the prompt's words: the default tokenizer makes prompts of exactly INPUT words.
+    assert all(p["input_tokens_mean"] == INPUT and p["output_tokens_mean"] == OUTPUT for p in profiles)
+    assert all(p["output_tokens_per_second"] > 0 for p in profiles)
+
+
+def test_the_table_has_a_row_per_profile_with_each_figure(sweep):
+    out = sweep.ran.out
+
+    for header in ("req/s", "TTFT s p50 / p90 / p99", "ITL ms p50 / p90 / p99", "latency s p50 / p90 / p99",
+                   "output tok/s", "errors"):
+        assert header in out, out
+    lines = out.splitlines()
+    rows = [line for line in lines if line.startswith(("synchronous", "constant", "throughput"))]
+    assert len(rows) == 4, out
+    assert f"{INPUT} input and {OUTPUT} output tokens" in out
+    assert "layout: unknown" in out and "no prediction" in out
+    assert "pred" not in "\n".join(rows)
+
+
+def test_results_hold_the_json_the_png_and_guidellms_files(sweep):
+    assert sweep.document["results"]["json"] == str(sweep.results / "bench.json")
+    assert (sweep.results / "bench.png").read_bytes().startswith(PNG)
+    assert (sweep.results / "sweep.scenario.json").is_file() and (sweep.results / "sweep.guidellm.json").is_file()
+    assert "Starting benchmark" in (sweep.results / "guidellm.log").read_text()
+    assert sweep.document["guidellm"] == "0.8.1"
+    assert sweep.document["predictions"] is None
+
+
+# --- errors, keys, --stack and vLLM --------------------------------------------------------------------------
+
+
+def test_a_replica_failing_its_generations_is_counted_in_the_throughput_profiles_errors(tmp_path):
+    router = start(tmp_path)
+    router.replicas["replica-1"].failing.add("/v1/completions")
+
+    with guidellm_settings():
+        ran = bench("--url", f"http://127.0.0.1:{router.port}", "--profiles", "throughput", "--max-requests", "6",
+                    "--input-tokens", "16", "--output-tokens", "4", "--results-dir", str(tmp_path / "r"),
+                    "--output", "json")
+
+    assert ran.code == 0, ran.err
+    (profile,) = json.loads(ran.out)["profiles"]
+    assert profile["profile"] == "throughput"
+    requests = profile["requests"]
+    assert requests["errored"] >= 1 and requests["successful"] >= 1
+    assert requests["errored"] + requests["successful"] == 6
+    # TGI streams a generation error as an event of a 200 answer (the fake's docstring).
+    assert GENERATION_ERROR in profile["first_error"]
+
+
+def test_with_stack_the_url_key_and_layout_come_from_its_outputs_and_given_rates_run_at_constant_rate(
+        tmp_path, aws_for: Callable[..., AwsEmulator], monkeypatch):
+    key = api_keys.new_key()
+    keys_file = tmp_path / "keys"
+    keys_file.write_text(api_keys.keys_file_text([api_keys.digest(key)]))
+    router = start(tmp_path, "vllm", 1, api_keys=True, keys_file=str(keys_file),
+                   runtime_socket=str(tmp_path / "admin.sock"))
+    emulator = aws_for("cloudformation", default_region=REGION)
+    outputs = {"EndpointUrl": f"http://127.0.0.1:{router.port}", "Engine": "vllm", "InstanceId": "i-0123456789abcdef0",
+               "ApiKeysSecretArn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:k",
+               "ServingPlan": json.dumps(LAYOUT)}
+    emulator.client("cloudformation").create_stack(StackName=STACK, TemplateBody=json.dumps({
+        "Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": {k: {"Value": v} for k, v in outputs.items()}}))
+
+    with guidellm_settings():
+        monkeypatch.setenv("BENCH_KEY", key)
+        ran = bench("--stack", STACK, "--api-key-env", "BENCH_KEY", "--profiles", "constant", "--rate", "10,20",
+                    "--max-requests", "3", "--input-tokens", "16", "--output-tokens", "4", "--route", "chat",
+                    "--results-dir", str(tmp_path / "r"), "--output", "json")
+
+    assert ran.code == 0, ran.err
+    document = json.loads(ran.out)
+    assert (document["engine"], document["model"], document["route"]) == ("vllm", SERVED_MODEL, "/v1/chat/completions")
+    assert document["layout"] == LAYOUT and document["layout_source"] == f"stack {STACK}'s ServingPlan output"
+    assert document["predictions"] is None
+    assert [(p["profile"], p["rate"], p["requests"]["successful"], p["predicted"]) for p in document["profiles"]] == [
+        ("constant", 10.0, 3, None), ("constant", 20.0, 3, None)]
+    # The key reached guidellm through its environment, never a file.
+    assert not [f for f in (tmp_path / "r").iterdir() if key in f.read_text(errors="replace")]
+
+
+def test_an_endpoint_that_cannot_be_reached_gets_the_port_forwarding_advice_and_no_load(tmp_path):
+    need(GUIDELLM, MISSING_GUIDELLM)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    with guidellm_settings():
+        ran = bench("--url", f"http://127.0.0.1:{port}", "--engine", "tgi", "--results-dir", str(tmp_path / "r"))
+
+    assert (ran.code, ran.out) == (1, "")
+    assert "Connection refused" in ran.err and "AWS-StartPortForwardingSession" in ran.err
+    assert "neuron-serving bench --url http://localhost:8080 --engine tgi" in ran.err
+    assert not (tmp_path / "r").exists()
+
+
+def test_without_guidellm_the_message_says_how_to_install_it(tmp_path):
+    ran = bench("--url", "http://127.0.0.1:9", "--guidellm", str(tmp_path / "guidellm"))
+
+    assert ran.code == 1
+    assert f"--guidellm '{tmp_path / 'guidellm'}' is not an executable file" in ran.err
+    assert "pip install guidellm==0.8.1" in ran.err
+
+
+# --- options -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--url", "http://x", "--stack", "S"], "argument --stack: not allowed with argument --url"),
+    (["--profiles", "synchronous,sweep"], "'synchronous,sweep' must be a comma-separated list of synchronous, "
+                                          "constant, throughput"),
+    (["--input-tokens", "0"], "argument --input-tokens: '0' must be a whole number of at least 1"),
+    (["--output-stdev", "-1"], "argument --output-stdev: '-1' must be a whole number of at least 0"),
+    (["--rate", "2,0"], "argument --rate: '2,0' must be requests per second above 0"),
+    (["--input-tokens", "10", "--input-min", "20"], "--input-min (20) <= --input-tokens (10) <= --input-max (none)"),
+    (["--rate", "2", "--profiles", "synchronous"], "--rate is the constant profile's, which --profiles "
+                                                   "(synchronous) leaves out"),
+    (["--profiles", "constant"], "the constant profile needs --rate"),
+    (["--stack", "S", "--model", "m"], "--model (the layout) go with --url: with --stack, the stack's ServingPlan"),
+    (["--url", "http://x", "--model", "m", "--batch-size", "8"], "--model, --batch-size need --instance-type, "
+                                                                 "--tensor-parallel too"),
+    (["--tokenizer", "/nonexistent"], "--tokenizer '/nonexistent' is not a tokenizer directory"),
+])
+def test_a_bad_option_exits_2_naming_it(args, message):
+    ran = bench(*args)
+
+    assert ran.code == 2
+    assert message in ran.err, ran.err
+
+
+def test_a_results_directory_holding_files_is_refused(tmp_path):
+    (tmp_path / "old.json").write_text("{}")
+
+    ran = bench("--url", "http://x", "--results-dir", str(tmp_path))
+
+    assert ran.code == 2 and "exists and is not an empty directory" in ran.err
+
+
+# --- the default tokenizer -----------------------------------------------------------------------------------
+
+
+def test_the_default_tokenizer_knows_every_token_of_guidellms_synthetic_prompts():
+    need(GUIDELLM, MISSING_GUIDELLM)
+    # guidellm/data/deserializers/synthetic.py: a counter, then Faker's text, cut to the token count
+    # and decoded. The tool's own Python, offline, loads the tokenizer as guidellm does.
+    script = f"""
+import json
+from faker import Faker
+from transformers import AutoTokenizer
+tokenizer = AutoTokenizer.from_pretrained({str(guidellm.DEFAULT_TOKENIZER)!r})
+faker = Faker()
+faker.seed_instance(7)
+ids = tokenizer.encode("120 3 m0 " + " ".join(faker.text(max_nb_chars=2000) for _ in range(100)))
+prompt = tokenizer.decode(ids[:500], skip_special_tokens=True)
+print(json.dumps([len(ids), ids.count(tokenizer.unk_token_id), len(prompt.split()), len(tokenizer.encode(prompt))]))
+"""
+    python = GUIDELLM.parent / "python"
+    result = subprocess.run([str(python), "-c", script], capture_output=True, text=True, check=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    tokens, unknown, words, again = json.loads(result.stdout.splitlines()[-1])
+
+    assert tokens > 10_000 and unknown == 0
+    assert words == again == 500
+
+
+# --- predictions beside the measured figures (the performance model plugs into _layout_predictions) -----------
+
+
+def test_each_prediction_sits_beside_the_figure_it_predicts():
+    def measured(profile: str, rate: float | None) -> Measured:
+        latency = Percentiles(1.5, 1.6, 1.7)
+        return Measured(profile, rate, 60.0, 50, 0, 0, 0.8, 240.0, 3.0, 15900.0, 290.0, 14500, latency,
+                        Percentiles(29.0, 30.0, 31.0), latency, None)
+
+    predictions = {"ttft_s": 1.59, "itl_batch1_s": 0.0298, "itl_full_batch_s": 0.045, "output_tokens_per_second": 250.0,
+                   "requests_per_second": 0.85}
+    profiles = [bench_module._profile_document(measured(p, r), predictions)
+                for p, r in (("synchronous", None), ("constant", 0.5), ("throughput", None))]
+    out = io.StringIO()
+    bench_module._report(Printer(stream=out), {
+        "url": "http://x", "engine": "tgi", "route": "/v1/completions", "layout": None, "layout_source": "-",
+        "predictions": predictions, "profiles": profiles, "results": {"json": "j", "png": "p"},
+        "workload": {k: {"mean": 1, "stdev": 0, "minimum": None, "maximum": None}
+                     for k in ("input_tokens", "output_tokens")}})
+
+    assert [p["predicted"] for p in profiles] == [
+        {"ttft_s": 1.59, "itl_ms": pytest.approx(29.8)}, None,
+        {"itl_ms": 45.0, "output_tokens_per_second": 250.0, "requests_per_second": 0.85}]
+    synchronous, constant, throughput = (line for line in out.getvalue().splitlines()
+                                         if line.startswith(("synchronous", "constant", "throughput")))
+    assert "1.5 / 1.6 / 1.7 (pred 1.59)" in synchronous and "29 / 30 / 31 (pred 29.8)" in synchronous
+    assert "pred" not in constant
+    assert "0.8 (pred 0.85)" in throughput and "240 (pred 250)" in throughput and "(pred 45)" in throughput

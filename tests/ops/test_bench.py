@@ -25,12 +25,15 @@ from typing import Any
 
 import pytest
 
+from neuron_serving.cli import _parser as main_parser
 from neuron_serving.cli import main
 from neuron_serving.ops import bench as bench_module
 from neuron_serving.ops import guidellm
-from neuron_serving.ops.endpoint import API_KEY_ENV
-from neuron_serving.ops.guidellm import Measured, Percentiles
+from neuron_serving.ops.aws import OpsError
+from neuron_serving.ops.endpoint import API_KEY_ENV, Endpoint
+from neuron_serving.ops.guidellm import Measured, Percentiles, Tokens
 from neuron_serving.ops.output import Printer
+from neuron_serving.plan import Workload, plan_serving, predict, request_from_layout
 from neuron_serving.plan.engines import engine
 from neuron_serving.userdata import api_keys
 from tests.harness.aws import REGION, AwsEmulator
@@ -47,7 +50,8 @@ INPUT, OUTPUT, REQUESTS = 32, 8, 12
 PNG = b"\x89PNG\r\n\x1a\n"
 STACK = "BenchStack"
 LAYOUT = {"model_id": SERVED_MODEL, "instance_type": "inf2.xlarge", "tensor_parallel": 2, "batch_size": 4,
-          "sequence_length": 4096, "max_input_tokens": 3072, "dtype": "bf16", "engine": "vllm"}
+          "sequence_length": 4096, "max_input_tokens": 3072, "dtype": "bf16"}
+"""The stack's ServingPlan output (neuron_serving.plan.layout.layout_document)."""
 
 
 def need(tool: Path | str | None, missing: str) -> None:
@@ -230,8 +234,13 @@ def test_with_stack_the_url_key_and_layout_come_from_its_outputs_and_given_rates
     assert ran.code == 0, ran.err
     document = json.loads(ran.out)
     assert (document["engine"], document["model"], document["route"]) == ("vllm", SERVED_MODEL, "/v1/chat/completions")
-    assert document["layout"] == LAYOUT and document["layout_source"] == f"stack {STACK}'s ServingPlan output"
-    assert document["predictions"] is None
+    assert document["layout"] == {**LAYOUT, "engine": "vllm"}
+    assert document["layout_source"] == f"stack {STACK}'s ServingPlan output"
+    expected = predict(plan_serving(request_from_layout(LAYOUT)), Workload(16, 4))
+    assert document["predictions"] == {
+        "ttft_s": expected.ttft_s, "itl_batch1_s": expected.itl_batch1_s, "itl_full_batch_s": expected.itl_full_batch_s,
+        "output_tokens_per_second": expected.tokens_per_second_instance,
+        "requests_per_second": expected.requests_per_second_instance}
     assert [(p["profile"], p["rate"], p["requests"]["successful"], p["predicted"]) for p in document["profiles"]] == [
         ("constant", 10.0, 3, None), ("constant", 20.0, 3, None)]
     # The key reached guidellm through its environment, never a file.
@@ -350,3 +359,31 @@ def test_each_prediction_sits_beside_the_figure_it_predicts():
     assert "1.5 / 1.6 / 1.7 (pred 1.59)" in synchronous and "29 / 30 / 31 (pred 29.8)" in synchronous
     assert "pred" not in constant
     assert "0.8 (pred 0.85)" in throughput and "240 (pred 250)" in throughput and "(pred 45)" in throughput
+
+
+def _url_args(*flags: str) -> Any:
+    return main_parser().parse_args(["bench", "--url", "http://127.0.0.1:9", *flags])
+
+
+def test_with_url_the_layout_flags_plan_the_layout_the_predictions_are_for():
+    args = _url_args("--model", "meta-llama/Llama-3.1-8B-Instruct", "--instance-type", "inf2.48xlarge",
+                     "--tensor-parallel", "8", "--batch-size", "8", "--sequence-length", "16512")
+    plan, source = bench_module._layout(args, Endpoint(args.url, None, None, None, None))
+    assert source == "the command's flags"
+    assert plan is not None and (plan.degree, len(plan.replicas), plan.batch_size) == (8, 3, 8)
+    predictions = bench_module._layout_predictions(plan, guidellm.Workload(Tokens(12000), Tokens(290)))
+    assert predictions is not None
+    assert predictions["ttft_s"] == pytest.approx(predict(plan, Workload(12000, 290)).ttft_s)
+
+
+def test_layout_flags_that_make_no_layout_are_refused_naming_the_setting():
+    args = _url_args("--model", "meta-llama/Llama-3.1-8B-Instruct", "--instance-type", "inf2.48xlarge",
+                     "--tensor-parallel", "5")
+    with pytest.raises(OpsError, match=r"the layout flags do not make a layout: tensor_parallel \(5\) must be one"):
+        bench_module._layout(args, Endpoint(args.url, None, None, None, None))
+
+
+def test_a_workload_longer_than_the_layouts_sequence_is_refused():
+    plan = plan_serving(request_from_layout(LAYOUT))
+    with pytest.raises(OpsError, match=r"does not fit the endpoint's layout: input_tokens \(4000\) must be at most"):
+        bench_module._layout_predictions(plan, guidellm.Workload(Tokens(4000), Tokens(10)))

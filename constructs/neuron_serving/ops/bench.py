@@ -22,12 +22,13 @@ import datetime as dt
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..plan.engines import Engine
-from ..plan.layout import ServingRequest
+from ..plan import performance
+from ..plan.errors import ServingConfigError
+from ..plan.layout import ServingPlan, ServingRequest, layout_document, plan_serving, request_from_layout
 from . import guidellm
 from .aws import EXIT_FAILURE, OpsError, run_aws
 from .bench_plot import Point, plot
@@ -51,42 +52,11 @@ PROBE_TIMEOUT = 30.0
 """Seconds the GET that reaches the endpoint may take."""
 
 LAYOUT_OUTPUT = "ServingPlan"
-"""The stack output holding the serving layout as JSON: ``model_id``, ``instance_type``,
-``tensor_parallel``, ``batch_size``, ``sequence_length``, ``max_input_tokens``, ``dtype``,
-``engine``."""
+"""The stack output holding the serving layout as JSON (:func:`~neuron_serving.plan.layout.layout_document`)."""
 
 LAYOUT_FLAGS = ("model", "instance_type", "tensor_parallel")
 """With ``--url``, the flags that together make the layout known (batch size and sequence length
 have the stack's defaults)."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How the endpoint serves: what the performance model needs to predict its figures."""
-
-    model_id: str
-    instance_type: str
-    tensor_parallel: int
-    batch_size: int
-    sequence_length: int
-    max_input_tokens: int | None
-    dtype: str
-    engine: str
-
-    @classmethod
-    def from_output(cls, stack: str, text: str) -> Layout:
-        """The layout of ``stack``'s :data:`LAYOUT_OUTPUT` output (``text``); :class:`OpsError`
-        when it is not that JSON object."""
-        try:
-            value = json.loads(text)
-            layout = cls(str(value["model_id"]), str(value["instance_type"]), int(value["tensor_parallel"]),
-                         int(value["batch_size"]), int(value["sequence_length"]),
-                         None if value.get("max_input_tokens") is None else int(value["max_input_tokens"]),
-                         str(value["dtype"]), str(value["engine"]))
-        except (ValueError, TypeError, KeyError) as err:
-            raise OpsError(f"stack {stack}'s {LAYOUT_OUTPUT} output is not the layout this version of "
-                           f"cdk-neuron-serving writes ({type(err).__name__}: {err}): upgrade it") from None
-        return layout
 
 
 # --- the command -----------------------------------------------------------------------------------------
@@ -262,8 +232,8 @@ def bench(args: argparse.Namespace, workload: Workload, key: str | None) -> dict
     model = serving.openai_model(probe)
     if model is None:
         raise OpsError(f"{endpoint.url} answered GET {serving.probe.path} without naming its model")
-    layout, layout_source = _layout(args, endpoint, serving)
-    predictions = _layout_predictions(layout, workload)
+    plan, layout_source = _layout(args, endpoint)
+    predictions = _layout_predictions(plan, workload)
     results = args.results_dir or Path("bench-results") / dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     results.mkdir(parents=True, exist_ok=True)
     measured: list[Measured] = []
@@ -280,7 +250,7 @@ def bench(args: argparse.Namespace, workload: Workload, key: str | None) -> dict
     document = {
         "url": endpoint.url, "engine": serving.name, "model": model, "route": ROUTES[args.route],
         "workload": {"input_tokens": asdict(workload.input), "output_tokens": asdict(workload.output)},
-        "layout": asdict(layout) if layout else None, "layout_source": layout_source,
+        "layout": {**layout_document(plan), "engine": serving.name} if plan else None, "layout_source": layout_source,
         "predictions": predictions,
         "profiles": [_profile_document(m, predictions) for m in measured],
         "results": {"json": str(results / "bench.json"), "png": str(results / "bench.png"),
@@ -316,26 +286,45 @@ def _runs(args: argparse.Namespace) -> list[tuple[str, str, dict[str, Any]]]:
     return [(name, what[name], sections[name]) for name in PROFILES if name in profiles]
 
 
-def _layout(args: argparse.Namespace, endpoint: Endpoint, serving: Engine) -> tuple[Layout | None, str]:
-    """The endpoint's layout, and where it came from or why it is unknown."""
+def _layout(args: argparse.Namespace, endpoint: Endpoint) -> tuple[ServingPlan | None, str]:
+    """The endpoint's layout, planned as the stack plans it, and where it came from or why it is unknown."""
     if endpoint.stack is not None:
         text = endpoint.stack.output(LAYOUT_OUTPUT)
+        source = f"stack {endpoint.stack.name}'s {LAYOUT_OUTPUT} output"
         if not text:
             return None, f"stack {endpoint.stack.name} has no {LAYOUT_OUTPUT} output (deployed by an older version)"
-        return Layout.from_output(endpoint.stack.name, text), f"stack {endpoint.stack.name}'s {LAYOUT_OUTPUT} output"
+        try:
+            return plan_serving(request_from_layout(json.loads(text))), source
+        except (ValueError, TypeError) as err:  # ServingConfigError is a ValueError, as is bad JSON
+            raise OpsError(f"{source} is not a layout this version of cdk-neuron-serving can read ({err}): "
+                           "upgrade it") from None
     if args.model is None:
         return None, "not given (--model, --instance-type and --tensor-parallel)"
-    return Layout(args.model, args.instance_type, args.tensor_parallel,
-                  args.batch_size or ServingRequest.batch_size, args.sequence_length or ServingRequest.sequence_length,
-                  None, ServingRequest.dtype, serving.name), "the command's flags"
+    request = ServingRequest(args.model, args.instance_type, tensor_parallel=args.tensor_parallel,
+                             batch_size=args.batch_size or ServingRequest.batch_size,
+                             sequence_length=args.sequence_length or ServingRequest.sequence_length)
+    try:
+        return plan_serving(request), "the command's flags"
+    except ServingConfigError as err:
+        raise OpsError(f"the layout flags do not make a layout: {err}") from None
 
 
-def _layout_predictions(layout: Layout | None, workload: Workload) -> dict[str, float] | None:
-    """The performance model's predictions for ``workload`` (its mean token counts) on ``layout``,
-    per instance: ``ttft_s``, ``itl_batch1_s``, ``itl_full_batch_s``, ``output_tokens_per_second``
-    and ``requests_per_second`` (the last two at saturation). None without a layout, and until
-    :mod:`neuron_serving.plan.performance` is wired in here."""
-    return None
+def _layout_predictions(plan: ServingPlan | None, workload: Workload) -> dict[str, float] | None:
+    """The performance model's predictions (:func:`neuron_serving.plan.performance.predict`) for
+    ``workload``'s mean token counts on ``plan``, per instance: ``ttft_s``, ``itl_batch1_s``,
+    ``itl_full_batch_s``, ``output_tokens_per_second`` and ``requests_per_second`` (the last two at
+    saturation). None without a layout."""
+    if plan is None:
+        return None
+    mean = performance.Workload(round(workload.input.mean), round(workload.output.mean))
+    try:
+        prediction = performance.predict(plan, mean)
+    except ServingConfigError as err:
+        raise OpsError(f"the workload does not fit the endpoint's layout: {err}") from None
+    return {"ttft_s": prediction.ttft_s, "itl_batch1_s": prediction.itl_batch1_s,
+            "itl_full_batch_s": prediction.itl_full_batch_s,
+            "output_tokens_per_second": prediction.tokens_per_second_instance,
+            "requests_per_second": prediction.requests_per_second_instance}
 
 
 def _predicted(profile: str, predictions: dict[str, float] | None) -> dict[str, float]:
@@ -435,8 +424,9 @@ def _report(printer: Printer, document: dict[str, Any]) -> None:
     layout = document["layout"]
     printer.print(f"layout: {_layout_text(layout)} ({document['layout_source']})" if layout
                   else f"layout: unknown, {document['layout_source']}: no prediction")
-    if layout and document["predictions"] is None:
-        printer.print("predictions: none (no performance model for this layout)")
+    if document["predictions"] is not None:
+        printer.print("pred: the performance model's figure for one host (neuron_serving.plan.performance); an "
+                      "Auto Scaling fleet's endpoint serves up to its hosts times the requests and tokens per second")
     for p in document["profiles"]:
         if p["first_error"]:
             printer.print(f"{_label(p['profile'], p['rate'])}: {p['requests']['errored']} errors, the first: "

@@ -239,6 +239,7 @@ def test_with_stack_the_url_key_and_layout_come_from_its_outputs_and_given_rates
     expected = predict(plan_serving(request_from_layout(LAYOUT)), Workload(16, 4))
     assert document["predictions"] == {
         "ttft_s": expected.ttft_s, "itl_batch1_s": expected.itl_batch1_s, "itl_full_batch_s": expected.itl_full_batch_s,
+        "e2e_batch1_s": expected.ttft_s + 3 * expected.itl_batch1_s,
         "output_tokens_per_second": expected.tokens_per_second_instance,
         "requests_per_second": expected.requests_per_second_instance}
     assert [(p["profile"], p["rate"], p["requests"]["successful"], p["predicted"]) for p in document["profiles"]] == [
@@ -340,8 +341,8 @@ def test_each_prediction_sits_beside_the_figure_it_predicts():
         return Measured(profile, rate, 60.0, 50, 0, 0, 0.8, 240.0, 3.0, 15900.0, 290.0, 14500, latency,
                         Percentiles(29.0, 30.0, 31.0), latency, None)
 
-    predictions = {"ttft_s": 1.59, "itl_batch1_s": 0.0298, "itl_full_batch_s": 0.045, "output_tokens_per_second": 250.0,
-                   "requests_per_second": 0.85}
+    predictions = {"ttft_s": 1.59, "itl_batch1_s": 0.0298, "itl_full_batch_s": 0.045, "e2e_batch1_s": 10.2,
+                   "output_tokens_per_second": 250.0, "requests_per_second": 0.85}
     profiles = [bench_module._profile_document(measured(p, r), predictions)
                 for p, r in (("synchronous", None), ("constant", 0.5), ("throughput", None))]
     out = io.StringIO()
@@ -352,11 +353,12 @@ def test_each_prediction_sits_beside_the_figure_it_predicts():
                      for k in ("input_tokens", "output_tokens")}})
 
     assert [p["predicted"] for p in profiles] == [
-        {"ttft_s": 1.59, "itl_ms": pytest.approx(29.8)}, None,
+        {"ttft_s": 1.59, "itl_ms": pytest.approx(29.8), "e2e_s": 10.2}, None,
         {"itl_ms": 45.0, "output_tokens_per_second": 250.0, "requests_per_second": 0.85}]
     synchronous, constant, throughput = (line for line in out.getvalue().splitlines()
                                          if line.startswith(("synchronous", "constant", "throughput")))
     assert "1.5 / 1.6 / 1.7 (pred 1.59)" in synchronous and "29 / 30 / 31 (pred 29.8)" in synchronous
+    assert "(pred 10.2)" in synchronous
     assert "pred" not in constant
     assert "0.8 (pred 0.85)" in throughput and "240 (pred 250)" in throughput and "(pred 45)" in throughput
 

@@ -323,19 +323,22 @@ def _layout_predictions(plan: ServingPlan | None, workload: Workload) -> dict[st
         raise OpsError(f"the workload does not fit the endpoint's layout: {err}") from None
     return {"ttft_s": prediction.ttft_s, "itl_batch1_s": prediction.itl_batch1_s,
             "itl_full_batch_s": prediction.itl_full_batch_s,
+            # A request alone on a replica: its first token, then one per step.
+            "e2e_batch1_s": prediction.ttft_s + (mean.output_tokens - 1) * prediction.itl_batch1_s,
             "output_tokens_per_second": prediction.tokens_per_second_instance,
             "requests_per_second": prediction.requests_per_second_instance}
 
 
 def _predicted(profile: str, predictions: dict[str, float] | None) -> dict[str, float]:
     """The predictions that apply to a profile's measured figures, in their units: at one request
-    at a time (synchronous) time to first token and batch-1 inter-token latency; at saturation
-    (throughput) full-batch inter-token latency, tokens and requests per second. A constant rate
-    lies between, where queueing the model does not describe decides."""
+    at a time (synchronous) time to first token, batch-1 inter-token latency and end-to-end
+    latency; at saturation (throughput) full-batch inter-token latency, tokens and requests per
+    second. A constant rate lies between, where queueing the model does not describe decides."""
     if predictions is None:
         return {}
     if profile == SYNCHRONOUS:
-        return {"ttft_s": predictions["ttft_s"], "itl_ms": predictions["itl_batch1_s"] * 1e3}
+        return {"ttft_s": predictions["ttft_s"], "itl_ms": predictions["itl_batch1_s"] * 1e3,
+                "e2e_s": predictions["e2e_batch1_s"]}
     if profile == THROUGHPUT:
         return {"itl_ms": predictions["itl_full_batch_s"] * 1e3,
                 "output_tokens_per_second": predictions["output_tokens_per_second"],
@@ -415,7 +418,7 @@ def _report(printer: Printer, document: dict[str, Any]) -> None:
 
         rows.append([_label(p["profile"], p["rate"]), _cell(p["requests_per_second"], predicted.get(
             "requests_per_second")), _cell(percentiles("ttft_s"), predicted.get("ttft_s")),
-            _cell(percentiles("itl_ms"), predicted.get("itl_ms")), _cell(percentiles("e2e_s"), None),
+            _cell(percentiles("itl_ms"), predicted.get("itl_ms")), _cell(percentiles("e2e_s"), predicted.get("e2e_s")),
             _cell(p["output_tokens_per_second"], predicted.get("output_tokens_per_second")),
             f"{p['requests']['successful']}", str(p["requests"]["errored"])])
     printer.print(printer.table(

@@ -94,6 +94,8 @@ class ReplicaStats:
     """Generation requests accepted (not answered overloaded) since the replica was created."""
     overloaded: int = 0
     """Requests answered overloaded."""
+    health_checks: int = 0
+    """``GET /health`` requests answered."""
     first_request_after_restart: float | None = None
     """When the first generation request arrived after the last restart."""
     arrivals: list[float] = field(default_factory=list)
@@ -193,6 +195,7 @@ class BatchingReplica:
                 length = int(headers.get("content-length", "0"))
                 body = await reader.readexactly(length) if length else b""
                 if method == "GET" and path == "/health":
+                    self.stats.health_checks += 1
                     _respond(writer, 200, b"", "text/plain", self.spec.name)
                 elif method == "POST" and path in ("/generate", "/generate_stream"):
                     await self._generate(writer, body, stream=path == "/generate_stream")

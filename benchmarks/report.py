@@ -111,7 +111,7 @@ def failover_figures(result: FailoverResult) -> dict[str, Any]:
         "lost_beyond_in_flight": max(0, lost - result.in_flight_on_killed),
         "seconds_until_marked_down": _seconds(None if result.marked_down_at is None
                                               else result.marked_down_at - result.killed_at),
-        "failed_connections_to_killed": result.failed_connections,
+        "new_requests_that_tried_killed": result.tried_killed,
         "retries": result.retries,
         "redispatches": result.redispatches,
         "seconds_until_restarted_takes_traffic": _seconds(

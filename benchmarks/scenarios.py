@@ -58,8 +58,9 @@ class Scale:
     :param overhead_output_tokens: tokens each overhead request generates.
     :param mix: the mixed workload.
     :param mixed_requests: requests of the mixed trace, replayed against each router.
-    :param failover_seconds: how long the failover scenario's load lasts; the replica is killed
-        after a quarter of it and restarted at half of it.
+    :param failover_seconds: how long the failover scenario's load lasts. The replica is killed
+        at the first health check it answers after a quarter of it (or at half of it without one)
+        and restarted a quarter of it later.
     :param overload_requests: requests per route while every replica answers overloaded.
     """
 
@@ -74,7 +75,7 @@ class Scale:
 
 
 FULL = Scale(overhead_rounds=3, overhead_single_requests=4, overhead_parallel_requests=2, overhead_output_tokens=32,
-             mix=Mix(), mixed_requests=450, failover_seconds=16.0, overload_requests=12)
+             mix=Mix(), mixed_requests=450, failover_seconds=20.0, overload_requests=12)
 TINY = Scale(overhead_rounds=1, overhead_single_requests=2, overhead_parallel_requests=1, overhead_output_tokens=4,
              mix=Mix(output_tokens=(5, 20)), mixed_requests=10, failover_seconds=4.0, overload_requests=2)
 
@@ -182,8 +183,8 @@ class FailoverResult:
     in_flight_on_killed: int
     marked_down_at: float | None
     first_request_after_restart: float | None
-    failed_connections: int
-    """Connections HAProxy failed to open to the killed replica."""
+    tried_killed: int
+    """New requests sent to the killed replica after its death, each then redispatched."""
     retries: int
     redispatches: int
     states: list[tuple[float, str]]
@@ -191,8 +192,10 @@ class FailoverResult:
 
 
 async def failover(scale: Scale, workdir: Path) -> FailoverResult:
-    """Chat requests at half the replicas' capacity; :data:`VICTIM` is killed a quarter of the way
-    through and restarted halfway. The router runs its production health-check intervals."""
+    """Chat requests at half the replicas' capacity; :data:`VICTIM` is killed and later restarted
+    (see :attr:`Scale.failover_seconds`). The router runs its production health-check intervals,
+    and the kill comes just after a health check that the replica passed: the moment when the
+    checks alone take longest to notice."""
     replicas = Replicas.default()
     chat = Mix(long_share=0.0, chat_input_tokens=scale.mix.chat_input_tokens, output_tokens=scale.mix.output_tokens)
     step, prefill = STEP_SECONDS / TIME_SCALE, PREFILL_SECONDS_PER_TOKEN / TIME_SCALE
@@ -208,9 +211,10 @@ async def failover(scale: Scale, workdir: Path) -> FailoverResult:
         done = asyncio.Event()
         watch = asyncio.create_task(_watch(router, states, done))
         await asyncio.sleep(scale.failover_seconds / 4)
+        await _next_health_check(host, begin + scale.failover_seconds / 2)
         killed_at = time.monotonic()
         in_flight = await host.kill(VICTIM)
-        await asyncio.sleep(begin + scale.failover_seconds / 2 - time.monotonic())
+        await asyncio.sleep(scale.failover_seconds / 4)
         restarted_at = await host.restart(VICTIM)
         outcomes = await load
         done.set()
@@ -221,8 +225,15 @@ async def failover(scale: Scale, workdir: Path) -> FailoverResult:
     backend = next(r for r in rows if r["pxname"] == "replicas" and r["svname"] == "BACKEND")
     down = next((t for t, state in states if t >= killed_at and state.startswith("DOWN")), None)
     return FailoverResult(outcomes, killed_at, restarted_at, in_flight, down,
-                          stats[VICTIM].first_request_after_restart, int(server["econ"] or 0),
+                          stats[VICTIM].first_request_after_restart, int(server["wredis"] or 0),
                           int(backend["wretr"] or 0), int(backend["wredis"] or 0), states)
+
+
+async def _next_health_check(host: ReplicaHost, deadline: float) -> None:
+    """Return when :data:`VICTIM` answers its next health check, or at ``deadline``."""
+    checks = (await host.stats())[VICTIM].health_checks
+    while time.monotonic() < deadline and (await host.stats())[VICTIM].health_checks == checks:
+        await asyncio.sleep(0.02)
 
 
 async def _watch(router: Router, states: list[tuple[float, str]], done: asyncio.Event) -> None:

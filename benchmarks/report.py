@@ -157,7 +157,8 @@ def setup(scale: Scale) -> dict[str, Any]:
                   "long_input_tokens": mix.long_input_tokens, "chat_input_tokens": list(mix.chat_input_tokens),
                   "output_tokens": list(mix.output_tokens), "load": mix.load, "requests": scale.mixed_requests,
                   "seed": SEED},
-        "failover": {"load": 0.5, "seconds": scale.failover_seconds, "killed": VICTIM},
+        "failover": {"load": 0.5, "seconds": scale.failover_seconds, "down_seconds": scale.down_seconds,
+                     "killed": VICTIM},
         "overload": {"requests_per_route": scale.overload_requests},
     }
 

@@ -59,8 +59,8 @@ class Scale:
     :param mix: the mixed workload.
     :param mixed_requests: requests of the mixed trace, replayed against each router.
     :param failover_seconds: how long the failover scenario's load lasts. The replica is killed
-        at the first health check it answers after a quarter of it (or at half of it without one)
-        and restarted a quarter of it later.
+        at the first health check it answers after a quarter of it (or at half of it without one).
+    :param down_seconds: how long the killed replica stays dead.
     :param overload_requests: requests per route while every replica answers overloaded.
     """
 
@@ -71,13 +71,15 @@ class Scale:
     mix: Mix
     mixed_requests: int
     failover_seconds: float
+    down_seconds: float
     overload_requests: int
 
 
 FULL = Scale(overhead_rounds=3, overhead_single_requests=4, overhead_parallel_requests=2, overhead_output_tokens=32,
-             mix=Mix(), mixed_requests=450, failover_seconds=20.0, overload_requests=12)
+             mix=Mix(), mixed_requests=450, failover_seconds=24.0, down_seconds=8.0, overload_requests=12)
 TINY = Scale(overhead_rounds=1, overhead_single_requests=2, overhead_parallel_requests=1, overhead_output_tokens=4,
-             mix=Mix(output_tokens=(5, 20)), mixed_requests=10, failover_seconds=4.0, overload_requests=2)
+             mix=Mix(output_tokens=(5, 20)), mixed_requests=10, failover_seconds=4.0, down_seconds=1.0,
+             overload_requests=2)
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,7 @@ async def failover(scale: Scale, workdir: Path) -> FailoverResult:
         await _next_health_check(host, begin + scale.failover_seconds / 2)
         killed_at = time.monotonic()
         in_flight = await host.kill(VICTIM)
-        await asyncio.sleep(scale.failover_seconds / 4)
+        await asyncio.sleep(scale.down_seconds)
         restarted_at = await host.restart(VICTIM)
         outcomes = await load
         done.set()

@@ -83,7 +83,7 @@ def overhead_figures(result: OverheadResult) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     for streams, paths in result.outcomes.items():
         direct, router = latencies(paths["direct"]), latencies(paths["router"])
-        figures[f"{streams}_streams"] = {
+        figures[f"{streams}_stream" + ("s" if streams > 1 else "")] = {
             "direct": direct, "router": router,
             "ratios": {key: ratio(router[key], direct[key]) for key in ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99")},
         }

@@ -46,7 +46,7 @@ def test_the_run_writes_its_figures_and_three_plots(output: Path) -> None:
 
 
 def test_overhead_has_both_paths_and_four_ratios_at_1_and_64_streams(figures: dict[str, Any]) -> None:
-    assert set(figures["overhead"]) == {"1_streams", "64_streams"}
+    assert set(figures["overhead"]) == {"1_stream", "64_streams"}
     for group in figures["overhead"].values():
         assert set(group["direct"]) == set(group["router"]) == LATENCIES
         assert group["direct"]["failed"] == group["router"]["failed"] == 0

@@ -43,7 +43,7 @@ import contextlib
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 MAX_CONCURRENT_REQUESTS = 128
@@ -98,8 +98,6 @@ class ReplicaStats:
     """``GET /health`` requests answered."""
     first_request_after_restart: float | None = None
     """When the first generation request arrived after the last restart."""
-    arrivals: list[float] = field(default_factory=list)
-    """When each accepted generation request arrived."""
 
 
 class BatchingReplica:
@@ -227,7 +225,6 @@ class BatchingReplica:
             return
         now = time.monotonic()
         self.stats.requests += 1
-        self.stats.arrivals.append(now)
         if self.stats.first_request_after_restart is None:
             self.stats.first_request_after_restart = now
         if stream:

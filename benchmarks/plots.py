@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from .load import Outcome
-from .report import OVERHEAD_LIMIT
+from .report import OVERHEAD_LIMIT, percentile
 from .scenarios import FailoverResult, MixedResult
 
 LABELS = {"shipped": "shipped router", "round_robin": "round robin"}
@@ -50,7 +50,7 @@ def mixed(result: MixedResult, path: Path) -> None:
                 continue
             share = [(i + 1) / len(values) for i in range(len(values))]
             line, = ax.plot(values, share, label=LABELS.get(router, router))
-            ax.axvline(values[max(0, int(0.99 * len(values)) - 1)], color=line.get_color(), linestyle=":")
+            ax.axvline(percentile(values, 99) or 0.0, color=line.get_color(), linestyle=":")
         ax.set_xscale("log")
         ax.set_xlabel("seconds (benchmark clock; dotted: p99)")
         ax.set_ylabel("share of requests")

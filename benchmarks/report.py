@@ -9,6 +9,7 @@ from typing import Any
 
 from .load import Outcome
 from .scenarios import (
+    FAILOVER_LOAD,
     OVERHEAD_BATCH_SIZE,
     OVERHEAD_PROMPT_TOKENS,
     SEED,
@@ -157,7 +158,7 @@ def setup(scale: Scale) -> dict[str, Any]:
                   "long_input_tokens": mix.long_input_tokens, "chat_input_tokens": list(mix.chat_input_tokens),
                   "output_tokens": list(mix.output_tokens), "load": mix.load, "requests": scale.mixed_requests,
                   "seed": SEED},
-        "failover": {"load": 0.5, "seconds": scale.failover_seconds, "down_seconds": scale.down_seconds,
+        "failover": {"load": FAILOVER_LOAD, "seconds": scale.failover_seconds, "down_seconds": scale.down_seconds,
                      "killed": VICTIM},
         "overload": {"requests_per_route": scale.overload_requests},
     }

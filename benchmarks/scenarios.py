@@ -41,6 +41,9 @@ and hide the router's share."""
 SEED = 12
 """The mixed workload's trace: fixed, so that reruns compare like with like."""
 
+FAILOVER_LOAD = 0.5
+"""The failover scenario's arrival rate, as a fraction of the replicas' capacity."""
+
 VICTIM = "replica-1"
 """The replica the failover scenario kills."""
 
@@ -194,14 +197,14 @@ class FailoverResult:
 
 
 async def failover(scale: Scale, workdir: Path) -> FailoverResult:
-    """Chat requests at half the replicas' capacity; :data:`VICTIM` is killed and later restarted
-    (see :attr:`Scale.failover_seconds`). The router runs its production health-check intervals,
-    and the kill comes just after a health check that the replica passed: the moment when the
-    checks alone take longest to notice."""
+    """Chat requests at :data:`FAILOVER_LOAD` of the replicas' capacity; :data:`VICTIM` is killed
+    and later restarted (see :attr:`Scale.failover_seconds`). The router runs its production
+    health-check intervals, and the kill comes just after a health check that the replica
+    passed: the moment when the checks alone take longest to notice."""
     replicas = Replicas.default()
     chat = Mix(long_share=0.0, chat_input_tokens=scale.mix.chat_input_tokens, output_tokens=scale.mix.output_tokens)
     step, prefill = STEP_SECONDS / TIME_SCALE, PREFILL_SECONDS_PER_TOKEN / TIME_SCALE
-    rate = 0.5 * capacity(chat, len(replicas.plan.replicas), BATCH_SIZE, step, prefill)
+    rate = FAILOVER_LOAD * capacity(chat, len(replicas.plan.replicas), BATCH_SIZE, step, prefill)
     count = max(1, int(rate * scale.failover_seconds))
     trace = mixed_trace(chat, count, rate, SEED)
     deadline = scale.failover_seconds + 10 * chat.output_tokens[1] * step

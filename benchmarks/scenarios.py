@@ -205,8 +205,9 @@ async def failover(scale: Scale, workdir: Path) -> FailoverResult:
     chat = Mix(long_share=0.0, chat_input_tokens=scale.mix.chat_input_tokens, output_tokens=scale.mix.output_tokens)
     step, prefill = STEP_SECONDS / TIME_SCALE, PREFILL_SECONDS_PER_TOKEN / TIME_SCALE
     rate = FAILOVER_LOAD * capacity(chat, len(replicas.plan.replicas), BATCH_SIZE, step, prefill)
-    count = max(1, int(rate * scale.failover_seconds))
-    trace = mixed_trace(chat, count, rate, SEED)
+    # Poisson arrivals until the load's end: twice the expected count, then the late ones dropped.
+    trace = [call for call in mixed_trace(chat, 2 * int(rate * scale.failover_seconds) + 1, rate, SEED)
+             if call.start < scale.failover_seconds]
     deadline = scale.failover_seconds + 10 * chat.output_tokens[1] * step
     async with serving(shipped_config(replicas.plan, replicas.metrics_port), replicas.specs(), workdir,
                        replicas.metrics_port) as (host, router):

@@ -185,7 +185,8 @@ class Publisher:
         :param now_ms: the events' timestamp, in milliseconds since the epoch.
         """
         self._out = {}
-        steps = [(f"{name}'s metrics", partial(self._replica, name, text)) for name, text in replicas.items()
+        share = self._queue_share(router, sum(text is not None for text in replicas.values()))
+        steps = [(f"{name}'s metrics", partial(self._replica, name, text, share)) for name, text in replicas.items()
                  if text is not None]
         if router is not None:
             steps.append(("the router's metrics", partial(self._router, router)))
@@ -214,13 +215,26 @@ class Publisher:
             return None
         return value - previous if value >= previous else value
 
-    def _replica(self, replica: str, text: str) -> None:
+    def _queue_share(self, router: str | None, replicas: int) -> float:
+        """Each replica's share of the requests the router holds for the replicas (its backend
+        queue), so that InFlightRequests counts every request waiting for a replica: the router
+        sends each replica only its batch and queues the rest itself."""
+        if router is None or replicas == 0:
+            return 0.0
+        try:
+            queued = total(parse_prometheus(router), "haproxy_backend_current_queue", proxy=self.backend)
+        except Exception as error:
+            log(f"no router queue in this round's InFlightRequests: {error!r}")
+            return 0.0
+        return (queued or 0.0) / replicas
+
+    def _replica(self, replica: str, text: str, router_share: float = 0.0) -> None:
         samples = parse_prometheus(text)
         dims = {**self.instance, "Replica": replica}
         queued, batch = _sum(samples, self.sources["queued"]), _sum(samples, self.sources["running"])
         self._add(dims, "QueueSize", queued)
         self._add(dims, "BatchSize", batch)
-        self._add(dims, "InFlightRequests", None if queued is None or batch is None else queued + batch)
+        self._add(dims, "InFlightRequests", None if queued is None or batch is None else queued + batch + router_share)
         # Servers create a counter (or a labelled series) at its first increment: absent means zero.
         for metric, sources in self.sources["counters"].items():
             self._add(dims, metric, self._delta((replica, metric), _sum(samples, sources) or 0.0))

@@ -49,6 +49,16 @@ def test_gauges_are_published_from_every_scrape(two_scrapes: Any) -> None:
         [3], [4], [7])
 
 
+def test_in_flight_requests_add_each_replicas_share_of_the_router_queue() -> None:
+    pub = pm.Publisher(make_config(replicas={"replica-0": 8081, "replica-1": 8082}), SERVICE, INSTANCE_ID)
+
+    events = pub.collect(None, {"replica-0": SECOND, "replica-1": SECOND}, fixture("haproxy-metrics.txt"), None, 1_000)
+
+    # Each page: 3 queued and 4 in the batch; the router holds 4 requests for the 2 replicas.
+    assert values(events, "InFlightRequests") == [3 + 4 + 4 / 2]
+    assert values(events, "QueueSize") == [3]
+
+
 def test_counters_and_histograms_have_no_value_on_the_first_scrape(two_scrapes: Any) -> None:
     first, _ = two_scrapes
     for metric in ("Requests", "RequestFailures", "GeneratedTokens", *HISTOGRAMS):

@@ -17,6 +17,7 @@ import pytest
 from routersim import Router, generate, http_request, make_plan
 
 from neuron_serving.plan import ServingConfigError
+from neuron_serving.plan.engines import ENGINES, Engine
 from neuron_serving.render.router import render_router_config
 
 StartRouter = Callable[..., Router]
@@ -184,7 +185,7 @@ def test_router_health_is_503_when_no_replica_is_up(start_router: StartRouter) -
     assert resp.replica is None, "the router answers /health itself"
 
 
-def test_connection_refused_by_replica_still_marked_up_is_retried_on_another(
+def test_first_connection_refused_by_a_replica_marks_it_down_and_is_redispatched(
         start_router: StartRouter) -> None:
     # Checks 10 s apart and 3 failures to mark a replica down: during the second the requests
     # take, the router cannot learn from its health checks that the replica died.
@@ -195,9 +196,37 @@ def test_connection_refused_by_replica_still_marked_up_is_retried_on_another(
 
     assert [r.status for r in responses] == [200] * 12
     assert {r.replica for r in responses} == {"replica-0", "replica-2"}
-    assert router.server_states()["replica-1"].startswith("UP")
-    # leastconn sent some of them to the dead replica first; each was redispatched.
-    assert int(router.backend_stats()["wredis"]) > 0
+    assert router.server_states()["replica-1"] == "DOWN"
+    # One request tried the dead replica and was replayed on another; the rest never tried it.
+    assert router.backend_stats()["wredis"] == "1"
+
+
+@pytest.mark.parametrize("serving", ENGINES.values(), ids=ENGINES.keys())
+def test_each_replica_is_sent_at_most_its_batch_by_default(serving: Engine) -> None:
+    plan = make_plan(3)
+
+    config = render_router_config(plan, serving)
+
+    assert re.search(rf"^\s*default-server .* maxconn {plan.batch_size}$", config, flags=re.MULTILINE), config
+
+
+def test_a_per_replica_limit_above_what_the_engine_accepts_is_refused() -> None:
+    with pytest.raises(ServingConfigError) as err:
+        render_router_config(make_plan(3), max_concurrent_per_replica=129)
+
+    assert "max_concurrent_per_replica (129) must be an integer from 1 to 128" in str(err.value)
+
+
+def test_requests_beyond_the_batch_wait_in_the_router_not_in_the_replica(start_router: StartRouter) -> None:
+    router = start_router(replicas=1, token_delay=0.05)
+    batch = router.plan.batch_size
+
+    with ThreadPoolExecutor(max_workers=batch + 2) as pool:
+        responses = list(pool.map(lambda _: router.request("POST", "/generate", generate(4)), range(batch + 2)))
+
+    assert [r.status for r in responses] == [200] * (batch + 2)
+    assert router.replicas["replica-0"].max_in_flight == batch
+    assert router.backend_stats()["qmax"] == "2"
 
 
 def test_requests_beyond_the_per_replica_limit_wait_in_the_router_queue(start_router: StartRouter) -> None:

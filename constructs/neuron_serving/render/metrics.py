@@ -88,7 +88,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("QueueSize", "Count", "replica", REPLICA_SETS, "Requests waiting for a batch slot (a gauge)."),
     MetricSpec("BatchSize", "Count", "replica", REPLICA_SETS, "Requests in the running batch (a gauge)."),
     MetricSpec("InFlightRequests", "Count", "replica", REPLICA_SETS,
-               "Requests queued or in the batch: QueueSize + BatchSize. The fleet's scaling signal."),
+               "Requests queued or in the batch: QueueSize + BatchSize, plus an equal share of the requests "
+               "the router holds for the replicas (RouterQueue over the replicas that answered). "
+               "The fleet's scaling signal."),
     MetricSpec("Requests", "Count", "replica", REPLICA_SETS, "Requests in the interval (a counter, as a delta)."),
     MetricSpec("RequestFailures", "Count", "replica", REPLICA_SETS,
                "Requests failed in the interval, all reasons (a counter, as a delta)."),

@@ -262,7 +262,8 @@ class Engine(ABC):
     container_port: int
     """The port the server listens on inside its container."""
     max_concurrent_requests: int
-    """Requests the router sends one replica at once; it queues the rest itself."""
+    """The most requests the router may send one replica at once (by default it sends the
+    plan's batch size and queues the rest itself)."""
     health_path: str = "/health"
     """The route that answers 200 once the replica can generate."""
     api_routes: tuple[str, ...]

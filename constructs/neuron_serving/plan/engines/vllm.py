@@ -76,9 +76,10 @@ MIN_BATCH_SIZE = 2
 it), and its vLLM plugin serves nothing else (optimum/neuron/vllm/AGENTS.md)."""
 
 MAX_CONCURRENT_REQUESTS = 128
-"""Requests the router sends one vLLM server at once. vLLM never refuses for load: requests
-beyond its batch wait in its own queue (``vllm:num_requests_waiting``). The router holds the
-rest, so that a burst is spread by least connections rather than piled on one server."""
+"""The most requests the router may send one vLLM server at once. vLLM never refuses for load:
+requests beyond its batch wait in its own queue (``vllm:num_requests_waiting``). By default the
+router sends the batch size and holds the rest, so that each waiting request goes to the first
+server with a free batch slot."""
 
 
 class Vllm(Engine):

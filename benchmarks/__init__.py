@@ -1,0 +1,24 @@
+"""Benchmarks of the serving path on this machine: the real router (Debian's HAProxy running the
+config that ``neuron_serving.render.router`` renders) in front of fake replicas that batch
+continuously like TGI Neuron (:mod:`benchmarks.batching_replica`).
+
+``python -m benchmarks`` runs every scenario in about three minutes on two cores, writes
+``benchmarks/results/figures.json`` and three plots next to it, and prints issue 12's targets with
+PASS or MISS. Each figure is a ratio measured within the run:
+
+- overhead: a request's time to first token (TTFT) and inter-token latency (ITL), p50 and p99,
+  through the router over straight to the replica, with 1 and 64 streams;
+- mixed: p99 TTFT and end-to-end latency of 80% chat and 20% 8k-token prompts at 70% of the
+  capacity of 6 replicas of batch 4, with the shipped router over round robin, replaying one
+  trace against both;
+- failover: requests lost when a replica is killed under load, against those in flight on it,
+  and seconds until the router marks it down and until the restarted replica takes traffic;
+- overload: what clients get while every replica answers TGI's overloaded error.
+
+Round robin, the baseline, is the shipped config with ``balance roundrobin`` and each replica
+sent up to TGI's ``MAX_CONCURRENT_REQUESTS`` (128) at once, so that requests queue inside the
+replicas in the order they were dealt: a router that knows nothing of the replicas' load.
+
+These are benchmarks, not tests: timings depend on the machine. ``tests/benchmarks`` runs the
+same code at a tiny scale so that it keeps working.
+"""

@@ -1,0 +1,173 @@
+"""The figures of one benchmark run (a JSON document) and issue 12's targets, each PASS or MISS."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .load import Outcome
+from .scenarios import (
+    FAILOVER_LOAD,
+    OVERHEAD_BATCH_SIZE,
+    OVERHEAD_PROMPT_TOKENS,
+    SEED,
+    VICTIM,
+    FailoverResult,
+    MixedResult,
+    OverheadResult,
+    OverloadResult,
+    Scale,
+    statuses,
+)
+from .workload import PREFILL_SECONDS_PER_TOKEN, STEP_SECONDS, TIME_SCALE
+
+OVERHEAD_LIMIT = 1.05
+"""Router over direct, at most (issue 12), for each of TTFT and ITL at p50 and p99."""
+TTFT_LIMIT = 0.3
+"""Shipped router over round robin, p99 time to first token of the mixed workload, at most."""
+E2E_LIMIT = 0.8
+"""Shipped router over round robin, p99 end-to-end latency of the mixed workload, at most."""
+MARK_DOWN_LIMIT = 2.0
+"""Seconds from a replica's death until the router sends it no new request, at most."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of issue 12's targets and the value this run measured."""
+
+    name: str
+    value: float | None
+    limit: float
+    kind: str = "at most"
+
+    @property
+    def passed(self) -> bool:
+        return self.value is not None and self.value <= self.limit
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "target": f"{self.kind} {self.limit:g}",
+                "result": "PASS" if self.passed else "MISS"}
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The nearest-rank ``q`` percentile (0 < q <= 100), or ``None`` without values."""
+    if not values:
+        return None
+    ranked = sorted(values)
+    return ranked[max(0, math.ceil(q / 100 * len(ranked)) - 1)]
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return round(numerator / denominator, 3)
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def latencies(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """Requests, failures, and p50 and p99 TTFT, ITL and end-to-end latency of the successful."""
+    ok = [o for o in outcomes if o.ok]
+    ttft = [o.ttft for o in ok if o.ttft is not None]
+    e2e = [o.end for o in ok if o.end is not None]
+    itl = [gap for o in ok for gap in o.itls]
+    return {"requests": len(outcomes), "failed": len(outcomes) - len(ok),
+            **{f"{name}_p{q}": _seconds(percentile(values, q))
+               for name, values in (("ttft", ttft), ("itl", itl), ("e2e", e2e)) for q in (50, 99)}}
+
+
+def overhead_figures(result: OverheadResult) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    for streams, paths in result.outcomes.items():
+        direct, router = latencies(paths["direct"]), latencies(paths["router"])
+        figures[f"{streams}_stream" + ("s" if streams > 1 else "")] = {
+            "direct": direct, "router": router,
+            "ratios": {key: ratio(router[key], direct[key]) for key in ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99")},
+        }
+    return figures
+
+
+def mixed_figures(result: MixedResult) -> dict[str, Any]:
+    figures: dict[str, Any] = {"rate_per_second": round(result.rate, 3),
+                               "capacity_per_second": round(result.capacity, 3)}
+    for router, outcomes in result.outcomes.items():
+        by_kind = {kind: latencies([o for o in outcomes if o.call.kind == kind]) for kind in ("chat", "long")}
+        figures[router] = {"all": latencies(outcomes), **by_kind}
+    shipped, baseline = figures["shipped"], figures["round_robin"]
+    figures["ratios"] = {f"{group}_{key}": ratio(shipped[group][key], baseline[group][key])
+                         for group in ("all", "chat", "long") for key in ("ttft_p99", "e2e_p99")}
+    return figures
+
+
+def failover_figures(result: FailoverResult) -> dict[str, Any]:
+    lost = sum(not o.ok for o in result.outcomes)
+    return {
+        "requests": len(result.outcomes),
+        "lost": lost,
+        "in_flight_on_killed": result.in_flight_on_killed,
+        "lost_beyond_in_flight": max(0, lost - result.in_flight_on_killed),
+        "seconds_until_marked_down": _seconds(None if result.marked_down_at is None
+                                              else result.marked_down_at - result.killed_at),
+        "new_requests_that_tried_killed": result.tried_killed,
+        "retries": result.retries,
+        "redispatches": result.redispatches,
+        "seconds_until_restarted_takes_traffic": _seconds(
+            None if result.first_request_after_restart is None
+            else result.first_request_after_restart - result.restarted_at),
+        "states": [[_seconds(t - result.killed_at), state] for t, state in result.states],
+    }
+
+
+def overload_figures(result: OverloadResult) -> dict[str, Any]:
+    routes: dict[str, Any] = {}
+    for route, outcomes in result.outcomes.items():
+        ends = [o.end for o in outcomes if o.end is not None]
+        routes[route] = {"statuses": statuses(outcomes), "first_answer": outcomes[0].first_event if outcomes else None,
+                         "seconds_p50": _seconds(percentile(ends, 50))}
+    return {"routes": routes, "answered_by_replicas": result.answered_by_replicas, "retries": result.retries,
+            "replicas_up_after": sum(state == "UP" for state in result.states_after.values())}
+
+
+def targets(figures: dict[str, Any]) -> list[Target]:
+    found = [Target(f"router overhead, {streams.replace('_', ' ')}, {key.replace('_', ' ')}", value, OVERHEAD_LIMIT)
+             for streams, group in figures["overhead"].items() for key, value in group["ratios"].items()]
+    mixed = figures["mixed"]["ratios"]
+    failover = figures["failover"]
+    return [*found,
+            Target("mixed workload, p99 TTFT vs round robin", mixed["all_ttft_p99"], TTFT_LIMIT),
+            Target("mixed workload, p99 end-to-end vs round robin", mixed["all_e2e_p99"], E2E_LIMIT),
+            Target("seconds until a killed replica is marked down", failover["seconds_until_marked_down"],
+                   MARK_DOWN_LIMIT),
+            Target("requests lost beyond those in flight on the killed replica", failover["lost_beyond_in_flight"], 0)]
+
+
+def setup(scale: Scale) -> dict[str, Any]:
+    """What the run modelled, for readers of the figures."""
+    mix = scale.mix
+    return {
+        "replica": {"step_seconds": STEP_SECONDS, "prefill_seconds_per_token": PREFILL_SECONDS_PER_TOKEN},
+        "time_scale": TIME_SCALE,
+        "overhead": {"replicas": 1, "batch_size": OVERHEAD_BATCH_SIZE,
+                     "prompt_tokens_by_streams": OVERHEAD_PROMPT_TOKENS, "output_tokens": scale.overhead_output_tokens,
+                     "rounds": scale.overhead_rounds},
+        "mixed": {"replicas": 6, "batch_size": 4, "long_share": mix.long_share,
+                  "long_input_tokens": mix.long_input_tokens, "chat_input_tokens": list(mix.chat_input_tokens),
+                  "output_tokens": list(mix.output_tokens), "load": mix.load, "requests": scale.mixed_requests,
+                  "seed": SEED},
+        "failover": {"load": FAILOVER_LOAD, "seconds": scale.failover_seconds, "down_seconds": scale.down_seconds,
+                     "killed": VICTIM},
+        "overload": {"requests_per_route": scale.overload_requests},
+    }
+
+
+def summary(figures: dict[str, Any]) -> str:
+    """The targets, one line each, for the terminal."""
+    lines = []
+    for target in figures["targets"]:
+        value = "none" if target["value"] is None else f"{target['value']:g}"
+        lines.append(f"{target['result']:4}  {target['name']}: {value} (target: {target['target']})")
+    return "\n".join(lines)

@@ -1,0 +1,289 @@
+"""The benchmark's scenarios, each the real router (its rendered config) in front of fake replicas
+in a child process (:mod:`benchmarks.batching_replica`), driven by the load client
+(:mod:`benchmarks.load`). Each returns what it measured; :mod:`benchmarks.report` turns that into
+figures and targets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from neuron_serving.plan import ServingPlan
+
+from .batching_replica import ReplicaHost, ReplicaSpec
+from .load import Call, Outcome, closed_loop, open_loop, stream
+from .router import Router, free_port_block, make_plan, round_robin, shipped_config
+from .workload import PREFILL_SECONDS_PER_TOKEN, STEP_SECONDS, TIME_SCALE, Mix, capacity, mixed_trace
+
+MODEL = "NousResearch/Meta-Llama-3-8B-Instruct"
+"""The library's default model; on inf2.24xlarge the planner gives it 6 replicas of batch 4."""
+INSTANCE_TYPE = "inf2.24xlarge"
+BATCH_SIZE = 4
+DEFAULT_PLAN = make_plan(MODEL, INSTANCE_TYPE, BATCH_SIZE, router_port=8080)
+
+OVERHEAD_MODEL = "llama-3.2-1b"
+OVERHEAD_INSTANCE_TYPE = "inf2.xlarge"
+OVERHEAD_BATCH_SIZE = 64
+"""The overhead scenario's single replica decodes every stream at once: no request ever waits,
+in the router or in the replica, so the difference between the paths is the router's own."""
+OVERHEAD_PROMPT_TOKENS = {1: 500, 64: 10}
+"""Prompt length by number of streams. With 64 streams two or three requests join the batch at
+each decode step, and their prefills stall it: with longer prompts the inter-token latency would
+mostly measure those stalls, whose pattern changes from run to run with the order of arrivals,
+and hide the router's share."""
+
+SEED = 12
+"""The mixed workload's trace: fixed, so that reruns compare like with like."""
+
+FAILOVER_LOAD = 0.5
+"""The failover scenario's arrival rate, as a fraction of the replicas' capacity."""
+
+VICTIM = "replica-1"
+"""The replica the failover scenario kills."""
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How much each scenario does. :data:`FULL` is the benchmark; :data:`TINY` only checks that
+    the scenarios still run.
+
+    :param overhead_rounds: rounds of the overhead scenario, each one block of requests straight
+        to the replica and one through the router, alternating so that both paths see the same
+        machine.
+    :param overhead_single_requests: sequential requests per block, with one stream.
+    :param overhead_parallel_requests: requests per stream per block, with 64 streams.
+    :param overhead_output_tokens: tokens each overhead request generates.
+    :param mix: the mixed workload.
+    :param mixed_requests: requests of the mixed trace, replayed against each router.
+    :param failover_seconds: how long the failover scenario's load lasts. The replica is killed
+        at the first health check it answers after a quarter of it (or at half of it without one).
+    :param down_seconds: how long the killed replica stays dead.
+    :param overload_requests: requests per route while every replica answers overloaded.
+    """
+
+    overhead_rounds: int
+    overhead_single_requests: int
+    overhead_parallel_requests: int
+    overhead_output_tokens: int
+    mix: Mix
+    mixed_requests: int
+    failover_seconds: float
+    down_seconds: float
+    overload_requests: int
+
+
+FULL = Scale(overhead_rounds=3, overhead_single_requests=4, overhead_parallel_requests=2, overhead_output_tokens=32,
+             mix=Mix(), mixed_requests=450, failover_seconds=24.0, down_seconds=8.0, overload_requests=12)
+TINY = Scale(overhead_rounds=1, overhead_single_requests=2, overhead_parallel_requests=1, overhead_output_tokens=4,
+             mix=Mix(output_tokens=(5, 20)), mixed_requests=10, failover_seconds=4.0, down_seconds=1.0,
+             overload_requests=2)
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """A plan's fake replicas: the mixed workload's costs, on the benchmark's clock."""
+
+    plan: ServingPlan
+    metrics_port: int
+
+    @classmethod
+    def default(cls) -> Replicas:
+        """The default plan's replicas on free ports: the router's, the replicas', then the
+        metrics port."""
+        base = free_port_block(len(DEFAULT_PLAN.replicas) + 2)
+        plan = make_plan(MODEL, INSTANCE_TYPE, BATCH_SIZE, base)
+        return cls(plan, base + len(plan.replicas) + 1)
+
+    def specs(self) -> list[ReplicaSpec]:
+        return [ReplicaSpec(r.name, r.port, self.plan.batch_size, STEP_SECONDS / TIME_SCALE,
+                            PREFILL_SECONDS_PER_TOKEN / TIME_SCALE) for r in self.plan.replicas]
+
+
+@contextlib.asynccontextmanager
+async def serving(config: str, specs: list[ReplicaSpec], workdir: Path,
+                  metrics_port: int) -> AsyncIterator[tuple[ReplicaHost, Router]]:
+    """The fakes, and HAProxy running ``config`` in front of them, until the block ends."""
+    host = ReplicaHost(specs)
+    router = Router(config, workdir, metrics_port)
+    try:
+        await host.start()
+        await router.start()
+        yield host, router
+    finally:
+        router.stop()
+        await host.stop()
+
+
+@dataclass
+class OverheadResult:
+    """Per number of streams, per path (``direct`` or ``router``), every request's outcome."""
+
+    outcomes: dict[int, dict[str, list[Outcome]]] = field(default_factory=dict)
+
+
+async def overhead(scale: Scale, workdir: Path) -> OverheadResult:
+    """The same requests straight to a replica and through the router, at 1 and 64 streams."""
+    base = free_port_block(3)
+    plan = make_plan(OVERHEAD_MODEL, OVERHEAD_INSTANCE_TYPE, OVERHEAD_BATCH_SIZE, base)
+    (replica,) = plan.replicas
+    spec = ReplicaSpec(replica.name, replica.port, OVERHEAD_BATCH_SIZE, STEP_SECONDS, PREFILL_SECONDS_PER_TOKEN)
+    result = OverheadResult()
+    async with serving(shipped_config(plan, base + 2), [spec], workdir, base + 2):
+        for streams, per_stream in ((1, scale.overhead_single_requests), (64, scale.overhead_parallel_requests)):
+            call = Call(0.0, OVERHEAD_PROMPT_TOKENS[streams], scale.overhead_output_tokens)
+            # A request's length, to spread the streams' first requests over one of them.
+            length = call.input_tokens * PREFILL_SECONDS_PER_TOKEN + call.output_tokens * STEP_SECONDS
+            paths: dict[str, list[Outcome]] = {"direct": [], "router": []}
+            for _ in range(scale.overhead_rounds):
+                for path, port in (("direct", replica.port), ("router", plan.router_port)):
+                    paths[path] += await closed_loop(port, streams, [call] * (streams * per_stream),
+                                                     deadline=60.0, stagger=length)
+            result.outcomes[streams] = paths
+    return result
+
+
+@dataclass
+class MixedResult:
+    """The mixed trace and each router's outcomes of it (``shipped`` and ``round_robin``)."""
+
+    trace: list[Call]
+    rate: float
+    capacity: float
+    outcomes: dict[str, list[Outcome]] = field(default_factory=dict)
+
+
+async def mixed(scale: Scale, workdir: Path) -> MixedResult:
+    """One trace of chat and long-prompt requests at ``scale.mix.load`` of the replicas' capacity,
+    replayed against the shipped router and against round robin, each with fresh replicas."""
+    step, prefill = STEP_SECONDS / TIME_SCALE, PREFILL_SECONDS_PER_TOKEN / TIME_SCALE
+    most = capacity(scale.mix, len(DEFAULT_PLAN.replicas), BATCH_SIZE, step, prefill)
+    rate = scale.mix.load * most
+    trace = mixed_trace(scale.mix, scale.mixed_requests, rate, SEED)
+    # Room for the last arrivals to be served, and for a backlog: ten of the longest requests.
+    longest = scale.mix.long_input_tokens * prefill + scale.mix.output_tokens[1] * step
+    deadline = trace[-1].start + 10 * longest
+    result = MixedResult(trace, rate, most)
+    configs: dict[str, Callable[[ServingPlan, int], str]] = {"shipped": shipped_config, "round_robin": round_robin}
+    for name, config in configs.items():
+        replicas = Replicas.default()
+        async with serving(config(replicas.plan, replicas.metrics_port), replicas.specs(), workdir,
+                           replicas.metrics_port):
+            result.outcomes[name] = await open_loop(replicas.plan.router_port, trace, deadline)
+    return result
+
+
+@dataclass
+class FailoverResult:
+    """What happened when one replica was killed under load and restarted."""
+
+    outcomes: list[Outcome]
+    killed_at: float
+    restarted_at: float
+    in_flight_on_killed: int
+    marked_down_at: float | None
+    first_request_after_restart: float | None
+    tried_killed: int
+    """New requests sent to the killed replica after its death, each then redispatched."""
+    retries: int
+    redispatches: int
+    states: list[tuple[float, str]]
+    """The killed replica's state in HAProxy, each time it changed."""
+
+
+async def failover(scale: Scale, workdir: Path) -> FailoverResult:
+    """Chat requests at :data:`FAILOVER_LOAD` of the replicas' capacity; :data:`VICTIM` is killed
+    and later restarted (see :attr:`Scale.failover_seconds`). The router runs its production
+    health-check intervals, and the kill comes just after a health check that the replica
+    passed: the moment when the checks alone take longest to notice."""
+    replicas = Replicas.default()
+    chat = Mix(long_share=0.0, chat_input_tokens=scale.mix.chat_input_tokens, output_tokens=scale.mix.output_tokens)
+    step, prefill = STEP_SECONDS / TIME_SCALE, PREFILL_SECONDS_PER_TOKEN / TIME_SCALE
+    rate = FAILOVER_LOAD * capacity(chat, len(replicas.plan.replicas), BATCH_SIZE, step, prefill)
+    # Poisson arrivals until the load's end: twice the expected count, then the late ones dropped.
+    trace = [call for call in mixed_trace(chat, 2 * int(rate * scale.failover_seconds) + 1, rate, SEED)
+             if call.start < scale.failover_seconds]
+    deadline = scale.failover_seconds + 10 * chat.output_tokens[1] * step
+    async with serving(shipped_config(replicas.plan, replicas.metrics_port), replicas.specs(), workdir,
+                       replicas.metrics_port) as (host, router):
+        begin = time.monotonic()
+        load = asyncio.create_task(open_loop(replicas.plan.router_port, trace, deadline))
+        states: list[tuple[float, str]] = []
+        done = asyncio.Event()
+        watch = asyncio.create_task(_watch(router, states, done))
+        await asyncio.sleep(scale.failover_seconds / 4)
+        await _next_health_check(host, begin + scale.failover_seconds / 2)
+        killed_at = time.monotonic()
+        in_flight = await host.kill(VICTIM)
+        await asyncio.sleep(scale.down_seconds)
+        restarted_at = await host.restart(VICTIM)
+        outcomes = await load
+        done.set()
+        await watch
+        stats = await host.stats()
+        rows = await router.stats()
+    server = next(r for r in rows if r["pxname"] == "replicas" and r["svname"] == VICTIM)
+    backend = next(r for r in rows if r["pxname"] == "replicas" and r["svname"] == "BACKEND")
+    down = next((t for t, state in states if t >= killed_at and state.startswith("DOWN")), None)
+    return FailoverResult(outcomes, killed_at, restarted_at, in_flight, down,
+                          stats[VICTIM].first_request_after_restart, int(server["wredis"] or 0),
+                          int(backend["wretr"] or 0), int(backend["wredis"] or 0), states)
+
+
+async def _next_health_check(host: ReplicaHost, deadline: float) -> None:
+    """Return when :data:`VICTIM` answers its next health check, or at ``deadline``."""
+    checks = (await host.stats())[VICTIM].health_checks
+    while time.monotonic() < deadline and (await host.stats())[VICTIM].health_checks == checks:
+        await asyncio.sleep(0.02)
+
+
+async def _watch(router: Router, states: list[tuple[float, str]], done: asyncio.Event) -> None:
+    """Record :data:`VICTIM`'s state each time it changes, polling every 50 ms until ``done``.
+    (Not stopped by cancelling it: Python 3.11's ``asyncio.wait_for`` can swallow a cancellation.)"""
+    while not done.is_set():
+        with contextlib.suppress(OSError, ValueError, TimeoutError):
+            state = (await router.server_states())[VICTIM]
+            if not states or states[-1][1] != state:
+                states.append((time.monotonic(), state))
+        await asyncio.sleep(0.05)
+
+
+@dataclass
+class OverloadResult:
+    """What clients saw while every replica answered overloaded."""
+
+    outcomes: dict[str, list[Outcome]]
+    """By route: ``/generate`` and ``/generate_stream``."""
+    states_after: dict[str, str]
+    retries: int
+    answered_by_replicas: int
+    """Requests that reached a replica (each answered overloaded)."""
+
+
+async def overload(scale: Scale, workdir: Path) -> OverloadResult:
+    """``scale.overload_requests`` requests on each generation route while every replica answers
+    TGI's overloaded error."""
+    replicas = Replicas.default()
+    call = Call(0.0, 100, 10)
+    async with serving(shipped_config(replicas.plan, replicas.metrics_port), replicas.specs(), workdir,
+                       replicas.metrics_port) as (host, router):
+        for replica in replicas.plan.replicas:
+            await host.overload(replica.name, True)
+        outcomes = {}
+        for route in ("/generate", "/generate_stream"):
+            outcomes[route] = list(await asyncio.gather(*(
+                stream(replicas.plan.router_port, call, 10.0, route) for _ in range(scale.overload_requests))))
+        states = await router.server_states()
+        backend = await router.backend()
+        stats = await host.stats()
+    return OverloadResult(outcomes, states, int(backend["wretr"] or 0), sum(s.overloaded for s in stats.values()))
+
+
+def statuses(outcomes: list[Outcome]) -> dict[str, int]:
+    """How many answers had each HTTP status (``none`` when no status arrived)."""
+    return dict(Counter(str(o.status) if o.status is not None else "none" for o in outcomes))

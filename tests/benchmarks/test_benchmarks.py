@@ -1,0 +1,93 @@
+"""The serving-path benchmark (``python -m benchmarks``) run at its tiny scale, so that it cannot
+rot unnoticed: its figures document has every figure, with values that make sense. The targets
+are the benchmark's business, not these tests'."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.router import MISSING_HAPROXY, find_haproxy
+from benchmarks.run import run
+from benchmarks.scenarios import TINY
+
+LATENCIES = {"requests", "failed", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99"}
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def output(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    try:
+        find_haproxy()
+    except RuntimeError:
+        if os.environ.get("CI"):
+            pytest.fail(MISSING_HAPROXY)
+        pytest.skip(MISSING_HAPROXY)
+    directory = tmp_path_factory.mktemp("benchmarks")
+    run(TINY, directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def figures(output: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((output / "figures.json").read_text())
+    return loaded
+
+
+def test_the_run_writes_its_figures_and_three_plots(output: Path) -> None:
+    assert (output / "figures.json").is_file()
+    for plot in ("overhead.png", "mixed.png", "failover.png"):
+        assert (output / plot).read_bytes().startswith(PNG), plot
+
+
+def test_overhead_has_both_paths_and_four_ratios_at_1_and_64_streams(figures: dict[str, Any]) -> None:
+    assert set(figures["overhead"]) == {"1_stream", "64_streams"}
+    for group in figures["overhead"].values():
+        assert set(group["direct"]) == set(group["router"]) == LATENCIES
+        assert group["direct"]["failed"] == group["router"]["failed"] == 0
+        assert set(group["ratios"]) == {"ttft_p50", "ttft_p99", "itl_p50", "itl_p99"}
+        assert all(0.5 < value < 2 for value in group["ratios"].values()), group["ratios"]
+
+
+def test_mixed_workload_is_served_whole_by_both_routers_with_ratios_per_class(figures: dict[str, Any]) -> None:
+    mixed = figures["mixed"]
+    for router in ("shipped", "round_robin"):
+        assert set(mixed[router]) == {"all", "chat", "long"}
+        assert mixed[router]["all"]["requests"] == TINY.mixed_requests
+        assert mixed[router]["all"]["failed"] == 0
+        assert set(mixed[router]["all"]) == LATENCIES
+    assert 0 < mixed["rate_per_second"] < mixed["capacity_per_second"]
+    assert set(mixed["ratios"]) == {f"{group}_{key}" for group in ("all", "chat", "long")
+                                    for key in ("ttft_p99", "e2e_p99")}
+    for key in ("all_ttft_p99", "all_e2e_p99"):
+        assert math.isfinite(mixed["ratios"][key]) and mixed["ratios"][key] > 0
+
+
+def test_failover_counts_the_lost_requests_and_times_the_killed_replica(figures: dict[str, Any]) -> None:
+    failover = figures["failover"]
+    assert failover["requests"] > 0
+    assert 0 <= failover["lost"] <= failover["requests"]
+    assert failover["lost_beyond_in_flight"] == max(0, failover["lost"] - failover["in_flight_on_killed"])
+    assert failover["states"][0][1] == "UP"
+    for key in ("seconds_until_marked_down", "seconds_until_restarted_takes_traffic"):
+        assert failover[key] is None or failover[key] >= 0, key
+
+
+def test_overload_shows_what_clients_get_from_each_route(figures: dict[str, Any]) -> None:
+    routes = figures["overload"]["routes"]
+    overloaded = {"error": "Model is overloaded", "error_type": "overloaded"}
+    assert routes["/generate"]["statuses"] == {"429": TINY.overload_requests}
+    assert routes["/generate_stream"]["statuses"] == {"200": TINY.overload_requests}
+    assert routes["/generate"]["first_answer"] == routes["/generate_stream"]["first_answer"] == overloaded
+    assert figures["overload"]["replicas_up_after"] == 6
+
+
+def test_every_target_has_a_value_and_a_verdict(figures: dict[str, Any]) -> None:
+    assert len(figures["targets"]) == 12
+    assert {t["result"] for t in figures["targets"]} <= {"PASS", "MISS"}
+    assert all(t["target"].startswith("at most ") for t in figures["targets"])

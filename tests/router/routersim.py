@@ -10,9 +10,7 @@ import http.client
 import io
 import json
 import os
-import random
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ import pytest
 from fake_tgi import FakeTgi
 from fake_vllm import FakeVllm
 
+from benchmarks.router import free_port_block
 from neuron_serving.plan import ServingPlan, ServingRequest, plan_serving
 from neuron_serving.plan.engines import Engine, engine
 from neuron_serving.render.router import ROUTER_USER, render_router_config
@@ -159,27 +158,6 @@ class Router:
                 self.process.wait(timeout=5)
         for fake in self.replicas.values():
             fake.stop()
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            # The router binds all interfaces, so probe the same way.
-            sock.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port_block(count: int) -> int:
-    """The first of ``count`` consecutive free ports, below the kernel's ephemeral range so
-    outgoing connections cannot take one of them meanwhile."""
-    rng = random.Random()
-    for _ in range(100):
-        base = rng.randrange(20000, 32000 - count)
-        if all(_port_is_free(base + i) for i in range(count)):
-            return base
-    raise RuntimeError(f"no block of {count} free ports found")
 
 
 def launch_router(haproxy: str, workdir: Path, replicas: int = 3, token_delay: float = 0.0,

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1] / "router"))
+# routersim, and the repository's root for the benchmarks package it finds ports with.
+sys.path[:0] = [str(HERE.parents[1] / "router"), str(HERE.parents[2])]
 
 from routersim import find_haproxy, generate, http_request, launch_router  # noqa: E402
 

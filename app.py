@@ -10,7 +10,7 @@ from neuron_serving import NeuronLlamaStack, ServingConfigError, StackSettings
 
 app = App()
 try:
-    settings = StackSettings.from_context(app.node.try_get_context)
+    settings = StackSettings.from_context(app.node.try_get_context, given=app.node.get_all_context())
     NeuronLlamaStack(app, "NeuronLlamaStack", settings=settings)
 except ServingConfigError as err:
     sys.exit(f"NeuronLlamaStack: {err}")

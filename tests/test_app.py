@@ -78,3 +78,22 @@ def test_cdk_synth_with_a_digest_but_no_tag_fails_asking_for_the_tag(cdk_synth, 
             "without a tag") in result.stderr
     assert f"include the tag: ghcr.io/huggingface/text-generation-inference:3.3.5-neuron@{digest}" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_cdk_synth_with_a_misspelt_key_fails_naming_it_and_the_setting(cdk_synth, tmp_path):
+    result = cdk_synth(tmp_path, "tensor_paralel=8")
+    assert result.returncode != 0
+    assert "NeuronLlamaStack: tensor_paralel ('8') is not a setting; did you mean tensor_parallel?" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cdk_synth_reads_an_organisations_config_file_and_a_preset(cdk_synth, tmp_path):
+    org = tmp_path / "org.yaml"
+    org.write_text("log_retention_days: 90\nname_prefix: ml-\ntags: {team: ml-platform}\n")
+    result = cdk_synth(tmp_path / "out", f"config={org}", "preset=llama-3.1-8b-latency")
+    assert result.returncode == 0, result.stderr
+    template = json.loads((tmp_path / "out" / "NeuronLlamaStack.template.json").read_text())
+    assert template["Outputs"]["CoresPerReplica"]["Value"] == "8"
+    groups = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Logs::LogGroup"]
+    assert {"Key": "team", "Value": "ml-platform"} in groups[0]["Tags"]
+    assert 90 in {g.get("RetentionInDays") for g in groups}

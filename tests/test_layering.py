@@ -53,8 +53,9 @@ def test_nothing_imports_constructs_dot_neuron_serving():
     assert offenders == []
 
 
-def test_plan_and_render_layers_import_nothing_from_cdk():
-    for layer in ("plan", "render"):
+def test_plan_render_and_settings_layers_import_nothing_from_cdk():
+    # Settings are read and checked (by preflight, too) without loading aws-cdk-lib.
+    for layer in ("plan", "render", "settings"):
         for path in (PACKAGE / layer).glob("*.py"):
             imported = _imports(path)
             assert not any(name.startswith(("aws_cdk", "constructs", "cdk_nag", "jsii")) for name in imported), path
@@ -90,8 +91,7 @@ def test_only_the_cli_and_its_ops_layer_import_boto3_rich_or_ops():
     # A CDK app that imports the constructs needs neither boto3 nor rich; the api-key commands and
     # neuron_serving.ops import them only where a command runs.
     operator = ("boto3", "botocore", "rich", ".ops", "..ops")
-    for layer in ("plan", "render", "cdk"):
+    for layer in ("plan", "render", "cdk", "settings"):
         for path in (PACKAGE / layer).rglob("*.py"):
             assert not any(name.startswith(operator) for name in _imports(path)), path
-    for name in ("__init__.py", "settings.py"):
-        assert not any(n.startswith(operator) for n in _imports(PACKAGE / name)), name
+    assert not any(n.startswith(operator) for n in _imports(PACKAGE / "__init__.py"))

@@ -20,7 +20,7 @@ from neuron_serving import NeuronLlamaStack, StackSettings
 ROOT = Path(__file__).resolve().parents[2]
 FEATURE_FLAGS = json.loads((ROOT / "cdk.json").read_text())["context"]
 
-CERTIFICATE = "arn:aws:acm:us-east-1:111122223333:certificate/abc"
+CERTIFICATE = "arn:aws:acm:us-east-1:111122223333:certificate/3f2a6c1e-8d4b-4e7a-9c2f-1b5d7e9a0c3d"
 
 # The configurations whose templates are snapshotted and linted.
 SNAPSHOT_CONFIGS: dict[str, dict[str, Any]] = {

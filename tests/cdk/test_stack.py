@@ -253,11 +253,11 @@ def test_http_only_without_a_certificate(synth):
 
 
 def test_a_certificate_adds_https_and_redirects_http(synth):
-    template = synth(certificate_arn="arn:aws:acm:us-east-1:111122223333:certificate/abc")
+    template = synth(certificate_arn=CERTIFICATE)
     listeners = {listener["Properties"]["Port"]: listener["Properties"]
                  for listener in template.resources("AWS::ElasticLoadBalancingV2::Listener").values()}
     assert listeners[443]["Protocol"] == "HTTPS"
-    assert listeners[443]["Certificates"] == [{"CertificateArn": "arn:aws:acm:us-east-1:111122223333:certificate/abc"}]
+    assert listeners[443]["Certificates"] == [{"CertificateArn": CERTIFICATE}]
     assert listeners[80]["DefaultActions"][0]["Type"] == "redirect"
     assert json.loads(json.dumps(template.json["Outputs"]["EndpointUrl"]["Value"]))["Fn::Join"][1][0] == "https://"
 
@@ -348,8 +348,20 @@ def test_instance_is_grantable_and_connectable_like_an_l2(synth):
 
 
 def test_user_data_over_16_kb_fails_synthesis():
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_ec2 as ec2
+    from aws_cdk import aws_secretsmanager as secretsmanager
+
+    from neuron_serving import NeuronBootScript, NeuronServingLaunchTemplate, neuron_dlami
+
+    # A setting's shape check keeps secret names to 512 characters; the construct takes any secret.
+    stack = Stack(App(), "Own")
+    vpc = ec2.Vpc(stack, "Vpc", restrict_default_security_group=False)
+    secret = secretsmanager.Secret.from_secret_name_v2(stack, "Token", "neuron-serving/" + "x" * 16000)
     with pytest.raises(ValueError, match=r"over the EC2 user data limit of 16384 bytes"):
-        synthesize({"hf_token_secret": "neuron-serving/" + "x" * 16000})
+        boot = NeuronBootScript(stack, "Boot", plan=plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge")),
+                                hf_token_secret=secret)
+        NeuronServingLaunchTemplate(stack, "Host", vpc=vpc, boot_script=boot, machine_image=neuron_dlami("/p"))
 
 
 def test_the_vllm_stack_boots_the_vllm_image_on_its_dlami_and_scales_on_in_flight_requests(synth):

@@ -10,7 +10,10 @@ import aws_cdk
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
+from neuron_serving.settings import PRESETS
+
 from .conftest import CERTIFICATE, SNAPSHOT_CONFIGS, synthesize, synthesized
+from .test_stack_settings import ORG
 
 CHECKOV = Path(__file__).resolve().parents[2] / ".tools" / "checkov" / "bin" / "checkov"
 """checkov in a venv of its own (tests/harness/requirements-checkov.txt; scripts/test makes it)."""
@@ -29,9 +32,12 @@ LINTED_CONFIGS = {
         "oidc_user_info_endpoint": "https://idp.example.com/userinfo"},
     "internal_api_keys_prebuilt": {"api_keys": "true", "prebuilt_export": "s3://team-exports/llama3-8b/tp2",
                                    "hf_token_secret": "hf/token"},
+    "organisation": ORG,
+    **{f"preset_{name}": {"preset": name} for name in PRESETS},
 }
 """Every configuration the gates scan: the snapshot set, the internet-facing ones, and the rest of
-what changes the template's security (API keys, sign-in, rate limit, boundary, prebuilt export)."""
+what changes the template's security (API keys, sign-in, rate limit, boundary, prebuilt export),
+an organisation's settings (imported VPC, tags, alarm topic) and every preset."""
 
 
 @pytest.fixture

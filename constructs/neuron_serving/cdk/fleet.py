@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import jsii
 from aws_cdk import CfnResource, Duration, Stack
 from aws_cdk import aws_autoscaling as autoscaling
@@ -16,11 +14,11 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from ..plan.errors import Problems, ServingConfigError, problem
+from ..plan.shapes import cron
 from ..plan.timing import boot_minutes
 from .instance import NeuronServingLaunchTemplate
 from .monitoring import NeuronServingMonitoring
 
-_CRON = re.compile(r"^[0-9A-Za-z*/,?\-#L]+( [0-9A-Za-z*/,?\-#L]+){4}$")
 ASSUMED_REQUEST_SECONDS = 20
 """Average request duration behind the default scaling target: a batch slot serves about three
 requests a minute."""
@@ -231,8 +229,8 @@ class NeuronServingFleet(Construct):
         expressions (minute hour day month weekday, UTC)."""
         problems = Problems()
         for name, expression in (("scale_down_schedule", scale_down), ("scale_up_schedule", scale_up)):
-            if not _CRON.match(expression.strip()):
-                problems.add(name, expression, "must be a cron expression of 5 fields, such as '0 20 * * 1-5'")
+            if (shape := cron(expression.strip())) is not None:
+                problems.add(name, expression, shape)
         problems.raise_if_any()
         self.auto_scaling_group.scale_on_schedule(
             "ScaleToZero",

@@ -3,6 +3,7 @@ with its dashboard and alarms."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
@@ -16,6 +17,7 @@ from aws_cdk import (
     IAspect,
     SecretValue,
     Stack,
+    Tags,
     Validations,
 )
 from aws_cdk import aws_ec2 as ec2
@@ -24,17 +26,20 @@ from aws_cdk import aws_elasticloadbalancingv2_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sns as sns
 
 from constructs import Construct, IConstruct
 
 from ..plan.engines import check_dlami_parameter
+from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan, layout_document
 from ..plan.performance import predict, prediction_document
 from ..plan.phases import phase_minutes
 from ..plan.timing import boot_minutes, longest_generation_seconds
 from ..render.boot import ReadinessSignal, WarmPoolHook
 from ..render.router import STREAM_TIMEOUT_SECONDS
-from ..settings import StackSettings
+from ..settings import SETTING_NAMES, StackSettings, settings_docstring
+from ..settings.names import unknown_problems
 from .artifact_cache import NeuronArtifactCache
 from .boot_script import NeuronBootScript
 from .buckets import LOG_BUCKET_REASON, log_bucket
@@ -57,9 +62,17 @@ class NeuronLlamaStack(Stack):
     data-parallel TGI or vLLM replicas behind its on-host router; an S3 artifact cache so only the first
     host compiles; an ALB in front; and the hosts' logs, metrics, dashboard and alarms.
 
-    :param settings: model, layout and endpoint settings (see :class:`StackSettings`).
+    ``NeuronLlamaStack(app, "Llama")`` builds the default stack. Every setting of
+    :class:`StackSettings` is also a keyword argument here, with the same default; the other keyword
+    arguments are ``Stack``'s (``env``, ``stack_name``, ``description``...).
+
+    :param settings: all settings at once (see :class:`StackSettings`); keyword settings override
+        its values. Default: the defaults.
+    :param preset: a named configuration (:data:`neuron_serving.settings.PRESETS`) under the keyword
+        settings. Default: none.
     :param vpc: an existing VPC with private subnets with egress (and public subnets when
-        internet-facing). Default: a new VPC over two AZs with one NAT gateway.
+        internet-facing). Default: the ``vpc_id`` setting's, else a new VPC over two AZs with one
+        NAT gateway.
     """
 
     def __init__(
@@ -67,15 +80,25 @@ class NeuronLlamaStack(Stack):
         scope: Construct,
         construct_id: str,
         *,
-        settings: StackSettings,
+        settings: StackSettings | None = None,
+        preset: str | None = None,
         vpc: ec2.IVpc | None = None,
         **kwargs: Any,
     ) -> None:
+        settings = _settings(settings, preset, {k: kwargs.pop(k) for k in list(kwargs) if k in SETTING_NAMES})
+        unknown = [k for k in kwargs if k not in _STACK_PROPS]
+        if unknown:
+            raise ServingConfigError(unknown_problems(unknown, kwargs, sorted(SETTING_NAMES | _STACK_PROPS)))
+        if settings.name_prefix and "stack_name" not in kwargs:
+            kwargs["stack_name"] = settings.name_prefix + construct_id
         super().__init__(scope, construct_id, **kwargs)
         self.settings = settings
         self.plan: ServingPlan
         self.plan, self.layout_reason = settings.layout()
-        self.vpc = vpc or self._new_vpc()
+        given_vpc = vpc or self._imported_vpc()
+        self.vpc = given_vpc or self._new_vpc()
+        for key, value in settings.tags.items():
+            Tags.of(self).add(key, value)
 
         secret = self._import_secret("HfToken", settings.hf_token_secret) if settings.hf_token_secret else None
         self.api_keys_secret: secretsmanager.ISecret | None = None
@@ -102,6 +125,8 @@ class NeuronLlamaStack(Stack):
             "Monitoring",
             log_retention_days=settings.log_retention_days,
             alarm_email=settings.alarm_email,
+            alarm_topic=(sns.Topic.from_topic_arn(self, "AlarmTopic", settings.alarm_topic_arn)
+                         if settings.alarm_topic_arn else None),
             thresholds=AlarmThresholds(
                 error_rate_percent=settings.alarm_5xx_percent,
                 p99_latency_seconds=settings.alarm_p99_latency_seconds,
@@ -122,7 +147,7 @@ class NeuronLlamaStack(Stack):
             hf_token_secret=secret,
             api_keys_secret=self.api_keys_secret,
             # Signed-in browsers pass a router that checks keys; without keys it checks nothing.
-            load_balancer_authentication=bool(settings.oidc) and settings.api_keys,
+            load_balancer_authentication=bool(settings.oidc) and bool(settings.api_keys),
             artifact_cache=self.artifact_cache,
             prebuilt_export=settings.prebuilt_export,
             model_revision=settings.model_revision,
@@ -159,10 +184,10 @@ class NeuronLlamaStack(Stack):
             vpc=self.vpc,
             target_port=self.plan.router_port,
             internet_facing=settings.internet_facing,
-            allowed_cidrs=settings.allowed_cidrs or self._default_cidrs(vpc),
+            allowed_cidrs=settings.allowed_cidrs or self._default_cidrs(given_vpc),
             certificate=certificate,
             oidc=self._oidc(),
-            api_keys=settings.api_keys,
+            api_keys=bool(settings.api_keys),
             rate_limit=settings.rate_limit,
             idle_timeout=Duration.seconds(min(max(longest, 300), STREAM_TIMEOUT_SECONDS)),
             deregistration_delay=Duration.seconds(min(max(longest, 300), 3600)),
@@ -242,6 +267,18 @@ class NeuronLlamaStack(Stack):
         if self.settings.internet_facing or given_vpc is not None:
             return ()
         return (VPC_CIDR,)
+
+    def _imported_vpc(self) -> ec2.IVpc | None:
+        """The ``vpc_id`` setting's VPC, imported from its attributes (a lookup would need credentials
+        at synth)."""
+        settings = self.settings
+        if settings.vpc_id is None:
+            return None
+        return ec2.Vpc.from_vpc_attributes(
+            self, "Vpc", vpc_id=settings.vpc_id, availability_zones=list(settings.availability_zones),
+            private_subnet_ids=list(settings.private_subnet_ids),
+            public_subnet_ids=list(settings.public_subnet_ids) or None,
+        )
 
     def _new_vpc(self) -> ec2.Vpc:
         flow_logs = logs.LogGroup(self, "FlowLogs", retention=logs.RetentionDays.ONE_MONTH)
@@ -360,6 +397,25 @@ class NeuronLlamaStack(Stack):
             skip_checkov(self.api_keys_secret, "CKV_AWS_149", "Holds digests of the API keys, never a key: "
                          "Secrets Manager's AWS managed key encrypts it, and a customer managed key would add "
                          "a key policy to maintain without protecting anything a digest reveals")
+
+
+_STACK_PROPS = frozenset(inspect.signature(Stack.__init__).parameters) - {"self", "scope", "id"}
+"""``Stack``'s own keyword arguments (``env``, ``stack_name``...); ``tags`` and ``permissions_boundary``
+are also settings, which take them."""
+
+
+def _settings(settings: StackSettings | None, preset: str | None, given: dict[str, Any]) -> StackSettings:
+    if preset is not None:
+        if settings is not None:
+            raise ServingConfigError([problem("preset", preset, "cannot be combined with settings: pass the "
+                                              "preset's overrides as keyword arguments instead")])
+        return StackSettings.from_preset(preset, **given)
+    if settings is None:
+        return StackSettings(**given)
+    return settings.replace(**given) if given else settings
+
+
+NeuronLlamaStack.__doc__ = (NeuronLlamaStack.__doc__ or "") + "\n" + settings_docstring() + "\n"
 
 
 @jsii.implements(IAspect)

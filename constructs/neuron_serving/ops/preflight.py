@@ -134,7 +134,7 @@ def target_of(args: argparse.Namespace, region: str) -> Target:
     raises it (settings, then the layout, then the image and its DLAMI parameter, as
     ``NeuronLlamaStack`` checks them)."""
     context = read_context(Path(args.app_dir), args.context or [])
-    settings = StackSettings.from_context(context.get)
+    settings = StackSettings.from_context(context.get, given=context)
     plan = settings.plan()
     parameter = None
     if not settings.ami_id:

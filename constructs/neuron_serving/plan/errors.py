@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 
 class ServingConfigError(ValueError):
@@ -36,6 +36,12 @@ class Problems:
 
     def __bool__(self) -> bool:
         return bool(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
 
     def raise_if_any(self) -> None:
         if self._items:

@@ -1,0 +1,485 @@
+"""Everything ``NeuronLlamaStack`` is configured with: each setting defined once, as a field of
+:class:`StackSettings`, checked as a whole when constructed (in code or from context), with every
+problem reported at once."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..plan import shapes
+from ..plan.engines import DEFAULT_ENGINE, ENGINES
+from ..plan.errors import Problems, ServingConfigError
+from ..plan.layout import ServingPlan, ServingRequest, plan_serving
+from ..plan.performance import DEFAULT_WORKLOAD, OBJECTIVES, Constraints, Workload, recommend
+from ..plan.timing import MAX_CLOUDFORMATION_MINUTES
+from .fields import Setting, definitions, setting, type_problem
+from .names import unknown_problems
+from .sources import layered
+
+DEFAULT_MODEL_ID = "NousResearch/Meta-Llama-3-8B-Instruct"
+"""Llama 3 8B Instruct as published by Meta, mirrored without the gate: no token needed."""
+
+DEFAULT_INSTANCE_TYPE = "inf2.24xlarge"
+"""6 Neuron devices: the default 8B model fits at degree 2, giving 6 data-parallel replicas."""
+
+CONSTRAINT_KEYS = ("max_itl_ms", "max_ttft_ms", "min_tokens_per_second")
+"""Limits on the performance model's predictions that the chosen degree must meet, with ``objective``."""
+
+OIDC_KEYS = ("oidc_issuer", "oidc_client_id", "oidc_client_secret", "oidc_authorization_endpoint",
+             "oidc_token_endpoint", "oidc_user_info_endpoint")
+"""What the load balancer's OIDC sign-in needs: all of them, or none."""
+
+RATE_LIMIT_RANGE = (10, 2_000_000_000)
+"""An AWS WAF rate-based rule's limit: 10 to 2e9 requests per evaluation window (WAFV2 API,
+RateBasedStatement.Limit, min 10 and max 2000000000 in botocore 1.43.11
+data/wafv2/2019-07-29/service-2.json)."""
+
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
+                      3288, 3653)
+"""The retention periods CloudWatch Logs accepts, in days (CloudWatch Logs API Reference,
+PutRetentionPolicy, retentionInDays)."""
+
+FLEET_KINDS = ("instance", "asg")
+FLEET_ONLY_KEYS = ("min_capacity", "max_capacity", "desired_capacity", "warm_pool", "scale_down_schedule",
+                   "scale_up_schedule", "target_requests_per_minute", "target_in_flight_requests")
+
+_ROLE_PATH = re.compile(r"/(?:[\x21-\x7e]{0,510}/)?")
+"""IAM's pattern for a path: / alone, or /.../ of printable ASCII, at most 512 characters."""
+
+_POLICY_ARN = re.compile(r"arn:aws[a-z-]*:iam::(\d{12}|aws):policy/[\w+=,.@/-]+")
+_POLICY_NAME = re.compile(r"[\w+=,.@-]{1,128}")
+_NAME_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,31}")
+"""A stack name starts with a letter and holds letters, digits and hyphens (CloudFormation User
+Guide, stack name constraints); a prefix of at most 32 leaves room for the stack's own name."""
+
+_TAG_KEY = re.compile(r"[\w.:/=+@ -]{1,128}")
+_TAG_VALUE = re.compile(r"[\w.:/=+@ -]{0,256}")
+"""Tag keys (1-128) and values (0-256) of letters, digits, spaces and ``_.:/=+-@`` (Tagging AWS
+resources, "Tag naming limits and requirements"); ``aws:`` keys are reserved."""
+
+
+def _cidr(value: str) -> str | None:
+    try:
+        ipaddress.ip_network(value, strict=True)
+    except ValueError:
+        return "is not a valid CIDR (such as 203.0.113.0/24)"
+    return None
+
+
+def _role_path(value: str) -> str | None:
+    if _ROLE_PATH.fullmatch(value):
+        return None
+    return "must start and end with / (such as /neuron/), with at most 512 printable ASCII characters"
+
+
+def _policy(value: str) -> str | None:
+    if _POLICY_ARN.fullmatch(value) or _POLICY_NAME.fullmatch(value):
+        return None
+    return "must be a managed policy's name or its ARN (arn:aws:iam::111122223333:policy/<name>)"
+
+
+def _https(value: str) -> str | None:
+    return None if value.startswith("https://") and len(value) > len("https://") else "must be an https:// URL"
+
+
+def _name_prefix(value: str) -> str | None:
+    if _NAME_PREFIX.fullmatch(value):
+        return None
+    return "must start with a letter and hold at most 32 letters, digits and hyphens"
+
+
+def _choice(*allowed: str) -> shapes.Check:
+    def check(value: str) -> str | None:
+        return None if value in allowed else f"must be one of {', '.join(allowed)}"
+    return check
+
+
+@dataclass(frozen=True)
+class StackSettings:
+    """Everything ``NeuronLlamaStack`` is configured with. Every field is a keyword argument here
+    and of ``NeuronLlamaStack``, and a context key (``-c key=value`` or cdk.json), with the same
+    default. A bad value raises :class:`~neuron_serving.ServingConfigError` listing every problem,
+    each naming the setting, the value and what is allowed.
+
+    Settings (generated from the fields' definitions):
+    """
+
+    # The model and its layout
+    model_id: str = setting(DEFAULT_MODEL_ID, """Hugging Face model (or a catalog name such as `llama-3.1-8b`).
+        The default is Llama 3 8B Instruct without the gate, so it needs no token.""")
+    model_revision: str | None = setting(None, """The model's Hub revision (commit, branch or tag) to export. Pin
+        a commit for fleets: the revision is part of the artifact cache key, so a cached export never outlives the
+        weights it was built from. Without it, the first export of the default branch is what the cache serves.""")
+    model_config: str | None = setting(None, """Path to a `config.json`, for a model outside the catalog. The
+        architecture must be one the engine's image exports and serves (see
+        [Choosing a serving engine](#choosing-a-serving-engine)); anything else stops synthesis naming
+        `model_id`.""")
+    instance_type: str = setting(DEFAULT_INSTANCE_TYPE, """inf2.xlarge, inf2.8xlarge, inf2.24xlarge,
+        inf2.48xlarge, trn1.2xlarge, trn1.32xlarge or trn1n.32xlarge.""")
+    tensor_parallel: int | None = setting(None, """NeuronCores per replica. `auto` picks the smallest valid
+        degree whose memory estimate fits, which gives the most replicas, unless `objective` is set.""",
+                                          shown="`auto`", kind="degree")
+    objective: str | None = setting(None, """With `tensor_parallel=auto`, choose the degree with the
+        [performance model](#choosing-a-layout-the-performance-model): `latency` (lowest time per token at full
+        batch; within 5% of it, shortest time to first token), `throughput` (most output tokens per second per
+        instance) or `cost` (lowest price per million output tokens). The stack's `ServingPlan` output says which
+        degree and why.""", check=_choice(*OBJECTIVES))
+    max_itl_ms: float | None = setting(None, """With `objective`: the highest inter-token latency at full
+        batch, in milliseconds, the chosen degree must reach. When no degree does, synthesis stops naming the
+        setting and the best figure any degree reaches.""")
+    max_ttft_ms: float | None = setting(None, """With `objective`: the highest time to first token of a
+        request alone on a replica, in milliseconds.""")
+    min_tokens_per_second: float | None = setting(None, """With `objective`: the fewest output tokens per
+        second of the instance at saturation.""")
+    workload_input_tokens: int = setting(DEFAULT_WORKLOAD.input_tokens, """A typical request's input tokens,
+        for the predictions in the `PredictedPerformance` output and for `objective`. Must fit
+        `max_input_tokens`.""")
+    workload_output_tokens: int = setting(DEFAULT_WORKLOAD.output_tokens, """A typical request's output
+        tokens. Input and output together must fit `sequence_length`.""")
+    engine: str = setting(DEFAULT_ENGINE, """`tgi` (Hugging Face TGI 3.3.5 Neuron) or `vllm` (vLLM 0.11.0
+        through optimum-neuron 0.4.5).""", check=_choice(*ENGINES))
+    batch_size: int = setting(ServingRequest.batch_size, """Static batch size of the export (TGI
+        `MAX_BATCH_SIZE`, vLLM `--max-num-seqs`). At least 2 with vLLM.""")
+    sequence_length: int = setting(ServingRequest.sequence_length, """Static sequence length (TGI
+        `MAX_TOTAL_TOKENS`, vLLM `--max-model-len`).""")
+    max_input_tokens: int | None = setting(None, """Longest prompt (TGI `MAX_INPUT_TOKENS`). Must be below
+        `sequence_length`. TGI only: vLLM takes any prompt that leaves room for the tokens asked for, and refuses
+        the setting.""", shown="3/4 of `sequence_length`")
+    dtype: str = setting(ServingRequest.dtype, """`bf16` or `fp16` (TGI `HF_AUTO_CAST_TYPE`). With vLLM it
+        must be the checkpoint's own dtype (`torch_dtype` in `config.json`: `fp16` for Llama 2, `bf16` for the rest
+        of the catalog).""")
+    hf_token_secret: str | None = setting(None, """Name or ARN of a Secrets Manager secret that holds a Hugging
+        Face token, for gated models. It is read on the host; the token never appears in user data or the
+        template.""", check=shapes.secret)
+    image: str | None = setting(None, """The serving image. The export runs inside it, so compiler versions
+        match. Only images whose tools the library knows are accepted (today one per engine), because the export's
+        flags, the model types and the export's layout come from its optimum-neuron version. Pin one by digest with
+        `<image>@sha256:<64 lowercase hex digits>`: hosts then pull and run exactly that content, and the digest is
+        part of the export's cache key.""", shown="the engine's: `ghcr.io/huggingface/text-generation-inference:"
+        "3.3.5-neuron` or `ghcr.io/huggingface/optimum-neuron-vllm:0.4.5`")
+    dlami_parameter: str | None = setting(None, """Public SSM parameter of the Neuron DLAMI, resolved at each
+        launch (no lookup at synth). See [The Neuron driver and the image's
+        runtime](#the-neuron-driver-and-the-images-runtime): parameters that track the newest driver are refused
+        with both images.""", shown="the image's: `/aws/service/neuron/dlami/base/ubuntu-22.04/latest/image_id`",
+        check=shapes.ssm_parameter)
+    ami_id: str | None = setting(None, "A pinned AMI instead of the parameter.", check=shapes.ami_id)
+    prebuilt_export: str | None = setting(None, """Serve an existing export instead of compiling:
+        `s3://bucket/prefix` or `hf://org/repo` (a Hugging Face repository of a Neuron export).""",
+        check=shapes.export_location)
+    boot_timeout_minutes: int | None = setting(None, """How long CloudFormation waits for a host to serve. The
+        estimate is 20 min pull, plus 20 + 4 per billion parameters for the export, plus 10 + 0.5 per billion for
+        loading: 87 min for 8B, about 6 h for 70B.""", shown="estimated")
+
+    # The endpoint
+    internet_facing: bool = setting(False, """Put the ALB in public subnets. Requires `allowed_cidrs` and
+        `certificate_arn`, and turns API keys on.""")
+    allowed_cidrs: tuple[str, ...] = setting((), """Who may connect: comma-separated, or a JSON list.""",
+                                             shown="the VPC CIDR", check=_cidr)
+    certificate_arn: str | None = setting(None, """An ACM certificate: adds an HTTPS listener (TLS 1.2+) and
+        redirects HTTP to it. Required when internet-facing.""", check=shapes.certificate_arn)
+    api_keys: bool | None = setting(None, """Clients must send `Authorization: Bearer <key>`; see [Managing API
+        keys](#managing-api-keys). An internet-facing endpoint cannot turn them off unless browsers sign in with
+        `oidc_*`.""", shown="`true` when internet-facing, else `false`")
+    api_keys_secret: str | None = setting(None, """Name or ARN of an existing secret of keys instead of the
+        stack's (output `ApiKeysSecretArn`).""", shown="a new secret", check=shapes.secret)
+    oidc_issuer: str | None = setting(None, """Browser sign-in at the HTTPS listener with an OpenID Connect
+        provider (a Cognito user pool is one): the issuer URL. All six `oidc_*` settings but `oidc_scope`, or none.
+        Requests with `Authorization: Bearer` skip the sign-in and need a key.""", check=_https)
+    oidc_client_id: str | None = setting(None, "The OIDC client id.")
+    oidc_client_secret: str | None = setting(None, """Name of the Secrets Manager secret holding the OIDC client
+        secret (resolved by CloudFormation at deploy time, never in the template).""", check=shapes.secret)
+    oidc_authorization_endpoint: str | None = setting(None, "The OIDC authorization endpoint.", check=_https)
+    oidc_token_endpoint: str | None = setting(None, "The OIDC token endpoint.", check=_https)
+    oidc_user_info_endpoint: str | None = setting(None, "The OIDC user info endpoint.", check=_https)
+    oidc_scope: str | None = setting(None, "The OIDC scope.", shown="`openid`")
+    rate_limit: int | None = setting(None, """Requests per client IP per 5 minutes above which an AWS WAF rule
+        answers 429 (10 to 2e9). About $5/month for the web ACL, $1 for the rule, $0.60 per million requests.""")
+
+    # The network, names and permissions (an organisation's config file sets these for every stack)
+    vpc_id: str | None = setting(None, """An existing VPC instead of a new one (no lookup: give its
+        `private_subnet_ids` and their `availability_zones`, and `allowed_cidrs`).""", shown="a new VPC",
+        check=shapes.vpc_id)
+    availability_zones: tuple[str, ...] = setting((), """With `vpc_id`: the Availability Zones of the subnets, in
+        the order of `private_subnet_ids` (and of `public_subnet_ids`).""", check=shapes.availability_zone)
+    private_subnet_ids: tuple[str, ...] = setting((), """With `vpc_id`: subnets with egress for the hosts (and an
+        internal load balancer).""", check=shapes.subnet_id)
+    public_subnet_ids: tuple[str, ...] = setting((), """With `vpc_id` and `internet_facing`: subnets for the
+        load balancer.""", check=shapes.subnet_id)
+    name_prefix: str | None = setting(None, """Put in front of the stack's name, and so of every name
+        CloudFormation gives its resources (roles, log groups, the dashboard).""", check=_name_prefix)
+    tags: Mapping[str, str] = setting({}, """Tags on every resource of the stack: a mapping of key to value
+        (a JSON object on the command line).""")
+    permissions_boundary: str | None = setting(None, """A managed policy (name or ARN) set as the boundary of
+        every role of the stack.""", check=_policy)
+    role_path: str | None = setting(None, "The IAM path of every role of the stack, such as `/neuron/`.",
+                                    shown="`/`", check=_role_path)
+
+    # The fleet
+    fleet: str = setting("instance", """`instance` (one EC2 instance) or `asg` (an Auto Scaling fleet over the
+        private subnets of both AZs).""", check=_choice(*FLEET_KINDS))
+    min_capacity: int = setting(1, "Fleet size, lowest (`fleet=asg` only).")
+    max_capacity: int = setting(2, "Fleet size, highest (`fleet=asg` only).")
+    desired_capacity: int | None = setting(None, "Fleet size at creation (`fleet=asg` only).",
+                                           shown="`min_capacity`")
+    target_in_flight_requests: float | None = setting(None, """The average in-flight requests per replica
+        (queued or in the batch) that target tracking holds (`fleet=asg` only).""", shown="`batch_size`")
+    target_requests_per_minute: int | None = setting(None, """Scale on ALB requests per host per minute instead
+        (`fleet=asg` only; not with `target_in_flight_requests`).""")
+    warm_pool: bool = setting(False, """Keep stopped hosts that already hold the image and the export, so a
+        scale-out skips both (`fleet=asg`, needs `max_capacity` >= 2).""")
+    scale_down_schedule: str | None = setting(None, """Cron expression (5 fields, UTC) that scales the fleet to
+        zero. Give both schedules or neither.""", check=shapes.cron)
+    scale_up_schedule: str | None = setting(None, """Cron expression (5 fields, UTC) that scales the fleet back
+        to `min_capacity`.""", check=shapes.cron)
+
+    # Logs and alarms
+    log_retention_days: int = setting(14, f"""Retention of the hosts' log groups: one of
+        {', '.join(map(str, LOG_RETENTION_DAYS))} (the values CloudWatch Logs accepts).""")
+    alarm_email: str | None = setting(None, "An address subscribed to the alarm topic. It must confirm the "
+                                      "subscription.", check=shapes.email)
+    alarm_topic_arn: str | None = setting(None, """An existing SNS topic for the alarms (an organisation's
+        on-call topic) instead of the stack's own.""", shown="a new topic", check=shapes.topic_arn)
+    alarm_5xx_percent: float = setting(5.0, "The 5xx alarm's threshold, percent of requests; see "
+                                       "[Monitoring](#monitoring).")
+    alarm_p99_latency_seconds: float = setting(60.0, "The p99 latency alarm's threshold, seconds.")
+    alarm_disk_percent: float = setting(85.0, "The disk alarm's threshold, percent used.")
+
+    def __post_init__(self) -> None:
+        problems = Problems()
+        typed = self._check_types(problems)
+        if typed:
+            if self.api_keys is None:
+                object.__setattr__(self, "api_keys", self.internet_facing)
+            self._check_values(problems)
+        if not problems:
+            try:
+                object.__setattr__(self, "_layout", self._choose_layout())
+            except ServingConfigError as error:
+                problems.add_all(error.problems)
+        problems.raise_if_any()
+
+    # -- derived views --------------------------------------------------------------------------
+
+    @property
+    def request(self) -> ServingRequest:
+        """The serving request the planner takes."""
+        return ServingRequest(
+            model_id=self.model_id, instance_type=self.instance_type, batch_size=self.batch_size,
+            sequence_length=self.sequence_length, max_input_tokens=self.max_input_tokens, dtype=self.dtype,
+            tensor_parallel=self.tensor_parallel, model_config=self.model_config,
+        )
+
+    @property
+    def oidc(self) -> dict[str, str]:
+        """The given ``oidc_*`` settings, without the prefix."""
+        return {k.removeprefix("oidc_"): v for k in (*OIDC_KEYS, "oidc_scope") if (v := getattr(self, k)) is not None}
+
+    @property
+    def constraints(self) -> Constraints:
+        return Constraints(self.max_itl_ms, self.max_ttft_ms, self.min_tokens_per_second)
+
+    @property
+    def workload(self) -> Workload:
+        return Workload(self.workload_input_tokens, self.workload_output_tokens)
+
+    def plan(self) -> ServingPlan:
+        """The layout: ``tensor_parallel`` when given; else the degree ``objective`` recommends;
+        else the smallest degree that fits."""
+        return self.layout()[0]
+
+    def layout(self) -> tuple[ServingPlan, str]:
+        """The layout (see :meth:`plan`) and why it was chosen, in a sentence."""
+        chosen: tuple[ServingPlan, str] = self.__dict__["_layout"]
+        return chosen
+
+    @classmethod
+    def from_context(cls, get: Callable[[str], Any], *, given: Iterable[str] | None = None) -> StackSettings:
+        """The settings context gives: ``get(key)`` reads a context key (``app.node.try_get_context``).
+
+        Precedence, lowest first: defaults, the organisation's config file named by ``config``, the
+        preset named by ``preset``, then each setting's own key. ``given`` (``app.node.get_all_context()``)
+        lists every key present, so that one naming no setting (and no CDK feature flag or lookup) is
+        refused with the closest setting's name. Raises :class:`ServingConfigError` with every problem."""
+        definitions = {s.name: s for s in SETTINGS}
+        settings: StackSettings = layered(get, definitions, cls, given=given)
+        return settings
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> StackSettings:
+        """The preset ``name`` (see :data:`~neuron_serving.settings.PRESETS`), with ``overrides``."""
+        unknown = [k for k in overrides if k not in SETTING_NAMES]
+        if unknown:
+            raise ServingConfigError(unknown_problems(unknown, overrides, SETTING_NAMES))
+        definitions = {s.name: s for s in SETTINGS}
+        settings: StackSettings = layered({"preset": name}.get, definitions, cls, overrides=overrides)
+        return settings
+
+    def replace(self, **changes: Any) -> StackSettings:
+        """A copy with ``changes`` (settings by name), checked as a whole."""
+        unknown = [k for k in changes if k not in SETTING_NAMES]
+        if unknown:
+            raise ServingConfigError(unknown_problems(unknown, changes, SETTING_NAMES))
+        return dataclasses.replace(self, **changes)
+
+    # -- checks ---------------------------------------------------------------------------------
+
+    def _check_types(self, problems: Problems) -> bool:
+        before = len(problems)
+        for definition in SETTINGS:
+            value = getattr(self, definition.name)
+            wrong = type_problem(definition, value)
+            if wrong is not None:
+                problems.add(definition.name, value, wrong)
+            elif value is not None and definition.check is not None:
+                for item in (value if definition.kind == "list" else (value,)):
+                    if (shape := definition.check(item)) is not None:
+                        problems.add(definition.name, item, shape)
+        return len(problems) == before
+
+    def _check_values(self, problems: Problems) -> None:
+        self._check_model(problems)
+        self._check_endpoint(problems)
+        self._check_network(problems)
+        self._check_fleet(problems)
+        if self.log_retention_days not in LOG_RETENTION_DAYS:
+            problems.add("log_retention_days", self.log_retention_days,
+                         f"must be one of {', '.join(map(str, LOG_RETENTION_DAYS))}")
+        timeout = self.boot_timeout_minutes
+        if timeout is not None and not 1 <= timeout <= MAX_CLOUDFORMATION_MINUTES:
+            problems.add("boot_timeout_minutes", timeout, f"must be 1 to {MAX_CLOUDFORMATION_MINUTES} "
+                         "(CloudFormation waits at most 12 hours for signals)")
+        for key, value in self.tags.items():
+            if not _TAG_KEY.fullmatch(key) or key.lower().startswith("aws:"):
+                problems.add("tags", key, "has a key that is not 1-128 letters, digits, spaces and _.:/=+-@, or "
+                             "starts with the reserved aws:")
+            elif not _TAG_VALUE.fullmatch(value):
+                problems.add(f"tags.{key}", value, "must be at most 256 letters, digits, spaces and _.:/=+-@")
+
+    def _check_model(self, problems: Problems) -> None:
+        try:
+            Constraints(self.max_itl_ms, self.max_ttft_ms, self.min_tokens_per_second)
+        except ServingConfigError as error:
+            problems.add_all(error.problems)
+        try:
+            self.workload.check_fits(self.request, prefix="workload_")
+        except ServingConfigError as error:
+            # Workload names its fields input_tokens and output_tokens.
+            problems.add_all(p if p.startswith("workload_") else f"workload_{p}" for p in error.problems)
+        objective = self.objective
+        if objective is not None and self.tensor_parallel is not None:
+            problems.add("objective", objective, f"applies only with tensor_parallel=auto: tensor_parallel "
+                         f"{self.tensor_parallel} leaves no degree to choose")
+        for key in CONSTRAINT_KEYS:
+            if getattr(self, key) is not None and objective is None:
+                problems.add(key, getattr(self, key), "is a constraint on the degree the objective chooses: add "
+                             f"-c objective=<{'|'.join(OBJECTIVES)}> (and tensor_parallel=auto)")
+        engine = ENGINES.get(self.engine)
+        if engine is None:
+            return
+        if self.image is not None:
+            try:
+                engine.image(self.image)
+            except ServingConfigError as error:
+                problems.add_all(error.problems)
+        for key in engine.unused_settings:
+            if getattr(self, key) != _DEFAULTS[key]:
+                problems.add(key, getattr(self, key), f"does not apply to engine {self.engine}; it applies to engine "
+                             + ", ".join(e.name for e in ENGINES.values() if key not in e.unused_settings))
+
+    def _check_endpoint(self, problems: Problems) -> None:
+        """Who may use the endpoint, and how."""
+        given = [k for k in OIDC_KEYS if getattr(self, k) is not None]
+        if self.internet_facing and not self.certificate_arn:
+            problems.add("certificate_arn", None, "is required when internet_facing is true: an internet-facing "
+                         "endpoint serves HTTPS only (HTTP redirects to it), so prompts and keys never cross the "
+                         "internet in clear text; give an ACM certificate ARN of the endpoint's domain")
+        if self.internet_facing and not self.api_keys and not given:
+            problems.add("api_keys", False, "cannot be false when internet_facing is true unless browser users "
+                         "sign in with oidc_*: an internet-facing endpoint never serves anyone who is not "
+                         "authenticated")
+        if given and len(given) < len(OIDC_KEYS):
+            for key in OIDC_KEYS:
+                if key not in given:
+                    problems.add(key, None, f"is required with {', '.join(given)}: the load balancer's OIDC "
+                                 f"sign-in needs {', '.join(OIDC_KEYS)}")
+        if given and not self.certificate_arn:
+            problems.add("certificate_arn", None, "is required with oidc_*: a load balancer signs users in on an "
+                         "HTTPS listener only")
+        if self.api_keys_secret and not self.api_keys:
+            problems.add("api_keys_secret", self.api_keys_secret, "applies only with api_keys=true")
+        low, high = RATE_LIMIT_RANGE
+        if self.rate_limit is not None and not low <= self.rate_limit <= high:
+            problems.add("rate_limit", self.rate_limit, f"must be {low} to {high} requests per client IP per "
+                         "5 minutes (AWS WAF's rate-based rule limits)")
+
+    def _check_network(self, problems: Problems) -> None:
+        attached = ("availability_zones", "private_subnet_ids", "public_subnet_ids")
+        if self.vpc_id is None:
+            for key in attached:
+                if getattr(self, key):
+                    problems.add(key, list(getattr(self, key)), "applies only with vpc_id")
+            return
+        zones = self.availability_zones
+        for key in ("availability_zones", "private_subnet_ids"):
+            if not getattr(self, key):
+                problems.add(key, None, "is required with vpc_id: the stack imports the VPC without a lookup")
+        if self.internet_facing and not self.public_subnet_ids:
+            problems.add("public_subnet_ids", None, "is required with vpc_id when internet_facing is true: the "
+                         "load balancer needs public subnets")
+        for key in ("private_subnet_ids", "public_subnet_ids"):
+            subnets = getattr(self, key)
+            if zones and subnets and len(subnets) % len(zones):
+                problems.add(key, list(subnets), f"must hold a multiple of {len(zones)} subnets, one per "
+                             "availability_zones entry in the same order")
+        if not self.allowed_cidrs:
+            problems.add("allowed_cidrs", None, "is required with vpc_id: the stack cannot read an imported VPC's "
+                         "CIDR without a lookup; give the networks that may reach the endpoint")
+
+    def _check_fleet(self, problems: Problems) -> None:
+        if self.fleet == "instance":
+            for key in FLEET_ONLY_KEYS:
+                if getattr(self, key) != _DEFAULTS[key]:
+                    problems.add(key, getattr(self, key), "applies to fleet=asg only; add -c fleet=asg")
+            return
+        if bool(self.scale_down_schedule) != bool(self.scale_up_schedule):
+            missing = "scale_up_schedule" if self.scale_down_schedule else "scale_down_schedule"
+            problems.add(missing, None, "is required with the other schedule: a fleet scaled to zero must know "
+                         "when to come back, and one scaled back when to stop")
+        if self.target_in_flight_requests is not None and self.target_requests_per_minute is not None:
+            problems.add("target_in_flight_requests", self.target_in_flight_requests,
+                         "cannot be combined with target_requests_per_minute: choose one scaling signal")
+        if self.target_in_flight_requests is not None and self.target_in_flight_requests <= 0:
+            problems.add("target_in_flight_requests", self.target_in_flight_requests, "must be above 0")
+
+    def _choose_layout(self) -> tuple[ServingPlan, str]:
+        if self.objective is None:
+            plan = plan_serving(self.request)
+            why = ("tensor_parallel given" if self.tensor_parallel is not None
+                   else "the smallest degree that fits, which gives the most replicas")
+            return plan, why
+        chosen = recommend(self.request, self.objective, self.constraints, self.workload)
+        return chosen.plan, chosen.reason
+
+
+SETTINGS: tuple[Setting, ...] = definitions(StackSettings)
+"""Every setting, in the order the README lists them."""
+
+SETTING_NAMES = frozenset(s.name for s in SETTINGS)
+
+_DEFAULTS = {s.name: s.default for s in SETTINGS}
+
+
+def settings_docstring(indent: str = "    ") -> str:
+    """Each setting as a ``:param:`` line (jsii style), for the docstrings of the classes that take them."""
+    lines = []
+    for s in SETTINGS:
+        lines.append(f"{indent}:param {s.name}: {s.doc} Default: {s.default_text}.")
+    return "\n".join(lines)
+
+
+StackSettings.__doc__ = (StackSettings.__doc__ or "") + "\n" + settings_docstring() + "\n"

@@ -1,0 +1,72 @@
+"""NeuronLlamaStack from code: every setting a keyword argument, presets, and what an organisation's
+settings do to the template (imported VPC, tags, name prefix, alarm topic)."""
+
+import pytest
+from aws_cdk import App
+from aws_cdk.assertions import Template
+
+from neuron_serving import NeuronLlamaStack, ServingConfigError, StackSettings
+
+from .conftest import FEATURE_FLAGS, synthesized
+
+ORG = {
+    "vpc_id": "vpc-0123456789abcdef0", "availability_zones": "us-east-1a,us-east-1b",
+    "private_subnet_ids": "subnet-0123456789abcdef0,subnet-0123456789abcdef1", "allowed_cidrs": "10.20.0.0/16",
+    "tags": '{"team": "ml-platform"}', "name_prefix": "ml-",
+    "alarm_topic_arn": "arn:aws:sns:us-east-1:111122223333:on-call",
+}
+
+
+def _app() -> App:
+    return App(context=FEATURE_FLAGS)
+
+
+def test_the_default_stack_needs_no_argument(synth):
+    stack = NeuronLlamaStack(_app(), "NeuronLlamaStack")
+    assert stack.settings == StackSettings()
+    assert Template.from_stack(stack).to_json() == synth().json
+
+
+def test_settings_are_keyword_arguments():
+    stack = NeuronLlamaStack(_app(), "Llama", instance_type="inf2.48xlarge", tensor_parallel=8,
+                             description="team endpoint")
+    assert (stack.plan.degree, len(stack.plan.replicas)) == (8, 3)
+    assert stack.template_options.description == "team endpoint"
+
+
+def test_keyword_settings_override_the_settings_object():
+    stack = NeuronLlamaStack(_app(), "Llama", settings=StackSettings(batch_size=8), tensor_parallel=4)
+    assert (stack.settings.batch_size, stack.settings.tensor_parallel) == (8, 4)
+
+
+def test_a_preset_from_code_with_an_override():
+    stack = NeuronLlamaStack(_app(), "Llama", preset="llama-3.1-8b-throughput", batch_size=4)
+    assert (stack.plan.instance.name, stack.plan.degree, stack.settings.batch_size) == ("inf2.48xlarge", 2, 4)
+
+
+def test_an_unknown_keyword_is_refused_with_the_closest_setting():
+    with pytest.raises(ServingConfigError, match=r"tensor_paralel \(8\) is not a setting; did you mean "
+                                                 r"tensor_parallel\?"):
+        NeuronLlamaStack(_app(), "Llama", tensor_paralel=8)
+
+
+def test_an_organisations_vpc_is_imported_without_a_lookup():
+    template = synthesized(**ORG).json
+    assert not [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::VPC"]
+    (instance,) = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::EC2::Instance"]
+    assert instance["SubnetId"] == "subnet-0123456789abcdef0"
+    (balancer,) = [r["Properties"] for r in template["Resources"].values()
+                   if r["Type"] == "AWS::ElasticLoadBalancingV2::LoadBalancer"]
+    assert balancer["Subnets"] == ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]
+
+
+def test_an_organisations_tags_name_prefix_and_alarm_topic():
+    synth = synthesized(**ORG)
+    assert synth.stack.stack_name == "ml-NeuronLlamaStack"
+    tagged = [r for r in synth.json["Resources"].values() if "Tags" in r.get("Properties", {})]
+    assert tagged and all({"Key": "team", "Value": "ml-platform"} in r["Properties"]["Tags"] for r in tagged
+                          if isinstance(r["Properties"]["Tags"], list))
+    assert not [r for r in synth.json["Resources"].values() if r["Type"] == "AWS::SNS::Topic"]
+    actions = [a for r in synth.json["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"
+               for a in r["Properties"].get("AlarmActions", [])]
+    assert actions and set(actions) == {"arn:aws:sns:us-east-1:111122223333:on-call"}

@@ -70,3 +70,14 @@ def test_an_organisations_tags_name_prefix_and_alarm_topic():
     actions = [a for r in synth.json["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"
                for a in r["Properties"].get("AlarmActions", [])]
     assert actions and set(actions) == {"arn:aws:sns:us-east-1:111122223333:on-call"}
+
+
+def test_a_stack_with_an_account_and_region_passes_cdk_nag_with_its_acknowledgments():
+    from aws_cdk import Environment, Validations
+    from cdk_nag import AwsSolutionsChecks
+
+    app = _app()
+    NeuronLlamaStack(app, "Pinned", env=Environment(account="111122223333", region="eu-west-1"), fleet="asg",
+                     warm_pool=True)
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    app.synth()  # an unacknowledged finding raises ValidationFailed

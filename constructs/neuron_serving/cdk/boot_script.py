@@ -29,6 +29,7 @@ from ..render.boot import (
 from ..render.monitoring import PUBLISHER_SOURCE
 from .artifact_cache import EXPORTS_PREFIX, NeuronArtifactCache
 from .monitoring import NeuronServingMonitoring
+from .scanners import nag_arn
 
 API_KEYS_SOURCE = "api_keys.py"
 """The key sync's file in ``neuron_serving.userdata``."""
@@ -219,8 +220,8 @@ class NeuronBootScript(Construct):
             )
             _acknowledge_prefix(
                 stack,
-                "arn:<AWS::Partition>:autoscaling:<AWS::Region>:<AWS::AccountId>:autoScalingGroup:*:"
-                f"autoScalingGroupName/{self.warm_pool_hook.group_name}",
+                nag_arn(stack, "autoscaling",
+                        f"autoScalingGroup:*:autoScalingGroupName/{self.warm_pool_hook.group_name}"),
                 "the group's id is assigned at creation; the resource names the one group by name",
             )
 
@@ -261,7 +262,7 @@ class NeuronBootScript(Construct):
             },
         ))
         Validations.of(stack).acknowledge(Acknowledgment(
-            id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]",
+            id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, 'ec2', 'instance/*')}]",
             reason="An instance id is assigned at launch: the host may tag only the instance whose credentials "
             "sign the request (aws:ARN equals ec2:SourceInstanceARN), and only with the boot phase's three keys",
         ))

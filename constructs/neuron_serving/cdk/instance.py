@@ -12,6 +12,7 @@ from constructs import Construct
 from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan
 from .boot_script import NeuronBootScript
+from .scanners import nag_arn
 
 SESSION_MANAGER_ACTIONS = (
     "ssmmessages:CreateControlChannel",
@@ -97,8 +98,7 @@ class NeuronServingLaunchTemplate(Construct):
                     "Authorization Reference, Amazon Message Gateway Service)",
                 ),
                 Acknowledgment(
-                    id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:"
-                    "instance/*]",
+                    id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, 'ec2', 'instance/*')}]",
                     reason="The SSM agent registers the instance it runs on, whose id is assigned at launch",
                 ),
             )

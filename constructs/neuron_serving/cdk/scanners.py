@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnResource
+from aws_cdk import CfnResource, Stack, Token
 
 from constructs import IConstruct
 
@@ -28,3 +28,15 @@ def skip_checkov(scope: IConstruct, check_id: str, reason: str) -> None:
     existing: Any = resource.get_metadata("checkov") or {}
     skips = [s for s in existing.get("skip", []) if s["id"] != check_id]
     resource.add_metadata("checkov", {"skip": [*skips, {"id": check_id, "comment": reason}]})
+
+
+def nag_arn(stack: Stack, service: str, resource: str) -> str:
+    """How cdk-nag writes an ARN of ``stack`` in its finding ids (``AwsSolutions-IAM5[Resource::...]``):
+    the partition, region and account as the template has them, literal when the stack's environment
+    (or the partition-literals feature flag) fixes them, else ``<AWS::Partition>`` and friends
+    (cdk-nag 3.0.2 ``src/utils/flatten-cfn-reference.ts``: a ``Ref`` to a pseudo parameter becomes
+    ``<Name>``). ``resource`` is what follows the account, such as ``instance/*``."""
+    def shown(value: str, pseudo: str) -> str:
+        return f"<AWS::{pseudo}>" if Token.is_unresolved(value) else value
+    return (f"arn:{shown(stack.partition, 'Partition')}:{service}:{shown(stack.region, 'Region')}:"
+            f"{shown(stack.account, 'AccountId')}:{resource}")

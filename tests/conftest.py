@@ -66,3 +66,11 @@ def hooks(monkeypatch: pytest.MonkeyPatch) -> dict[str, Hook]:
 
     monkeypatch.setattr(boto3.session.Session, "client", client)
     return registered
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory):
+    """The library's wheel, built once per session from the repository's sources."""
+    from tests.harness.wheel import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("wheel"))

@@ -1,7 +1,6 @@
 """The shape of the house: constructs/ is not a package, and lower layers never import higher."""
 
 import ast
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -67,16 +66,7 @@ def test_plan_layer_does_not_import_render():
         assert not any(name.startswith("..render") for name in _imports(path)), path
 
 
-def test_templates_ship_inside_the_wheel(tmp_path):
-    # Build from a copy: setuptools leaves a build/ folder next to the sources it builds.
-    source = tmp_path / "src"
-    for folder in ("constructs", "userdata"):
-        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path), str(source)], check=True, capture_output=True)
-    (wheel,) = tmp_path.glob("cdk_neuron_serving-*.whl")
+def test_templates_ship_inside_the_wheel(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     templates = {p.name for p in (ROOT / "userdata").glob("*.j2")}
     assert templates
@@ -95,3 +85,9 @@ def test_only_the_cli_and_its_ops_layer_import_boto3_rich_or_ops():
         for path in (PACKAGE / layer).rglob("*.py"):
             assert not any(name.startswith(operator) for name in _imports(path)), path
     assert not any(n.startswith(operator) for n in _imports(PACKAGE / "__init__.py"))
+
+
+def test_every_package_of_the_library_is_in_the_wheel(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    packages = {str(p.parent.relative_to(PACKAGE.parent)) for p in PACKAGE.rglob("__init__.py")}
+    assert packages and {p for p in packages if f"{p}/__init__.py" not in names} == set()

@@ -108,8 +108,9 @@ def test_any_instance_type_with_the_cost_objective_compares_every_instance_type(
     assert main(["plan", "--model", "llama-3.1-8b", "--instance-type", "any", "--objective", "cost"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[2].split()[:4] == ["instance", "type", "$/h", "degree"]
-    assert "ruled out: inf2.xlarge: instance_type ('inf2.xlarge') has 16 GiB of host memory" in out
-    assert "recommended: inf2.24xlarge, degree 2 (6 replicas): the best of the 5 instance types" in out
+    assert "recommended: inf2.xlarge, degree 2 (1 replica): the best of the 7 instance types" in out
+    assert ("note: instance_type ('inf2.xlarge') has 16 GiB of host memory; exporting llama-3.1-8b (8.0 B parameters) "
+            "needs about 34 GiB") in out
 
 
 def test_an_unknown_objective_exits_2_naming_the_allowed_ones(capsys):

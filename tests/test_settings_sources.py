@@ -246,3 +246,16 @@ def test_the_readme_configuration_table_is_generated_from_the_definitions():
     assert with_table(readme) == readme, "run: python -m neuron_serving.settings.table README.md"
     for definition in SETTINGS:
         assert f"| `{definition.name}` | {definition.default_text} |" in configuration_table()
+
+
+# -- small hosts -----------------------------------------------------------------------------------
+
+def test_a_host_too_small_to_compile_serves_a_prebuilt_export():
+    settings = _from_context({"instance_type": "inf2.xlarge", "prebuilt_export": "s3://team-exports/llama3-8b/tp2"})
+    assert (settings.plan().instance.name, len(settings.plan().replicas)) == ("inf2.xlarge", 1)
+
+
+def test_a_host_too_small_to_compile_without_a_prebuilt_export_is_refused_saying_what_would_work():
+    with pytest.raises(ServingConfigError, match=r"^instance_type \('inf2.xlarge'\) has 16 GiB of host memory; .*"
+                                                 r"or serve an export built elsewhere with prebuilt_export"):
+        _from_context({"instance_type": "inf2.xlarge"})

@@ -30,7 +30,15 @@ from .ops.aws import REGION_HELP, Aws, Explainer, OpsError, run_aws, stack_not_f
 from .ops.stack import DEFAULT_STACK
 from .plan.errors import Problems, ServingConfigError
 from .plan.instances import INSTANCES
-from .plan.layout import GIB, DegreeOption, ServingPlan, ServingRequest, degree_options, plan_serving
+from .plan.layout import (
+    GIB,
+    DegreeOption,
+    ServingPlan,
+    ServingRequest,
+    compile_memory_problem,
+    degree_options,
+    plan_serving,
+)
 from .plan.performance import (
     DEFAULT_WORKLOAD,
     OBJECTIVES,
@@ -277,6 +285,8 @@ def _layout_entry(plan: ServingPlan, prediction: Prediction, reason: str) -> dic
         "layout": plan.describe(),
         "reason": reason,
         "prediction": asdict(prediction),
+        # The host serves this layout, but compiles it only with enough memory: else a prebuilt export.
+        "cannot_compile": compile_memory_problem(plan),
     }
 
 
@@ -328,6 +338,8 @@ def _plan_text(request: ServingRequest, workload: Workload, document: dict[str, 
         lines.append(f"recommended: {on}degree {chosen['degree']} ({_replicas(chosen['replicas'])}): "
                      f"{chosen['reason']}")
         lines.append(f"layout: {chosen['layout']}")
+    if chosen is not None and chosen.get("cannot_compile"):
+        lines.append(f"note: {chosen['cannot_compile']}")
     return "\n".join(lines)
 
 

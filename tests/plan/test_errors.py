@@ -6,6 +6,7 @@ import json
 import pytest
 
 from neuron_serving.plan import ServingConfigError, ServingRequest, plan_serving
+from neuron_serving.plan.layout import compile_memory_problem
 
 
 def _error(**fields) -> str:
@@ -83,11 +84,16 @@ def test_sequence_longer_than_the_model_positions_is_refused():
     )
 
 
-def test_host_too_small_to_export_an_8b_model_is_refused():
-    message = _error(instance_type="inf2.xlarge")
-    assert "instance_type ('inf2.xlarge') has 16 GiB of host memory; exporting llama-3-8b" in message
-    assert "trn1.2xlarge" not in message
-    assert "32 GiB of host memory" in _error(instance_type="trn1.2xlarge")
+def test_a_host_too_small_to_export_an_8b_model_still_serves_it_and_says_it_cannot_compile_it():
+    plan = plan_serving(ServingRequest("llama-3-8b", "inf2.xlarge"))
+    assert len(plan.replicas) == 1
+    message = compile_memory_problem(plan)
+    assert message is not None
+    assert message.startswith("instance_type ('inf2.xlarge') has 16 GiB of host memory; exporting llama-3-8b")
+    assert message.endswith("or serve an export built elsewhere with prebuilt_export (then this host never compiles)")
+    trn1 = compile_memory_problem(plan_serving(ServingRequest("llama-3-8b", "trn1.2xlarge")))
+    assert trn1 is not None and "32 GiB of host memory" in trn1
+    assert compile_memory_problem(plan_serving(ServingRequest("llama-3-8b", "inf2.8xlarge"))) is None
 
 
 def test_router_port_among_replica_ports_is_refused():

@@ -230,9 +230,9 @@ def test_cost_across_instance_types_picks_the_cheapest_token_of_all_and_says_why
     cheapest = min(r.prediction.usd_per_million_tokens for r in compared.per_instance)
     assert compared.best.prediction.usd_per_million_tokens == cheapest
     assert compared.best.reason.startswith(f"the best of the {len(compared.per_instance)} instance types")
-    ruled_out = dict(compared.ruled_out)
-    assert set(ruled_out) == {"inf2.xlarge", "trn1.2xlarge"}
-    assert "of host memory" in ruled_out["inf2.xlarge"]
+    # A host serves what it cannot compile (from a prebuilt export): every type can serve the 8B model.
+    assert compared.ruled_out == ()
+    assert compared.best.plan.instance.name == "inf2.xlarge"
 
 
 def test_candidates_refuse_a_workload_that_does_not_fit_before_predicting():

@@ -266,20 +266,24 @@ def _validate(request: ServingRequest) -> tuple[ModelSpec, InstanceSpec]:
         request.first_replica_port <= request.router_port < request.first_replica_port + instance.cores
     ):
         problems.add("router_port", request.router_port, "must not fall among the replica ports")
-    if instance is not None and model is not None and request.dtype in DTYPE_BYTES:
-        need_gib = (model.parameter_count * DTYPE_BYTES[request.dtype] * COMPILE_RAM_FACTOR / GIB
-                    + COMPILE_RAM_BASE_GIB)
-        if need_gib > instance.host_ram_gib:
-            problems.add(
-                "instance_type",
-                request.instance_type,
-                f"has {instance.host_ram_gib} GiB of host memory; exporting {model.name} "
-                f"({model.parameter_count / 1e9:.1f} B parameters) needs about {need_gib:.0f} GiB: "
-                "choose a larger instance of the family",
-            )
     problems.raise_if_any()
     assert instance is not None and model is not None
     return model, instance
+
+
+def compile_memory_problem(plan: ServingPlan) -> str | None:
+    """Why ``plan``'s host cannot export (compile) its model, or ``None`` when it can. Only a host
+    that compiles needs this memory: one serving a prebuilt export does not."""
+    model, instance = plan.model, plan.instance
+    need_gib = model.parameter_count * DTYPE_BYTES[plan.request.dtype] * COMPILE_RAM_FACTOR / GIB + COMPILE_RAM_BASE_GIB
+    if need_gib <= instance.host_ram_gib:
+        return None
+    return problem(
+        "instance_type", instance.name,
+        f"has {instance.host_ram_gib} GiB of host memory; exporting {model.name} ({model.parameter_count / 1e9:.1f} B "
+        f"parameters) needs about {need_gib:.0f} GiB: choose a larger instance of the family, or serve an export "
+        "built elsewhere with prebuilt_export (then this host never compiles)",
+    )
 
 
 def _is_int(value: object) -> bool:

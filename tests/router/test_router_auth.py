@@ -67,7 +67,8 @@ def test_a_request_without_a_key_gets_401_with_a_json_error_and_a_bearer_challen
     assert all(not fake.served for fake in router.replicas.values())
 
 
-@pytest.mark.parametrize("authorization", [f"Bearer {BOB}", f"Basic {ALICE}", ALICE, "Bearer ", f"Bearer {ALICE}x"])
+@pytest.mark.parametrize("authorization", [f"Bearer {BOB}", f"Basic {ALICE}", ALICE, "Bearer ", f"Bearer {ALICE}x"],
+                         ids=["unknown key", "basic scheme", "no scheme", "empty key", "key with a suffix"])
 def test_a_wrong_key_or_scheme_gets_401(secure_router, authorization: str) -> None:
     router = secure_router(ALICE)
 

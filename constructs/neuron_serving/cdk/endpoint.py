@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -167,25 +168,12 @@ class NeuronServingEndpoint(Construct):
         for peer in peers:
             self.load_balancer.connections.allow_from(peer, ec2.Port.tcp(port), "LLM clients")
 
-        self.target_group = elbv2.ApplicationTargetGroup(
-            self,
-            "Routers",
-            vpc=vpc,
-            port=target_port,
-            protocol=elbv2.ApplicationProtocol.HTTP,
-            target_type=elbv2.TargetType.INSTANCE,
-            load_balancing_algorithm_type=elbv2.TargetGroupLoadBalancingAlgorithmType.LEAST_OUTSTANDING_REQUESTS,
-            deregistration_delay=deregistration_delay,
-            health_check=elbv2.HealthCheck(
-                path="/health",
-                healthy_http_codes="200",
-                interval=Duration.seconds(15),
-                timeout=Duration.seconds(5),
-                healthy_threshold_count=2,
-                unhealthy_threshold_count=3,
-            ),
-        )
+        self._vpc = vpc
+        self._deregistration_delay = deregistration_delay
+        self.target_group = self._routers("Routers", target_port)
         self.target_port = target_port
+        self._oidc = oidc
+        self._hosts: dict[str, str] = {}
         if certificate:
             forward = elbv2.ListenerAction.forward([self.target_group])
             self.listener = self.load_balancer.add_listener(
@@ -292,12 +280,79 @@ class NeuronServingEndpoint(Construct):
         if result.policy_dependable is not None:
             self.load_balancer.node.add_dependency(result.policy_dependable)
 
+    def _routers(self, construct_id: str, port: int) -> elbv2.ApplicationTargetGroup:
+        """A target group of hosts' routers on ``port``, balanced by least outstanding requests."""
+        return elbv2.ApplicationTargetGroup(
+            self,
+            construct_id,
+            vpc=self._vpc,
+            port=port,
+            protocol=elbv2.ApplicationProtocol.HTTP,
+            target_type=elbv2.TargetType.INSTANCE,
+            load_balancing_algorithm_type=elbv2.TargetGroupLoadBalancingAlgorithmType.LEAST_OUTSTANDING_REQUESTS,
+            deregistration_delay=self._deregistration_delay,
+            health_check=elbv2.HealthCheck(
+                path="/health",
+                healthy_http_codes="200",
+                interval=Duration.seconds(15),
+                timeout=Duration.seconds(5),
+                healthy_threshold_count=2,
+                unhealthy_threshold_count=3,
+            ),
+        )
+
+    def add_model(
+        self,
+        construct_id: str,
+        *,
+        host_header: str,
+        target: elbv2.IApplicationLoadBalancerTarget,
+        connections: ec2.IConnectable,
+        target_port: int,
+    ) -> elbv2.ApplicationTargetGroup:
+        """Serve a second model from this load balancer: requests whose ``Host`` header is
+        ``host_header`` (such as ``mistral.llm.example.com``, a name that resolves to the load
+        balancer) go to ``target``'s routers on ``target_port``, in a target group of their own;
+        the rest keep going to the first model's. Host-based rather than path-based: the engines
+        serve fixed routes (``/generate``, ``/v1/chat/completions``), which a path prefix would
+        have to be cut from. Returns the model's target group (for its monitoring).
+
+        Only without OIDC sign-in (its listener rule would have to repeat the sign-in). Raises
+        :class:`ServingConfigError` naming ``host_header`` when another model has it."""
+        problems = Problems()
+        if self._oidc is not None:
+            problems.add("oidc", "sign-in", "cannot be combined with add_model: sign the users of each model in "
+                         "on a load balancer of its own")
+        if host_header in self._hosts:
+            problems.add("host_header", host_header, f"already routes to {self._hosts[host_header]}")
+        if not _HOST.fullmatch(host_header):
+            problems.add("host_header", host_header, "must be a host name such as mistral.llm.example.com")
+        problems.raise_if_any()
+        self._hosts[host_header] = construct_id
+        group = self._routers(construct_id, target_port)
+        group.add_target(target)
+        self.listener.add_action(
+            construct_id,
+            # Rules are evaluated by priority, lowest first; each model's comes after the API-key rule.
+            priority=API_KEY_RULE_PRIORITY + len(self._hosts),
+            conditions=[elbv2.ListenerCondition.host_headers([host_header])],
+            action=elbv2.ListenerAction.forward([group]),
+        )
+        connections.connections.allow_from(
+            self.load_balancer, ec2.Port.tcp(target_port), "router port, from the load balancer"
+        )
+        return group
+
     def add_target(self, target: elbv2.IApplicationLoadBalancerTarget, connections: ec2.IConnectable) -> None:
         """Send traffic to ``target`` and open its security group to the load balancer only."""
         self.target_group.add_target(target)
         connections.connections.allow_from(
             self.load_balancer, ec2.Port.tcp(self.target_port), "router port, from the load balancer"
         )
+
+
+_HOST = re.compile(r"(?=.{1,253}$)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}")
+"""A lowercase DNS name of labels of at most 63 letters, digits and hyphens (RFC 1035, section 2.3.1)."""
 
 
 def _peer(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> ec2.IPeer:

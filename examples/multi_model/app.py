@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from aws_cdk import App, CfnOutput, Stack, Validations
 from aws_cdk import aws_ec2 as ec2
 from cdk_nag import AwsSolutionsChecks
-from constructs import Construct
 
+from constructs import Construct
 from neuron_serving import (
     NeuronArtifactCache,
     NeuronBootScript,

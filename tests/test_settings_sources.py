@@ -255,7 +255,7 @@ def test_a_host_too_small_to_compile_serves_a_prebuilt_export():
     assert (settings.plan().instance.name, len(settings.plan().replicas)) == ("inf2.xlarge", 1)
 
 
-def test_a_host_too_small_to_compile_without_a_prebuilt_export_is_refused_saying_what_would_work():
-    with pytest.raises(ServingConfigError, match=r"^instance_type \('inf2.xlarge'\) has 16 GiB of host memory; .*"
-                                                 r"or serve an export built elsewhere with prebuilt_export"):
-        _from_context({"instance_type": "inf2.xlarge"})
+def test_a_host_too_small_to_compile_without_a_prebuilt_export_gets_the_cheapest_builder_that_can():
+    settings = _from_context({"instance_type": "inf2.xlarge"})
+    assert settings.builder is not None
+    assert (settings.builder.instance.name, settings.builder.degree) == ("inf2.8xlarge", settings.plan().degree)

@@ -30,6 +30,7 @@ from .settings import StackSettings
 if TYPE_CHECKING:
     from .cdk.artifact_cache import NeuronArtifactCache
     from .cdk.boot_script import NeuronBootScript
+    from .cdk.builder import NeuronExportBuilder
     from .cdk.endpoint import NeuronServingEndpoint
     from .cdk.fleet import NeuronServingFleet
     from .cdk.instance import NeuronServingInstance, NeuronServingLaunchTemplate
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 _CDK_EXPORTS = {
     "NeuronArtifactCache": ".cdk.artifact_cache",
     "NeuronBootScript": ".cdk.boot_script",
+    "NeuronExportBuilder": ".cdk.builder",
     "NeuronServingFleet": ".cdk.fleet",
     "NeuronServingMonitoring": ".cdk.monitoring",
     "AlarmThresholds": ".cdk.monitoring",
@@ -66,6 +68,7 @@ __all__ = [
     "Constraints",
     "NeuronArtifactCache",
     "NeuronBootScript",
+    "NeuronExportBuilder",
     "NeuronLlamaStack",
     "NeuronServingEndpoint",
     "NeuronServingFleet",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import gzip
 import re
 import subprocess
 from collections.abc import Callable
@@ -41,6 +39,7 @@ from neuron_serving.render.boot import (
     render_boot_script,
 )
 from neuron_serving.render.metrics import MonitoringOptions
+from tests.harness.userdata import EMBEDDED_FILE, embedded_files, unbundled
 
 CONFIGS: dict[str, tuple[Callable[[], ServingPlan], str | None]] = {
     "inf2.xlarge-1-replica": (lambda: make_plan("inf2.xlarge", model_id=SMALL_MODEL), None),
@@ -90,14 +89,16 @@ OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
         {"engine": "vllm", **FLEET, "image": f"{OPTIMUM_NEURON_VLLM_0_4_5.reference}@{DIGEST}"},
     ),
     "inf2.24xlarge-tp4-api-keys-signal": ("inf2.24xlarge-tp4", {**API_KEYS, "signal": SIGNAL}),
+    "inf2.24xlarge-tp4-builder": ("inf2.24xlarge-tp4", {"artifact_cache": "s3://cache-bucket", "export_role": "build"}),
+    "inf2.24xlarge-tp4-wait-signal": (
+        "inf2.24xlarge-tp4", {"artifact_cache": "s3://cache-bucket", "export_role": "wait", "signal": SIGNAL},
+    ),
     "trn1.32xlarge-tp2-secret-arn-vllm-fleet-pinned-api-keys": (
         "trn1.32xlarge-tp2-secret-arn",
         {"engine": "vllm", **FLEET, **API_KEYS, "image": f"{OPTIMUM_NEURON_VLLM_0_4_5.reference}@{DIGEST}"},
     ),
 }
 
-EMBEDDED_FILE = re.compile(r"^put (\S+) \d+ <<'EOF'\n(.*?)^EOF$", re.MULTILINE | re.DOTALL)
-BUNDLE = re.compile(r"^files=\$\(base64 -d <<'EOF' \| gunzip\n(.*?)^EOF\n\)$", re.MULTILINE | re.DOTALL)
 ROUTER_CONFIG = re.compile(r"^(put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'\n).*?^EOF$", re.MULTILINE | re.DOTALL)
 
 
@@ -109,18 +110,6 @@ def rendered(config: str) -> tuple[ServingPlan, str]:
         (make, secret), options = CONFIGS[config], {}
     plan = make()
     return plan, render_boot_script(plan, BootOptions(hf_token_secret=secret, **options))  # type: ignore[arg-type]
-
-
-def unbundled(script: str) -> str:
-    """``script`` with its compressed bundle of files decoded in place, as the host evaluates it."""
-    [blob] = BUNDLE.findall(script)
-    return script.replace(blob, gzip.decompress(base64.b64decode(blob)).decode())
-
-
-def embedded_files(script: str) -> dict[str, str]:
-    """The files the script writes from quoted heredocs, in it or in its bundle, by their path on
-    the host."""
-    return dict(EMBEDDED_FILE.findall(unbundled(script)))
 
 
 class ShellSnapshot(SingleFileSnapshotExtension):

@@ -1,11 +1,14 @@
 """NeuronLlamaStack from code: every setting a keyword argument, presets, and what an organisation's
 settings do to the template (imported VPC, tags, name prefix, alarm topic)."""
 
+import json
+
 import pytest
 from aws_cdk import App
 from aws_cdk.assertions import Template
 
 from neuron_serving import NeuronLlamaStack, ServingConfigError, StackSettings
+from tests.harness.userdata import embedded_files
 
 from .conftest import FEATURE_FLAGS, synthesized
 
@@ -81,3 +84,50 @@ def test_a_stack_with_an_account_and_region_passes_cdk_nag_with_its_acknowledgme
                      warm_pool=True)
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     app.synth()  # an unacknowledged finding raises ValidationFailed
+
+
+# -- small hosts: a builder exports, the serving host waits -------------------------------------
+
+def test_inf2_xlarge_serves_llama_3_8b_with_a_builder_and_never_compiles():
+    synth = synthesized(instance_type="inf2.xlarge")
+    template = synth.json
+    (group,) = [r["Properties"] for r in template["Resources"].values()
+                if r["Type"] == "AWS::AutoScaling::AutoScalingGroup"]
+    assert (group["MinSize"], group["MaxSize"], group["DesiredCapacity"]) == ("0", "1", "1")
+    assert group["AutoScalingGroupName"] == "NeuronLlamaStack-ExportBuilder"
+    types = sorted(r["Properties"]["LaunchTemplateData"]["InstanceType"] for r in template["Resources"].values()
+                   if r["Type"] == "AWS::EC2::LaunchTemplate")
+    assert types == ["inf2.8xlarge", "inf2.xlarge"]
+    serving = synth.stack.boot_script
+    assert serving.options.export_role == "wait"
+    assert "waiting for the builder's export" in _export_script(serving.script)
+    assert "exporting into" not in _export_script(serving.script)
+    builder = synth.stack.export_builder
+    assert builder is not None and builder.boot_script.options.export_role == "build"
+    assert builder.boot_script.options.artifact_cache == serving.options.artifact_cache
+    statements = [s for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
+                  for s in r["Properties"]["PolicyDocument"]["Statement"]]
+    (leave,) = [s for s in statements if s["Action"] == "autoscaling:TerminateInstanceInAutoScalingGroup"]
+    assert "autoScalingGroupName/NeuronLlamaStack-ExportBuilder" in json.dumps(leave["Resource"])
+
+
+def test_a_host_that_compiles_has_no_builder_unless_one_is_asked_for():
+    assert synthesized().stack.export_builder is None
+    assert StackSettings(builder_instance_type="inf2.8xlarge").builder is not None
+
+
+def test_a_builder_that_cannot_compile_either_is_refused_naming_what_can():
+    with pytest.raises(ServingConfigError, match=r"builder_instance_type \('inf2.xlarge'\) must be a inf2 instance "
+                                                 r"type with at least 1 Neuron devices and the host memory to compile "
+                                                 r"llama-3-8b: inf2.8xlarge, inf2.24xlarge, inf2.48xlarge"):
+        StackSettings(instance_type="inf2.xlarge", builder_instance_type="inf2.xlarge")
+
+
+def test_a_builder_with_a_prebuilt_export_is_refused():
+    with pytest.raises(ServingConfigError, match=r"builder_instance_type \('inf2.8xlarge'\) does not apply with "
+                                                 r"prebuilt_export"):
+        StackSettings(prebuilt_export="s3://team-exports/x", builder_instance_type="inf2.8xlarge")
+
+
+def _export_script(script: str) -> str:
+    return embedded_files(script)["/opt/neuron-serving/bin/export-model"]

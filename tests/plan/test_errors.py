@@ -90,7 +90,8 @@ def test_a_host_too_small_to_export_an_8b_model_still_serves_it_and_says_it_cann
     message = compile_memory_problem(plan)
     assert message is not None
     assert message.startswith("instance_type ('inf2.xlarge') has 16 GiB of host memory; exporting llama-3-8b")
-    assert message.endswith("or serve an export built elsewhere with prebuilt_export (then this host never compiles)")
+    assert message.endswith("let a builder instance compile it (builder_instance_type; NeuronExportBuilder), "
+                            "or serve an export built elsewhere (prebuilt_export); this host then never compiles")
     trn1 = compile_memory_problem(plan_serving(ServingRequest("llama-3-8b", "trn1.2xlarge")))
     assert trn1 is not None and "32 GiB of host memory" in trn1
     assert compile_memory_problem(plan_serving(ServingRequest("llama-3-8b", "inf2.8xlarge"))) is None

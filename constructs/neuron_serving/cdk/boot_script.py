@@ -74,6 +74,10 @@ class NeuronBootScript(Construct):
     :param load_balancer_authentication: with ``api_keys_secret``, the routers also accept the
         requests the load balancer signed in (OIDC), which it sends without an ``Authorization``
         header. Default: false.
+    :param export_role: ``serve`` (download the export from the cache, or make and publish it),
+        ``wait`` (never compile: wait for a :class:`NeuronExportBuilder`'s export in the cache) or
+        ``build`` (the builder's own: export, publish, serve nothing). ``wait`` and ``build`` need
+        ``artifact_cache``. Default: ``serve``.
     :param boot_timeout: how long a host may take to serve. Default: estimated from the model
         (image pull, export unless prebuilt, load; see ``plan.timing``).
     """
@@ -96,6 +100,7 @@ class NeuronBootScript(Construct):
         monitoring: NeuronServingMonitoring | None = None,
         api_keys_secret: secretsmanager.ISecret | None = None,
         load_balancer_authentication: bool = False,
+        export_role: str = "serve",
     ) -> None:
         super().__init__(scope, construct_id)
         self.plan = plan
@@ -147,6 +152,9 @@ class NeuronBootScript(Construct):
             warm_pool_hook=warm_pool_hook,
             monitoring=monitoring.boot_options if monitoring else None,
             metrics_publisher=_asset_uri(self.metrics_publisher),
+            export_role=export_role,
+            # A waiting host gives up with its boot, whose estimate includes the builder's export.
+            export_wait_minutes=int(self.boot_timeout.to_minutes()),
         )
         self.script: str = render_boot_script(plan, self.options)
         """The rendered boot script (tokens, if any, unresolved)."""

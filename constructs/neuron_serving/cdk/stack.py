@@ -43,6 +43,7 @@ from ..settings.names import unknown_problems
 from .artifact_cache import NeuronArtifactCache
 from .boot_script import NeuronBootScript
 from .buckets import LOG_BUCKET_REASON, log_bucket
+from .builder import NeuronExportBuilder
 from .endpoint import NeuronServingEndpoint, OidcSignIn
 from .fleet import NeuronServingFleet
 from .instance import NeuronServingInstance, NeuronServingLaunchTemplate
@@ -163,11 +164,21 @@ class NeuronLlamaStack(Stack):
                 if settings.boot_timeout_minutes is not None
                 else None
             ),
+            # With a builder, the hosts never compile: they wait for its export in the cache.
+            export_role="wait" if settings.builder is not None else "serve",
         )
         dlami_parameter = settings.dlami_parameter or self.boot_script.serving_image.dlami_parameter
         if not settings.ami_id:
             check_dlami_parameter(self.boot_script.serving_image, dlami_parameter)
         machine_image = PinnedLinuxImage(settings.ami_id) if settings.ami_id else neuron_dlami(dlami_parameter)
+        self.export_builder: NeuronExportBuilder | None = None
+        """The one-off instance that exports for hosts too small to compile (``builder_instance_type``)."""
+        if settings.builder is not None and self.artifact_cache is not None:
+            self.export_builder = NeuronExportBuilder(
+                self, "ExportBuilder", vpc=self.vpc, plan=settings.builder, artifact_cache=self.artifact_cache,
+                machine_image=machine_image, engine=settings.engine, image=settings.image, hf_token_secret=secret,
+                model_revision=settings.model_revision,
+            )
         self.launch_template = NeuronServingLaunchTemplate(
             self, "Host", vpc=self.vpc, boot_script=self.boot_script, machine_image=machine_image
         )

@@ -4,13 +4,14 @@ its own contiguous group of Neuron devices, and the device memory each NeuronCor
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
 from .errors import Problems, ServingConfigError, problem
-from .instances import CORES_PER_DEVICE, InstanceSpec, instance_spec
+from .instances import CORES_PER_DEVICE, INSTANCES, InstanceSpec, instance_spec
 from .models import ModelSpec, resolve_model
 
 GIB = 1024**3
@@ -281,9 +282,40 @@ def compile_memory_problem(plan: ServingPlan) -> str | None:
     return problem(
         "instance_type", instance.name,
         f"has {instance.host_ram_gib} GiB of host memory; exporting {model.name} ({model.parameter_count / 1e9:.1f} B "
-        f"parameters) needs about {need_gib:.0f} GiB: choose a larger instance of the family, or serve an export "
-        "built elsewhere with prebuilt_export (then this host never compiles)",
+        f"parameters) needs about {need_gib:.0f} GiB: let a builder instance compile it (builder_instance_type; "
+        "NeuronExportBuilder), or serve an export built elsewhere (prebuilt_export); this host then never compiles",
     )
+
+
+def builder_instance(plan: ServingPlan, instance_type: str | None = None) -> InstanceSpec:
+    """The instance type that exports ``plan``'s model for it: ``instance_type`` when given, else the
+    cheapest that can. A builder is of the serving instance's family, whose image, driver and
+    devices the export is made with (the export runs on one replica's Neuron devices: each
+    replica's ``--device`` list in ``export-model``), has at least one replica's devices, and the
+    host memory to compile. Raises :class:`ServingConfigError` naming ``builder_instance_type``."""
+    family = [i for i in INSTANCES.values() if i.family == plan.instance.family]
+    able = [i for i in family if i.devices >= plan.devices_per_replica
+            and compile_memory_problem(dataclasses.replace(plan, instance=i)) is None]
+    if instance_type is None:
+        if not able:
+            raise ServingConfigError([problem(
+                "instance_type", plan.instance.name, f"cannot compile {plan.model.name}, and no {plan.instance.family} "
+                "instance type can: serve an export built elsewhere with prebuilt_export")])
+        return min(able, key=lambda i: (i.hourly_usd, i.name))
+    chosen = INSTANCES.get(instance_type)
+    if chosen is None or chosen not in able:
+        allowed = ", ".join(i.name for i in sorted(able, key=lambda i: i.hourly_usd)) or "none"
+        raise ServingConfigError([problem(
+            "builder_instance_type", instance_type, f"must be a {plan.instance.family} instance type with at least "
+            f"{plan.devices_per_replica} Neuron devices and the host memory to compile {plan.model.name}: {allowed}")])
+    return chosen
+
+
+def builder_plan(plan: ServingPlan, instance_type: str | None = None) -> ServingPlan:
+    """``plan`` laid out on its builder (:func:`builder_instance`): the same model, degree, shapes and
+    dtype, so the same export and export key, on the builder's devices."""
+    builder = builder_instance(plan, instance_type)
+    return plan_serving(dataclasses.replace(plan.request, instance_type=builder.name, tensor_parallel=plan.degree))
 
 
 def _is_int(value: object) -> bool:

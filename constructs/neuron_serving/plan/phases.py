@@ -70,6 +70,7 @@ PHASES = (
     Phase("hf-token", "reading the Hugging Face token"),
     Phase("pull-image", "pulling the serving image", "pull"),
     Phase("export-model", "exporting (compiling) the model", "export"),
+    Phase("wait-export", "waiting for the builder instance's export in the artifact cache", "export"),
     Phase("download-export", "downloading the model's export", "download"),
     Phase("start-replicas", "starting the replicas"),
     Phase("api-keys", "loading the API keys"),

@@ -254,6 +254,15 @@ class WarmPoolHook:
         return self.heartbeat_timeout_seconds // 4
 
 
+EXPORT_ROLES = ("serve", "wait", "build")
+"""What a host does about the export: ``serve`` (download it from the cache, or make and publish it,
+then serve), ``wait`` (never compile: wait for a builder's export in the cache, then serve) or
+``build`` (make and publish it, serve nothing, then leave its Auto Scaling group)."""
+
+WAIT_POLL_SECONDS = 30
+"""How often a waiting host looks for the builder's export (one GetObject of a missing key)."""
+
+
 @dataclass(frozen=True)
 class BootOptions:
     """What the boot script needs beyond the serving plan.
@@ -311,6 +320,11 @@ class BootOptions:
         would not fit in the user data beside the rest. The bucket and key may be CDK tokens (a
         CDK asset's); the instance role needs s3:GetObject on it. Default: none.
 
+    :param export_role: ``serve``, ``wait`` or ``build`` (:data:`EXPORT_ROLES`); ``wait`` and ``build``
+        need ``artifact_cache``. Default: ``serve``.
+    :param export_wait_minutes: with ``wait``, how long the host waits for the builder's export
+        before its boot fails. Default: 12 hours (CloudFormation's longest wait for a signal).
+
     Boot progress (see the module documentation) has no option of its own: it is on exactly when
     the host reads its instance metadata (:attr:`reports_phases`), that is with any option above
     that calls AWS (an S3 artifact cache or prebuilt export, API keys, a signal, a warm pool hook
@@ -335,6 +349,8 @@ class BootOptions:
     api_keys_secret: str | None = None
     api_keys_program: str | None = None
     load_balancer_authentication: bool = False
+    export_role: str = "serve"
+    export_wait_minutes: int = 12 * 60
 
     @property
     def reports_phases(self) -> bool:
@@ -407,6 +423,17 @@ class BootOptions:
             problems.add("api_keys_program", program, "must be the S3 URI of an object, such as s3://bucket/api_keys.py")
         if self.load_balancer_authentication and keys is None:
             problems.add("load_balancer_authentication", True, "applies only with api_keys_secret")
+        if self.export_role not in EXPORT_ROLES:
+            problems.add("export_role", self.export_role, f"must be one of {', '.join(EXPORT_ROLES)}")
+        elif self.export_role != "serve" and (cache is None or prebuilt is not None):
+            problems.add("export_role", self.export_role, "needs artifact_cache and no prebuilt_export: the "
+                         "builder publishes the export there, and the serving hosts wait for it there")
+        if self.export_role == "build" and (self.signal is not None or self.warm_pool_hook is not None):
+            problems.add("export_role", self.export_role, "takes no signal or warm_pool_hook: a builder serves "
+                         "nothing, and leaves its group once the export is in the cache")
+        wait = self.export_wait_minutes
+        if not isinstance(wait, int) or isinstance(wait, bool) or wait < 1:
+            problems.add("export_wait_minutes", wait, "must be a whole number of minutes, at least 1")
         problems.raise_if_any()
 
 
@@ -456,7 +483,8 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     The result is not checked against the user data limit: see :func:`check_user_data_size`.
     """
     options = options or BootOptions()
-    if options.prebuilt_export is None and (cannot_compile := compile_memory_problem(plan)) is not None:
+    if (options.prebuilt_export is None and options.export_role != "wait"
+            and (cannot_compile := compile_memory_problem(plan)) is not None):
         raise ServingConfigError([cannot_compile])
     engine = find_engine(options.engine)
     image = serving_image(plan, options)
@@ -517,6 +545,10 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
             report_phase=report_phase,
             download_export=_phase("download-export"),
             export_model=_phase("export-model"),
+            wait_export=_phase("wait-export"),
+            role=options.export_role,
+            wait_seconds=options.export_wait_minutes * 60,
+            poll_seconds=WAIT_POLL_SECONDS,
         ),
         CHECK_EXPORT: _rendered("check-export.py.j2",
                                 expect=json.dumps(engine.export_expectations(plan, image), sort_keys=True)),
@@ -579,6 +611,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         wait_ready=files.get(WAIT_READY),
         monitoring=monitoring is not None,
         start_monitoring=START_MONITORING,
+        builder=options.export_role == "build",
     )
     files[BOOT_STEPS] = _rendered("boot-steps.sh.j2", **steps)
     script = render(
@@ -592,6 +625,8 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         hook=hook,
         report=report,
         failed=FAILED,
+        builder=options.export_role == "build",
+        export_model=EXPORT_MODEL,
     )
     return _without_comments(script, keep_header=True)
 

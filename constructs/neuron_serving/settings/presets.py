@@ -39,6 +39,14 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
          "tensor_parallel": 2, "batch_size": 8, "sequence_length": 4096},
     ),
     Preset(
+        "llama-3-8b-inf2-xlarge",
+        "Llama 3 8B Instruct on inf2.xlarge, the cheapest published inf2 configuration (about $0.76/h): one "
+        "replica of degree 2. The host has too little memory to compile, so a builder instance exports once "
+        "into the artifact cache and the host only downloads.",
+        {"model_id": "NousResearch/Meta-Llama-3-8B-Instruct", "instance_type": "inf2.xlarge",
+         "tensor_parallel": 2, "batch_size": 4, "sequence_length": 4096},
+    ),
+    Preset(
         "llama-3-70b-inf2",
         "Llama 3 70B Instruct on inf2.48xlarge: one replica over all 24 NeuronCores. The first boot exports for "
         "hours; later hosts read the artifact cache.",

@@ -13,8 +13,8 @@ from typing import Any
 
 from ..plan import shapes
 from ..plan.engines import DEFAULT_ENGINE, ENGINES
-from ..plan.errors import Problems, ServingConfigError
-from ..plan.layout import ServingPlan, ServingRequest, compile_memory_problem, plan_serving
+from ..plan.errors import Problems, ServingConfigError, problem
+from ..plan.layout import ServingPlan, ServingRequest, builder_plan, compile_memory_problem, plan_serving
 from ..plan.performance import DEFAULT_WORKLOAD, OBJECTIVES, Constraints, Workload, recommend
 from ..plan.timing import MAX_CLOUDFORMATION_MINUTES
 from .fields import Setting, definitions, setting, type_problem
@@ -171,6 +171,11 @@ class StackSettings:
     prebuilt_export: str | None = setting(None, """Serve an existing export instead of compiling:
         `s3://bucket/prefix` or `hf://org/repo` (a Hugging Face repository of a Neuron export).""",
         check=shapes.export_location)
+    builder_instance_type: str | None = setting(None, """The instance type of the builder: a one-off
+        instance that exports the model into the artifact cache, then terminates, for serving hosts too
+        small to compile it (Llama 3 8B on inf2.xlarge). Those hosts wait for its export and never
+        compile. Given, a builder exports even for hosts that could. Not with `prebuilt_export`.""",
+        shown="when the serving host cannot compile: the cheapest instance type of its family that can")
     boot_timeout_minutes: int | None = setting(None, """How long CloudFormation waits for a host to serve. The
         estimate is 20 min pull, plus 20 + 4 per billion parameters for the export, plus 10 + 0.5 per billion for
         loading: 87 min for 8B, about 6 h for 70B.""", shown="estimated")
@@ -456,6 +461,12 @@ class StackSettings:
         if self.target_in_flight_requests is not None and self.target_in_flight_requests <= 0:
             problems.add("target_in_flight_requests", self.target_in_flight_requests, "must be above 0")
 
+    @property
+    def builder(self) -> ServingPlan | None:
+        """The layout on the builder instance (see ``builder_instance_type``), when there is one."""
+        builder: ServingPlan | None = self.__dict__["_builder"]
+        return builder
+
     def _choose_layout(self) -> tuple[ServingPlan, str]:
         if self.objective is None:
             plan = plan_serving(self.request)
@@ -464,9 +475,15 @@ class StackSettings:
         else:
             chosen = recommend(self.request, self.objective, self.constraints, self.workload)
             plan, why = chosen.plan, chosen.reason
-        # Only a host that compiles needs the compiler's memory.
-        if self.prebuilt_export is None and (cannot_compile := compile_memory_problem(plan)) is not None:
-            raise ServingConfigError([cannot_compile])
+        # Only a host that compiles needs the compiler's memory: one that cannot waits for a builder's export.
+        builder = None
+        if self.prebuilt_export is not None:
+            if self.builder_instance_type is not None:
+                raise ServingConfigError([problem("builder_instance_type", self.builder_instance_type,
+                                                  "does not apply with prebuilt_export: nothing is compiled")])
+        elif self.builder_instance_type is not None or compile_memory_problem(plan) is not None:
+            builder = builder_plan(plan, self.builder_instance_type)
+        object.__setattr__(self, "_builder", builder)
         return plan, why
 
 

@@ -1,0 +1,86 @@
+"""Small hosts serve big models: a builder instance exports into the artifact cache and leaves its
+Auto Scaling group; serving hosts that cannot compile wait for that export, download it and never
+compile. On simulated hosts whose ``aws`` is the real AWS CLI against moto (S3) and the recorder
+(Auto Scaling, checked against botocore's model), and whose docker is the real CLI."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bootsim import MARKER, SIGNAL, SMALL_MODEL, Host, make_plan
+
+from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
+from neuron_serving.render.boot import BootOptions, render_boot_script
+from tests.harness.aws import AwsEmulator
+
+CACHE = "s3://cache-bucket/exports"
+BUCKET = "cache-bucket"
+PLAN = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
+KEY = TGI.export_key(PLAN, TGI_3_3_5)
+BUILDER = render_boot_script(PLAN, BootOptions(artifact_cache=CACHE, export_role="build"))
+WAITER = render_boot_script(PLAN, BootOptions(artifact_cache=CACHE, export_role="wait", signal=SIGNAL))
+
+
+def _log(host: Host) -> str:
+    return host.path("/var/log/neuron-serving/boot.log").read_text()
+
+
+def _left_its_group(aws: AwsEmulator, host: Host) -> bool:
+    calls = aws.recorder.calls("TerminateInstanceInAutoScalingGroup")
+    assert all(c.valid for c in calls), [c.errors for c in calls]
+    return any(c.params == {"InstanceId": host.instance_id, "ShouldDecrementDesiredCapacity": True} for c in calls)
+
+
+def test_the_builder_exports_publishes_serves_nothing_and_leaves_its_group(
+    aws_host: Callable[..., Host], aws: AwsEmulator,
+) -> None:
+    builder = aws_host(1)
+    assert builder.boot(BUILDER).returncode == 0, _log(builder)
+    assert len(builder.exports()) == 1
+    assert aws.get_object(BUCKET, f"exports/{KEY}/COMPLETE") is not None
+    assert [u for u in builder.started_units() if u.startswith("neuron-replica")] == []
+    assert _left_its_group(aws, builder)
+
+
+def test_a_host_that_cannot_compile_waits_for_the_builder_downloads_and_never_compiles(
+    aws_host: Callable[..., Host], aws: AwsEmulator,
+) -> None:
+    waiter, builder = aws_host(1), aws_host(1)
+    waiting = waiter.boot_async(WAITER, NEURON_SERVING_POLL_SECONDS="1")
+    assert builder.boot(BUILDER).returncode == 0, _log(builder)
+    output, _ = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, output
+    assert waiter.exports() == []
+    assert waiter.path(f"/var/lib/neuron-serving/exports/{KEY}/{MARKER}").read_text().startswith(
+        f"downloaded from s3://{BUCKET}/exports/{KEY}/{builder.instance_id}/")
+    steps = [p for p, _ in waiter.phases() if p in ("wait-export", "download-export")]
+    assert steps == ["wait-export", "download-export"]
+    signals = aws.recorder.calls("SignalResource")
+    assert [(s.params["Status"], s.params["UniqueId"]) for s in signals] == [("SUCCESS", waiter.instance_id)]
+
+
+def test_a_failed_builder_tells_the_waiting_hosts_why_and_they_fail_at_once(
+    aws_host: Callable[..., Host], aws: AwsEmulator,
+) -> None:
+    builder, waiter = aws_host(1), aws_host(1)
+    assert builder.boot(BUILDER, STUB_EXPORT_FAIL="1").returncode != 0
+    assert _left_its_group(aws, builder)
+    failed = aws.get_object(BUCKET, f"exports/{KEY}/FAILED")
+    assert failed == b"export-model: neuronx-cc: error: compilation failed\n"
+    result = waiter.boot(WAITER, NEURON_SERVING_POLL_SECONDS="1")
+    assert result.returncode != 0
+    assert ("export-model: the builder's export failed: export-model: neuronx-cc: error: compilation failed"
+            in _log(waiter))
+    assert waiter.exports() == []
+    signals = aws.recorder.calls("SignalResource")
+    assert [s.params["Status"] for s in signals] == ["FAILURE"]
+
+
+def test_a_new_builder_of_the_same_export_clears_an_earlier_failure(
+    aws_host: Callable[..., Host], aws: AwsEmulator,
+) -> None:
+    first, second = aws_host(1), aws_host(1)
+    assert first.boot(BUILDER, STUB_EXPORT_FAIL="1").returncode != 0
+    assert second.boot(BUILDER).returncode == 0, _log(second)
+    assert aws.get_object(BUCKET, f"exports/{KEY}/FAILED") is None
+    assert aws.get_object(BUCKET, f"exports/{KEY}/COMPLETE") is not None

@@ -89,6 +89,10 @@ OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
         {"engine": "vllm", **FLEET, "image": f"{OPTIMUM_NEURON_VLLM_0_4_5.reference}@{DIGEST}"},
     ),
     "inf2.24xlarge-tp4-api-keys-signal": ("inf2.24xlarge-tp4", {**API_KEYS, "signal": SIGNAL}),
+    "inf2.24xlarge-tp4-ecr-mirror": (
+        "inf2.24xlarge-tp4",
+        {"image_registry": "111122223333.dkr.ecr.us-east-1.amazonaws.com/mirror", "artifact_cache": "s3://cache-bucket"},
+    ),
     "inf2.24xlarge-tp4-builder": ("inf2.24xlarge-tp4", {"artifact_cache": "s3://cache-bucket", "export_role": "build"}),
     "inf2.24xlarge-tp4-wait-signal": (
         "inf2.24xlarge-tp4", {"artifact_cache": "s3://cache-bucket", "export_role": "wait", "signal": SIGNAL},

@@ -75,7 +75,7 @@ ACCOUNT_ID = "123456789012"
 FAKE_ACCESS_KEY = "AKIAHARNESSFAKEKEY01"
 FAKE_SECRET_KEY = "harness/fake/secret/key/never/valid/0000"
 
-MOTO_SERVICES = ("s3", "secretsmanager")
+MOTO_SERVICES = ("s3", "secretsmanager", "ecr")
 """Services sent to moto by default; every other service goes to the recorder."""
 
 RECORDED_SERVICES = ("cloudformation", "autoscaling")

@@ -690,6 +690,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._ping()
             elif route == ("GET", "version"):
                 self._version()
+            elif route == ("POST", "auth"):
+                self._auth()
             elif route == ("POST", "images", "create"):
                 self._images_create()
             elif route == ("POST", "containers", "create"):
@@ -742,6 +744,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _auth(self) -> None:
+        """``POST /auth`` (swagger v1.50 ``/auth``, SystemAuth; moby ``api/server/router/system/system_routes.go``
+        postAuth), for ``docker login``: the engine checks the credentials with the registry and answers
+        ``{"Status": "Login Succeeded"}`` (no identity token for a password login). This one checks only
+        that there are a user name, a password and a registry, and records them."""
+        body = self.body if isinstance(self.body, dict) else {}
+        if not all(body.get(k) for k in ("username", "password", "serveraddress")):
+            raise EngineError(400, "fake dockerd: a login needs username, password and serveraddress")
+        self._send_json(200, {"Status": "Login Succeeded", "IdentityToken": ""})
 
     def _version(self) -> None:
         """``GET /version`` (swagger v1.50 ``/version``, SystemVersion), for ``docker version``."""

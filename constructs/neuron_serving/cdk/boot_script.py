@@ -17,6 +17,7 @@ from ..plan.engines import engine as find_engine
 from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan
 from ..plan.phases import PHASE_TAGS
+from ..plan.registry import EcrRegistry, parse_registry
 from ..plan.timing import MAX_CLOUDFORMATION_MINUTES, boot_minutes
 from ..render.boot import (
     BootOptions,
@@ -78,6 +79,15 @@ class NeuronBootScript(Construct):
         ``wait`` (never compile: wait for a :class:`NeuronExportBuilder`'s export in the cache) or
         ``build`` (the builder's own: export, publish, serve nothing). ``wait`` and ``build`` need
         ``artifact_cache``. Default: ``serve``.
+    :param image_registry: a private ECR registry, with an optional repository prefix, that holds the
+        image under its usual repository path and tag: a mirror, or an ECR pull through cache rule's
+        prefix (``<account>.dkr.ecr.<region>.amazonaws.com/<prefix>``). The host logs in to it and
+        pulls from it, and :meth:`grant_boot` grants pulling that one repository. Default: the
+        image's public registry.
+    :param image_registry_pull_through: the registry is an ECR pull through cache, whose first pull
+        of an image creates the repository and imports the image: :meth:`grant_boot` also grants
+        ``ecr:BatchImportUpstreamImage`` and ``ecr:CreateRepository`` on that repository.
+        Default: false.
     :param boot_timeout: how long a host may take to serve. Default: estimated from the model
         (image pull, export unless prebuilt, load; see ``plan.timing``).
     """
@@ -101,6 +111,8 @@ class NeuronBootScript(Construct):
         api_keys_secret: secretsmanager.ISecret | None = None,
         load_balancer_authentication: bool = False,
         export_role: str = "serve",
+        image_registry: str | None = None,
+        image_registry_pull_through: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
         self.plan = plan
@@ -153,9 +165,13 @@ class NeuronBootScript(Construct):
             monitoring=monitoring.boot_options if monitoring else None,
             metrics_publisher=_asset_uri(self.metrics_publisher),
             export_role=export_role,
+            image_registry=image_registry,
             # A waiting host gives up with its boot, whose estimate includes the builder's export.
             export_wait_minutes=int(self.boot_timeout.to_minutes()),
         )
+        self.image_registry = parse_registry(image_registry) if image_registry else None
+        """The private ECR registry the image is pulled from, if any."""
+        self.image_registry_pull_through = image_registry_pull_through
         self.script: str = render_boot_script(plan, self.options)
         """The rendered boot script (tokens, if any, unresolved)."""
         check_user_data_size(self.script, plan)
@@ -164,6 +180,8 @@ class NeuronBootScript(Construct):
 
     def grant_boot(self, grantee: iam.IGrantable) -> None:
         """Give ``grantee`` (the host role) exactly what the boot script calls."""
+        if self.image_registry is not None:
+            self._grant_pull(grantee, self.image_registry)
         if self.hf_token_secret is not None:
             self.hf_token_secret.grant_read(grantee)
         if self.monitoring is not None:
@@ -232,6 +250,27 @@ class NeuronBootScript(Construct):
                         f"autoScalingGroup:*:autoScalingGroupName/{self.warm_pool_hook.group_name}"),
                 "the group's id is assigned at creation; the resource names the one group by name",
             )
+
+    def _grant_pull(self, grantee: iam.IGrantable, registry: EcrRegistry) -> None:
+        """Pull the image from ``registry``: a token for docker (``ecr:GetAuthorizationToken``, which
+        takes no resource: Service Authorization Reference, Amazon Elastic Container Registry), and
+        the image's layers from its one repository (``ecr:BatchGetImage``,
+        ``ecr:GetDownloadUrlForLayer``: Amazon ECR User Guide, "Private repository policy examples",
+        pull); a pull through cache also creates the repository and imports the image on the first
+        pull (Amazon ECR User Guide, "IAM permissions required to sync an upstream registry")."""
+        repository = (f"arn:{registry.partition}:ecr:{registry.region}:{registry.account}:repository/"
+                      f"{registry.repository(self.image)}")
+        actions = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
+        if self.image_registry_pull_through:
+            actions += ["ecr:BatchImportUpstreamImage", "ecr:CreateRepository"]
+        principal = grantee.grant_principal
+        principal.add_to_principal_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
+        principal.add_to_principal_policy(iam.PolicyStatement(actions=actions, resources=[repository]))
+        Validations.of(Stack.of(self)).acknowledge(Acknowledgment(
+            id="AwsSolutions-IAM5[Resource::*]",
+            reason="ecr:GetAuthorizationToken takes no resource (Service Authorization Reference, Amazon Elastic "
+            "Container Registry); the pull itself is granted on the image's one repository",
+        ))
 
     def _grant_phase_tags(self, grantee: iam.IGrantable) -> None:
         """ec2:CreateTags on the host's own instance, with the boot phase's keys only (report-phase).

@@ -166,6 +166,8 @@ class NeuronLlamaStack(Stack):
             ),
             # With a builder, the hosts never compile: they wait for its export in the cache.
             export_role="wait" if settings.builder is not None else "serve",
+            image_registry=settings.image_registry,
+            image_registry_pull_through=settings.image_registry_pull_through,
         )
         dlami_parameter = settings.dlami_parameter or self.boot_script.serving_image.dlami_parameter
         if not settings.ami_id:
@@ -177,7 +179,8 @@ class NeuronLlamaStack(Stack):
             self.export_builder = NeuronExportBuilder(
                 self, "ExportBuilder", vpc=self.vpc, plan=settings.builder, artifact_cache=self.artifact_cache,
                 machine_image=machine_image, engine=settings.engine, image=settings.image, hf_token_secret=secret,
-                model_revision=settings.model_revision,
+                model_revision=settings.model_revision, image_registry=settings.image_registry,
+                image_registry_pull_through=settings.image_registry_pull_through,
             )
         self.launch_template = NeuronServingLaunchTemplate(
             self, "Host", vpc=self.vpc, boot_script=self.boot_script, machine_image=machine_image

@@ -119,6 +119,7 @@ from ..plan.engines import engine as find_engine
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.layout import Replica, ServingPlan, compile_memory_problem
 from ..plan.phases import DETAIL_TAG, FAILED, PHASE_NAMES, PHASE_TAG, READY, SINCE_TAG, TAG_VALUE_LIMIT, WARMED
+from ..plan.registry import ecr_registry_problem, parse_registry
 from .metrics import EMF_LOG, LOG_KINDS, MonitoringOptions
 from .monitoring import (
     AGENT_CONFIG_TEMPLATE,
@@ -322,6 +323,9 @@ class BootOptions:
 
     :param export_role: ``serve``, ``wait`` or ``build`` (:data:`EXPORT_ROLES`); ``wait`` and ``build``
         need ``artifact_cache``. Default: ``serve``.
+    :param image_registry: a private ECR registry (and optional repository prefix) holding the image
+        under its usual repository path and tag (:mod:`~neuron_serving.plan.registry`): the host
+        logs docker in to it and pulls from it. Default: the image's own (public) registry.
     :param export_wait_minutes: with ``wait``, how long the host waits for the builder's export
         before its boot fails. Default: 12 hours (CloudFormation's longest wait for a signal).
 
@@ -351,6 +355,7 @@ class BootOptions:
     load_balancer_authentication: bool = False
     export_role: str = "serve"
     export_wait_minutes: int = 12 * 60
+    image_registry: str | None = None
 
     @property
     def reports_phases(self) -> bool:
@@ -431,6 +436,8 @@ class BootOptions:
         if self.export_role == "build" and (self.signal is not None or self.warm_pool_hook is not None):
             problems.add("export_role", self.export_role, "takes no signal or warm_pool_hook: a builder serves "
                          "nothing, and leaves its group once the export is in the cache")
+        if self.image_registry is not None and (shape := ecr_registry_problem(str(self.image_registry))) is not None:
+            problems.add("image_registry", self.image_registry, shape)
         wait = self.export_wait_minutes
         if not isinstance(wait, int) or isinstance(wait, bool) or wait < 1:
             problems.add("export_wait_minutes", wait, "must be a whole number of minutes, at least 1")
@@ -510,8 +517,9 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     log_groups = monitoring.log_groups if monitoring else {}
     # Values that may be deploy-time tokens go to stack.env, which the boot script writes as is;
     # everything else is bundled and compressed at synth.
+    registry = parse_registry(options.image_registry) if options.image_registry else None
     stack_env: dict[str, str | None] = {
-        "IMAGE": image.reference,
+        "IMAGE": registry.reference(image.reference) if registry else image.reference,
         "HF_TOKEN_SECRET": options.hf_token_secret,
         "PREBUILT": prebuilt,
         "CACHE_BUCKET": cache[0] if cache else None,
@@ -612,6 +620,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         monitoring=monitoring is not None,
         start_monitoring=START_MONITORING,
         builder=options.export_role == "build",
+        registry=registry,
     )
     files[BOOT_STEPS] = _rendered("boot-steps.sh.j2", **steps)
     script = render(

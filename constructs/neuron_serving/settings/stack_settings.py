@@ -16,6 +16,7 @@ from ..plan.engines import DEFAULT_ENGINE, ENGINES
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.layout import ServingPlan, ServingRequest, builder_plan, compile_memory_problem, plan_serving
 from ..plan.performance import DEFAULT_WORKLOAD, OBJECTIVES, Constraints, Workload, recommend
+from ..plan.registry import ecr_registry_problem
 from ..plan.timing import MAX_CLOUDFORMATION_MINUTES
 from .fields import Setting, definitions, setting, type_problem
 from .names import unknown_problems
@@ -162,6 +163,16 @@ class StackSettings:
         `<image>@sha256:<64 lowercase hex digits>`: hosts then pull and run exactly that content, and the digest is
         part of the export's cache key.""", shown="the engine's: `ghcr.io/huggingface/text-generation-inference:"
         "3.3.5-neuron` or `ghcr.io/huggingface/optimum-neuron-vllm:0.4.5`")
+    image_registry: str | None = setting(None, """A private ECR registry, with an optional repository
+        prefix, that holds the serving image under its usual repository path and tag, for hosts that cannot
+        reach public registries: a mirror you fill, or an ECR pull through cache rule's prefix
+        (`111122223333.dkr.ecr.us-east-1.amazonaws.com/ghcr` serves
+        `.../ghcr/huggingface/text-generation-inference:3.3.5-neuron`). The hosts log docker in to ECR with
+        their role, which may pull that one repository only.""", shown="the image's public registry",
+        check=ecr_registry_problem)
+    image_registry_pull_through: bool = setting(False, """The `image_registry` is an ECR pull through cache:
+        the hosts' role may also create the image's repository and import the image on the first pull
+        (`ecr:CreateRepository`, `ecr:BatchImportUpstreamImage` on that repository).""")
     dlami_parameter: str | None = setting(None, """Public SSM parameter of the Neuron DLAMI, resolved at each
         launch (no lookup at synth). See [The Neuron driver and the image's
         runtime](#the-neuron-driver-and-the-images-runtime): parameters that track the newest driver are refused
@@ -415,6 +426,8 @@ class StackSettings:
         if given and not self.certificate_arn:
             problems.add("certificate_arn", None, "is required with oidc_*: a load balancer signs users in on an "
                          "HTTPS listener only")
+        if self.image_registry_pull_through and self.image_registry is None:
+            problems.add("image_registry_pull_through", True, "applies only with image_registry")
         if self.api_keys_secret and not self.api_keys:
             problems.add("api_keys_secret", self.api_keys_secret, "applies only with api_keys=true")
         low, high = RATE_LIMIT_RANGE

@@ -68,6 +68,27 @@ def test_mixed_workload_is_served_whole_by_both_routers_with_ratios_per_class(fi
         assert math.isfinite(mixed["ratios"][key]) and mixed["ratios"][key] > 0
 
 
+def test_the_floor_is_each_request_alone_on_an_idle_replica_which_no_router_beats(figures: dict[str, Any]) -> None:
+    floor, shipped = figures["mixed"]["floor"], figures["mixed"]["shipped"]["all"]
+    for key in ("ttft_p99", "e2e_p99"):
+        assert 0 < floor[key] <= shipped[key]
+    mixed_targets = {t["name"]: t for t in figures["targets"] if t["name"].startswith("mixed workload")}
+    assert [t["floor"] for t in mixed_targets.values()] == [floor["ratios"]["all_ttft_p99"],
+                                                          floor["ratios"]["all_e2e_p99"]]
+
+
+def test_a_floor_is_the_p99_of_prefill_and_decode_alone() -> None:
+    from benchmarks.load import Call
+    from benchmarks.report import floor_latencies
+    from benchmarks.workload import PREFILL_SECONDS_PER_TOKEN, STEP_SECONDS, TIME_SCALE
+
+    trace = [Call(0.0, 1000, 10), Call(0.0, 8000, 100)]
+    assert floor_latencies(trace) == {
+        "ttft_p99": round(8000 * PREFILL_SECONDS_PER_TOKEN / TIME_SCALE, 4),
+        "e2e_p99": round((8000 * PREFILL_SECONDS_PER_TOKEN + 100 * STEP_SECONDS) / TIME_SCALE, 4),
+    }
+
+
 def test_failover_counts_the_lost_requests_and_times_the_killed_replica(figures: dict[str, Any]) -> None:
     failover = figures["failover"]
     assert failover["requests"] > 0

@@ -76,7 +76,8 @@ FAKE_ACCESS_KEY = "AKIAHARNESSFAKEKEY01"
 FAKE_SECRET_KEY = "harness/fake/secret/key/never/valid/0000"
 
 MOTO_SERVICES = ("s3", "secretsmanager", "ecr")
-"""Services sent to moto by default; every other service goes to the recorder."""
+"""Services sent to moto by default (ECR for ``aws ecr get-login-password``, moto 5.2.5
+``moto/ecr/responses.py`` get_authorization_token); every other service goes to the recorder."""
 
 RECORDED_SERVICES = ("cloudformation", "autoscaling")
 """botocore service names the recorder answers."""

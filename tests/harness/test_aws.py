@@ -327,7 +327,7 @@ def test_services_not_emulated_fail_fast_and_are_recorded(emulator: AwsEmulator)
 def test_the_env_reaches_loopback_only(emulator: AwsEmulator) -> None:
     urls = {k: v for k, v in emulator.env.items() if k.startswith("AWS_ENDPOINT_URL")}
     assert set(urls) == {"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_SECRETS_MANAGER",
-                         "AWS_ENDPOINT_URL_CLOUDFORMATION", "AWS_ENDPOINT_URL_AUTO_SCALING"}
+                         "AWS_ENDPOINT_URL_ECR", "AWS_ENDPOINT_URL_CLOUDFORMATION", "AWS_ENDPOINT_URL_AUTO_SCALING"}
     assert all(v.startswith("http://127.0.0.1:") for v in urls.values())
     with pytest.raises(botocore.exceptions.ClientError):  # moto holds no such bucket: reset between tests
         emulator.client("s3").head_bucket(Bucket="left-over-from-another-test")

@@ -47,6 +47,11 @@ def test_a_preset_from_code_with_an_override():
     assert (stack.plan.instance.name, stack.plan.degree, stack.settings.batch_size) == ("inf2.48xlarge", 2, 4)
 
 
+def test_the_name_prefix_goes_on_a_given_stack_name_too():
+    assert NeuronLlamaStack(_app(), "Llama", name_prefix="ml-", stack_name="search").stack_name == "ml-search"
+    assert NeuronLlamaStack(_app(), "Llama", name_prefix="ml-", stack_name="ml-search").stack_name == "ml-search"
+
+
 def test_an_unknown_keyword_is_refused_with_the_closest_setting():
     with pytest.raises(ServingConfigError, match=r"tensor_paralel \(8\) is not a setting; did you mean "
                                                  r"tensor_parallel\?"):

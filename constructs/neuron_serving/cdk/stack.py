@@ -90,8 +90,10 @@ class NeuronLlamaStack(Stack):
         unknown = [k for k in kwargs if k not in _STACK_PROPS]
         if unknown:
             raise ServingConfigError(unknown_problems(unknown, kwargs, sorted(SETTING_NAMES | _STACK_PROPS)))
-        if settings.name_prefix and "stack_name" not in kwargs:
-            kwargs["stack_name"] = settings.name_prefix + construct_id
+        if settings.name_prefix:
+            # The organisation's prefix goes on every stack name, a given one too.
+            name = kwargs.get("stack_name") or construct_id
+            kwargs["stack_name"] = name if name.startswith(settings.name_prefix) else settings.name_prefix + name
         super().__init__(scope, construct_id, **kwargs)
         self.settings = settings
         self.plan: ServingPlan

@@ -226,8 +226,9 @@ class StackSettings:
         internal load balancer).""", check=shapes.subnet_id)
     public_subnet_ids: tuple[str, ...] = setting((), """With `vpc_id` and `internet_facing`: subnets for the
         load balancer.""", check=shapes.subnet_id)
-    name_prefix: str | None = setting(None, """Put in front of the stack's name, and so of every name
-        CloudFormation gives its resources (roles, log groups, the dashboard).""", check=_name_prefix)
+    name_prefix: str | None = setting(None, """Put in front of the stack's name (a `stack_name` given in code
+        too), and so of every name CloudFormation gives its resources (roles, log groups, the dashboard).""",
+        check=_name_prefix)
     tags: Mapping[str, str] = setting({}, """Tags on every resource of the stack: a mapping of key to value
         (a JSON object on the command line).""")
     permissions_boundary: str | None = setting(None, """A managed policy (name or ARN) set as the boundary of

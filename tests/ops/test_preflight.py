@@ -203,6 +203,16 @@ def test_a_quota_below_the_fleets_maximum_fails(account, app, recorder, capsys):
     assert quota["result"] == "fail" and "3 x inf2.24xlarge" in quota["detail"] and "need 288" in quota["detail"]
 
 
+def test_an_export_builder_counts_in_the_quota_and_its_zones_are_checked(account, app, recorder, capsys):
+    recorder.quotas[INF] = 32.0
+    _, document, _ = preflight(capsys, "-c", "instance_type=inf2.xlarge")
+    quota = row(document, "vCPU quota")
+    assert ("1 x inf2.xlarge (4 vCPUs each) and the export builder, 1 x inf2.8xlarge (32 vCPUs) need 36"
+            in quota["detail"])
+    assert quota["result"] == "fail" and "--desired-value 36" in quota["fix"]
+    assert "the export builder, inf2.8xlarge, in us-east-1" in row(document, "availability zones")["detail"]
+
+
 def test_without_an_applied_value_the_aws_default_is_used(account, app, recorder, capsys):
     del recorder.quotas[TRN]
     recorder.defaults[TRN] = 128.0

@@ -160,10 +160,7 @@ def check_zones(aws: Aws, target: Target) -> tuple[Check, list[str]]:
     """The AZs offering the type, against the AZs of the subnets the hosts launch in."""
     name = "availability zones"
     kind = target.spec.name
-    offerings = aws.pages("ec2", "describe_instance_type_offerings", kind, "InstanceTypeOfferings",
-                          LocationType="availability-zone",
-                          Filters=[{"Name": "instance-type", "Values": [kind]}])
-    offered = sorted({str(o["Location"]) for o in offerings})
+    offered = _offered(aws, kind)
     if target.vpc_id is None:
         zones, where = _new_vpc_zones(aws, target)
     else:
@@ -183,7 +180,22 @@ def check_zones(aws: Aws, target: Target) -> tuple[Check, list[str]]:
         fix = (f"choose a region whose {'first AZ' if not target.fleet else 'first two AZs'} offer {kind}, or pass a "
                f"VPC (--vpc-id, and the same VPC to the stack) whose private subnets are in {', '.join(offered)}")
         return Check(name, FAIL, f"{detail}: not offered in {', '.join(missing)}", fix), used
+    builder = target.settings.builder
+    if builder is not None:
+        # The builder's group launches in any of the private subnets: one AZ offering it is enough.
+        for_builder = [z for z in zones if z in _offered(aws, builder.instance.name)]
+        detail += f"; the export builder, {builder.instance.name}, in {', '.join(for_builder) or 'none of them'}"
+        if not for_builder:
+            return Check(name, FAIL, detail, f"choose a builder_instance_type offered in {', '.join(zones)}"), used
     return Check(name, PASS, detail), used
+
+
+def _offered(aws: Aws, kind: str) -> list[str]:
+    """The AZs of the region that offer the instance type ``kind``."""
+    offerings = aws.pages("ec2", "describe_instance_type_offerings", kind, "InstanceTypeOfferings",
+                          LocationType="availability-zone",
+                          Filters=[{"Name": "instance-type", "Values": [kind]}])
+    return sorted({str(o["Location"]) for o in offerings})
 
 
 def _new_vpc_zones(aws: Aws, target: Target) -> tuple[list[str], str]:
@@ -254,6 +266,11 @@ def check_quota(aws: Aws, target: Target) -> Check:
     code, title = VCPU_QUOTAS[target.spec.family]
     need = target.max_hosts * target.spec.vcpus
     hosts = f"{target.max_hosts} x {target.spec.name} ({target.spec.vcpus} vCPUs each)"
+    builder = target.settings.builder
+    if builder is not None:
+        # The export builder runs beside the first hosts, which wait for its export; same family, same quota.
+        need += builder.instance.vcpus
+        hosts += f" and the export builder, 1 x {builder.instance.name} ({builder.instance.vcpus} vCPUs)"
     quota = _quota_value(aws, code)
 
     def increase(vcpus: float) -> str:

@@ -9,10 +9,13 @@ v3.3.5), is what decides latency behind the router:
   prefills the waiting requests the batch has free slots for. With the launcher's default
   ``waiting_served_ratio`` of 0.3 (launcher/src/main.rs) and batches of at most 4, a waiting request
   joins at the next step whenever a slot is free. The prefill stalls the decoding of the running
-  batch; it costs ``prefill_seconds_per_token`` times the joining requests' input tokens, and their
-  first tokens come out at its end. Each decode step costs ``step_seconds`` whatever the number of
-  requests in the batch (a Neuron model runs the static batch shape it was compiled for) and gives
-  every request in the batch one token.
+  batch; it costs ``prefill_seconds_per_token`` times the joining requests' input tokens, and the
+  joining requests' first tokens come out at its end. The running requests get no token from it:
+  the Neuron generator pauses their slots and generates only for the prefilled ones
+  (backends/neuron/server/text_generation_server/generator.py, ``NeuronGenerator.prefill``:
+  ``slot.pause()`` on the active slots, then ``_generate_token(prefill_slots, ...)``). Each decode
+  step costs ``step_seconds`` whatever the number of requests in the batch (a Neuron model runs the
+  static batch shape it was compiled for) and gives every request in the batch one token.
 - ``POST /generate_stream``: response headers at once, then one Server-Sent Event per token, each a
   ``StreamResponse`` (``index``, ``token``, ``generated_text`` on the last; router/src/server.rs,
   ``generate_stream_internal``, and router/src/lib.rs). ``POST /generate``: one JSON
@@ -162,15 +165,20 @@ class BatchingReplica:
                 joining, self._waiting = self._waiting[:free], self._waiting[free:]
                 await asyncio.sleep(spec.prefill_seconds_per_token * sum(g.input_tokens for g in joining))
                 self._batch.extend(joining)
-                self._emit()
+                self._emit(joining)
             if self._batch:
                 await asyncio.sleep(spec.step_seconds)
-                self._emit()
+                self._emit(self._batch)
 
-    def _emit(self) -> None:
-        """One token to each request of the batch; the finished and the abandoned leave it."""
+    def _emit(self, generations: list[_Generation]) -> None:
+        """One token to each of ``generations`` (the whole batch after a decode step, the joining
+        requests after their prefill); the finished and the abandoned leave the batch."""
+        given = set(generations)
         still: list[_Generation] = []
         for generation in self._batch:
+            if generation not in given:
+                still.append(generation)
+                continue
             if generation.writer.is_closing():
                 generation.finished.set_result(None)
                 continue

@@ -110,12 +110,13 @@ def mixed_figures(result: MixedResult) -> dict[str, Any]:
 
 def floor_latencies(trace: Sequence[Call]) -> dict[str, float | None]:
     """The p99 TTFT and end-to-end latency no router can beat on ``trace``: each request alone on
-    an idle replica, never queued and never stalled by another's prefill (its own prefill, then
-    its own decode steps, at the benchmark's clock). A router can only add to these; a ratio to
-    round robin below the floor's is out of any router's reach."""
+    an idle replica, never queued and never stalled by another's prefill (its own prefill, which
+    gives its first token, then a decode step for each further token, at the benchmark's clock). A
+    router can only add to these; a ratio to round robin below the floor's is out of any router's
+    reach."""
     step, prefill = STEP_SECONDS / TIME_SCALE, PREFILL_SECONDS_PER_TOKEN / TIME_SCALE
     ttft = [c.input_tokens * prefill for c in trace]
-    e2e = [c.input_tokens * prefill + c.output_tokens * step for c in trace]
+    e2e = [c.input_tokens * prefill + (c.output_tokens - 1) * step for c in trace]
     return {"ttft_p99": _seconds(percentile(ttft, 99)), "e2e_p99": _seconds(percentile(e2e, 99))}
 
 

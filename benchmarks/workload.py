@@ -49,8 +49,9 @@ class Mix:
 
     def mean_service_seconds(self, batch_size: int, step: float, prefill_per_token: float) -> float:
         """A replica's busy time per request when its batch is always full: the request's own
-        prefill, which stalls the batch, and its share of the decode steps."""
-        decode = step * sum(self.output_tokens) / 2 / batch_size
+        prefill, which stalls the batch and gives its first token, and its share of the decode
+        steps that give the rest."""
+        decode = step * (sum(self.output_tokens) / 2 - 1) / batch_size
         chat = prefill_per_token * sum(self.chat_input_tokens) / 2
         long = prefill_per_token * self.long_input_tokens
         return decode + (1 - self.long_share) * chat + self.long_share * long

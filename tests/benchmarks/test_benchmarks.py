@@ -85,7 +85,7 @@ def test_a_floor_is_the_p99_of_prefill_and_decode_alone() -> None:
     trace = [Call(0.0, 1000, 10), Call(0.0, 8000, 100)]
     assert floor_latencies(trace) == {
         "ttft_p99": round(8000 * PREFILL_SECONDS_PER_TOKEN / TIME_SCALE, 4),
-        "e2e_p99": round((8000 * PREFILL_SECONDS_PER_TOKEN + 100 * STEP_SECONDS) / TIME_SCALE, 4),
+        "e2e_p99": round((8000 * PREFILL_SECONDS_PER_TOKEN + 99 * STEP_SECONDS) / TIME_SCALE, 4),
     }
 
 

@@ -1,0 +1,73 @@
+"""The benchmark's fake replica batches as TGI Neuron v3.3.5 does (its module header cites the
+sources): a request joins the batch at the next step when a slot is free, its prefill stalls the
+running requests without giving them a token, and each decode step gives every running request
+one. The durations are long enough that the event loop's scheduling delays (which only ever add
+time) cannot make a check pass that should fail."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from benchmarks.batching_replica import BatchingReplica, ReplicaSpec
+from benchmarks.load import Call, Outcome, stream
+from benchmarks.router import free_port_block
+
+STEP = 0.05
+PREFILL_PER_TOKEN = 0.0001
+LONG_TOKENS = 3000
+"""A prompt whose prefill (0.3 s) is six decode steps long."""
+
+
+def served(batch_size: int, scenario: Callable[[int], Awaitable[list[Outcome]]]) -> list[Outcome]:
+    async def main() -> list[Outcome]:
+        port = free_port_block(1)
+        replica = BatchingReplica(ReplicaSpec("replica-0", port, batch_size, STEP, PREFILL_PER_TOKEN))
+        await replica.start()
+        try:
+            return await scenario(port)
+        finally:
+            await replica.kill()
+
+    return asyncio.run(main())
+
+
+def test_a_prefill_stalls_the_running_requests_and_gives_them_no_token() -> None:
+    async def scenario(port: int) -> list[Outcome]:
+        running = asyncio.create_task(stream(port, Call(0, 1, 12), timeout=10))
+        await asyncio.sleep(3 * STEP)
+        joining = await stream(port, Call(0, LONG_TOKENS, 2), timeout=10)
+        return [await running, joining]
+
+    running, joining = served(4, scenario)
+    assert running.ok and joining.ok, (running.error, joining.error)
+    prefill = LONG_TOKENS * PREFILL_PER_TOKEN
+    # The stalled gap is the prefill and the step after it: a token at the prefill's end (as if
+    # the prefill decoded the running requests too) would split it in two.
+    assert max(running.itls) >= prefill + STEP, running.itls
+    assert sum(gap >= prefill for gap in running.itls) == 1, running.itls
+    assert joining.ttft is not None and joining.ttft >= prefill
+
+
+def test_a_decode_step_gives_every_running_request_a_token() -> None:
+    async def scenario(port: int) -> list[Outcome]:
+        return list(await asyncio.gather(*(stream(port, Call(0, 1, 8), timeout=10) for _ in range(4))))
+
+    outcomes = served(4, scenario)
+    assert all(o.ok and o.tokens == 8 for o in outcomes)
+    # One prefill for the four (they arrive together) and then seven shared steps: a batch of four
+    # takes no longer than one request alone would.
+    assert all(o.end is not None and 7 * STEP <= o.end < 14 * STEP for o in outcomes), [o.end for o in outcomes]
+
+
+def test_a_request_beyond_the_batch_waits_for_a_free_slot() -> None:
+    async def scenario(port: int) -> list[Outcome]:
+        first = asyncio.create_task(stream(port, Call(0, 1, 6), timeout=10))
+        await asyncio.sleep(STEP / 2)
+        second = await stream(port, Call(0, 1, 1), timeout=10)
+        return [await first, second]
+
+    first, second = served(1, scenario)
+    assert first.ok and second.ok
+    # The second starts only once the first's five decode steps are over.
+    assert second.ttft is not None and second.ttft >= 5 * STEP - STEP / 2, second.ttft

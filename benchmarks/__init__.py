@@ -10,7 +10,8 @@ PASS or MISS. Each figure is a ratio measured within the run:
   through the router over straight to the replica, with 1 and 64 streams;
 - mixed: p99 TTFT and end-to-end latency of 80% chat and 20% 8k-token prompts at 70% of the
   capacity of 6 replicas of batch 4, with the shipped router over round robin, replaying one
-  trace against both;
+  trace against both (``--mixed-requests`` and ``--seeds`` replay longer traces, or several,
+  pooled: a p99 of 450 requests moves a lot from one trace to the next);
 - failover: requests lost when a replica is killed under load, against those in flight on it,
   and seconds until the router marks it down and until the restarted replica takes traffic;
 - overload: what clients get while every replica answers TGI's overloaded error.

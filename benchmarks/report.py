@@ -12,7 +12,6 @@ from .scenarios import (
     FAILOVER_LOAD,
     OVERHEAD_BATCH_SIZE,
     OVERHEAD_PROMPT_TOKENS,
-    SEED,
     VICTIM,
     FailoverResult,
     MixedResult,
@@ -95,15 +94,28 @@ def overhead_figures(result: OverheadResult) -> dict[str, Any]:
 
 
 def mixed_figures(result: MixedResult) -> dict[str, Any]:
+    """Both routers' latencies over every trace pooled, their ratios, and the floor; with more
+    than one trace, each trace's ratios and floor too (``traces``)."""
     figures: dict[str, Any] = {"rate_per_second": round(result.rate, 3),
-                               "capacity_per_second": round(result.capacity, 3)}
-    for router, outcomes in result.outcomes.items():
-        by_kind = {kind: latencies([o for o in outcomes if o.call.kind == kind]) for kind in ("chat", "long")}
-        figures[router] = {"all": latencies(outcomes), **by_kind}
+                               "capacity_per_second": round(result.capacity, 3),
+                               **_mixed_comparison(result.trace, result.outcomes)}
+    if len(result.runs) > 1:
+        figures["traces"] = [{"seed": run.seed, "requests": len(run.trace),
+                              **{key: value for key, value in _mixed_comparison(run.trace, run.outcomes).items()
+                                 if key in ("ratios", "floor")}}
+                             for run in result.runs]
+    return figures
+
+
+def _mixed_comparison(trace: Sequence[Call], outcomes: dict[str, list[Outcome]]) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    for router, served in outcomes.items():
+        by_kind = {kind: latencies([o for o in served if o.call.kind == kind]) for kind in ("chat", "long")}
+        figures[router] = {"all": latencies(served), **by_kind}
     shipped, baseline = figures["shipped"], figures["round_robin"]
     figures["ratios"] = {f"{group}_{key}": ratio(shipped[group][key], baseline[group][key])
                          for group in ("all", "chat", "long") for key in ("ttft_p99", "e2e_p99")}
-    floor = floor_latencies(result.trace)
+    floor = floor_latencies(trace)
     figures["floor"] = {**floor, "ratios": {f"all_{key}": ratio(floor[key], baseline["all"][key]) for key in floor}}
     return figures
 
@@ -176,7 +188,7 @@ def setup(scale: Scale) -> dict[str, Any]:
         "mixed": {"replicas": 6, "batch_size": 4, "long_share": mix.long_share,
                   "long_input_tokens": mix.long_input_tokens, "chat_input_tokens": list(mix.chat_input_tokens),
                   "output_tokens": list(mix.output_tokens), "load": mix.load, "requests": scale.mixed_requests,
-                  "seed": SEED},
+                  "seeds": list(scale.mixed_seeds)},
         "failover": {"load": FAILOVER_LOAD, "seconds": scale.failover_seconds, "down_seconds": scale.down_seconds,
                      "killed": VICTIM},
         "overload": {"requests_per_route": scale.overload_requests},

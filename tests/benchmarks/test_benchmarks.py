@@ -4,6 +4,7 @@ are the benchmark's business, not these tests'."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -12,9 +13,13 @@ from typing import Any
 
 import pytest
 
+from benchmarks.__main__ import main
 from benchmarks.router import MISSING_HAPROXY, find_haproxy
 from benchmarks.run import run
 from benchmarks.scenarios import TINY
+
+SCALE = dataclasses.replace(TINY, mixed_seeds=(12, 13))
+"""Two mixed traces, so that pooling them and the figures of each are run too."""
 
 LATENCIES = {"requests", "failed", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99"}
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -29,7 +34,7 @@ def output(tmp_path_factory: pytest.TempPathFactory) -> Path:
             pytest.fail(MISSING_HAPROXY)
         pytest.skip(MISSING_HAPROXY)
     directory = tmp_path_factory.mktemp("benchmarks")
-    run(TINY, directory)
+    run(SCALE, directory)
     return directory
 
 
@@ -58,7 +63,7 @@ def test_mixed_workload_is_served_whole_by_both_routers_with_ratios_per_class(fi
     mixed = figures["mixed"]
     for router in ("shipped", "round_robin"):
         assert set(mixed[router]) == {"all", "chat", "long"}
-        assert mixed[router]["all"]["requests"] == TINY.mixed_requests
+        assert mixed[router]["all"]["requests"] == TINY.mixed_requests * len(SCALE.mixed_seeds)
         assert mixed[router]["all"]["failed"] == 0
         assert set(mixed[router]["all"]) == LATENCIES
     assert 0 < mixed["rate_per_second"] < mixed["capacity_per_second"]
@@ -66,6 +71,29 @@ def test_mixed_workload_is_served_whole_by_both_routers_with_ratios_per_class(fi
                                     for key in ("ttft_p99", "e2e_p99")}
     for key in ("all_ttft_p99", "all_e2e_p99"):
         assert math.isfinite(mixed["ratios"][key]) and mixed["ratios"][key] > 0
+
+
+def test_each_mixed_trace_has_its_own_ratios_and_floor_beside_the_pooled_ones(figures: dict[str, Any]) -> None:
+    mixed = figures["mixed"]
+    assert figures["setup"]["mixed"]["seeds"] == [12, 13]
+    assert [trace["seed"] for trace in mixed["traces"]] == [12, 13]
+    for trace in mixed["traces"]:
+        assert trace["requests"] == TINY.mixed_requests
+        assert set(trace["ratios"]) == set(mixed["ratios"])
+        assert set(trace["floor"]["ratios"]) == {"all_ttft_p99", "all_e2e_p99"}
+    # The pooled floor is the p99 of both traces together: between the two traces' own.
+    pooled = mixed["floor"]["ttft_p99"]
+    assert min(t["floor"]["ttft_p99"] for t in mixed["traces"]) <= pooled <= max(t["floor"]["ttft_p99"]
+                                                                               for t in mixed["traces"])
+
+
+@pytest.mark.parametrize("option", [["--seeds", "12,x"], ["--seeds", "12,12"], ["--seeds", ""],
+                                    ["--mixed-requests", "0"], ["--mixed-requests", "many"]])
+def test_bad_options_are_refused_before_anything_runs(option: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--output", "/nonexistent/never-written", *option])
+    assert exit_.value.code == 2
+    assert option[1] in capsys.readouterr().err
 
 
 def test_the_floor_is_each_request_alone_on_an_idle_replica_which_no_router_beats(figures: dict[str, Any]) -> None:

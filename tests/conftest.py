@@ -1,6 +1,7 @@
 """Shared test settings. Sub-folders keep their own fixtures in their own conftest.py."""
 
 import os
+import time
 
 # jsii warns on every process start that Node.js 20 (these machines') is past its end of life;
 # the warning is about the machine, not this project.
@@ -74,3 +75,42 @@ def wheel(tmp_path_factory):
     from tests.harness.wheel import build_wheel
 
     return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+# --- no test leaves a process behind ----------------------------------------------------------------------------
+
+
+def _running_children() -> dict[int, str]:
+    """This process's live child processes (zombies excluded): pid and command line, from /proc."""
+    children: dict[int, str] = {}
+    me = str(os.getpid())
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        # Fields after the command name, which is in parentheses and may hold spaces: state, ppid...
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if ppid == me and state != "Z":
+            children[int(entry.name)] = command
+    return children
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind() -> Iterator[None]:
+    """A test that starts a process (HAProxy, a fake server, a tool) stops it before it ends; one left
+    running keeps serving health checks and taking CPU for the rest of the run, and after it.
+    Processes of wider-scoped fixtures are already running when this looks, so they do not count."""
+    before = set(_running_children())
+    yield
+    # A process told to stop may take a moment to exit: give it two seconds.
+    deadline = time.monotonic() + 2
+    while (left := {pid: command for pid, command in _running_children().items() if pid not in before}) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if left:
+        pytest.fail("the test left these processes running: " + "; ".join(
+            f"{pid}: {command[:200]}" for pid, command in sorted(left.items())), pytrace=False)

@@ -103,6 +103,22 @@ def start(workdir: Path, name: str = "tgi", replicas: int = 3, **options: Any) -
     return launch_router(haproxy, workdir, replicas, TOKEN_DELAY, serving=engine(name), **options)
 
 
+@pytest.fixture
+def start_router(tmp_path: Path) -> Iterator[Callable[..., Router]]:
+    """``start_router(name="tgi", replicas=3, **options)``: :func:`start` in the test's directory;
+    whatever the test's outcome, every router started (HAProxy and its fakes) is stopped after it."""
+    started: list[Router] = []
+
+    def start_(name: str = "tgi", replicas: int = 3, **options: Any) -> Router:
+        router = start(tmp_path, name, replicas, **options)
+        started.append(router)
+        return router
+
+    yield start_
+    for router in started:
+        router.stop()
+
+
 # --- one sweep, measured once: synchronous, two constant rates between, throughput -----------------------
 
 
@@ -191,8 +207,8 @@ def test_results_hold_the_json_the_png_and_guidellms_files(sweep):
 # --- errors, keys, --stack and vLLM --------------------------------------------------------------------------
 
 
-def test_a_replica_failing_its_generations_is_counted_in_the_throughput_profiles_errors(tmp_path):
-    router = start(tmp_path)
+def test_a_replica_failing_its_generations_is_counted_in_the_throughput_profiles_errors(tmp_path, start_router):
+    router = start_router()
     router.replicas["replica-1"].failing.add("/v1/completions")
 
     with guidellm_settings():
@@ -211,11 +227,11 @@ def test_a_replica_failing_its_generations_is_counted_in_the_throughput_profiles
 
 
 def test_with_stack_the_url_key_and_layout_come_from_its_outputs_and_given_rates_run_at_constant_rate(
-        tmp_path, aws_for: Callable[..., AwsEmulator], monkeypatch):
+        tmp_path, aws_for: Callable[..., AwsEmulator], monkeypatch, start_router):
     key = api_keys.new_key()
     keys_file = tmp_path / "keys"
     keys_file.write_text(api_keys.keys_file_text([api_keys.digest(key)]))
-    router = start(tmp_path, "vllm", 1, api_keys=True, keys_file=str(keys_file),
+    router = start_router("vllm", 1, api_keys=True, keys_file=str(keys_file),
                    runtime_socket=str(tmp_path / "admin.sock"))
     emulator = aws_for("cloudformation", default_region=REGION)
     outputs = {"EndpointUrl": f"http://127.0.0.1:{router.port}", "Engine": "vllm", "InstanceId": "i-0123456789abcdef0",

@@ -86,6 +86,8 @@ class _Generation:
     writer: asyncio.StreamWriter
     stream: bool
     finished: asyncio.Future[None]
+    arrived: float
+    """When the request reached the replica (the event loop's clock)."""
     produced: int = 0
 
 
@@ -153,21 +155,35 @@ class BatchingReplica:
         return len(self._waiting) + len(self._batch)
 
     async def _run(self) -> None:
-        """The batching loop: prefill what joins, then one decode step, until nothing is left."""
+        """The batching loop: prefill what joins, then one decode step, until nothing is left.
+
+        The device keeps its own clock: each operation ends its modelled duration after the last
+        one ended, not after the event loop got round to the last one's tokens. An event loop
+        wakes late from every sleep (a fraction of a millisecond, more on a busy machine), and
+        with steps of a few milliseconds those delays, added up, would make the replica slower
+        than modelled and the benchmark's load higher than it says. Late tokens come out late
+        and the next ones catch up, as a device's would behind a busy host."""
         spec = self.spec
+        loop = asyncio.get_running_loop()
+        device = loop.time()
         while True:
             if not self._waiting and not self._batch:
                 self._wake.clear()
                 await self._wake.wait()
+                device = loop.time()
                 continue
             free = spec.batch_size - len(self._batch)
             if self._waiting and free > 0:
                 joining, self._waiting = self._waiting[:free], self._waiting[free:]
-                await asyncio.sleep(spec.prefill_seconds_per_token * sum(g.input_tokens for g in joining))
+                # A request is not prefilled before it arrived, however late the loop runs.
+                device = max(device, *(g.arrived for g in joining))
+                device += spec.prefill_seconds_per_token * sum(g.input_tokens for g in joining)
+                await _pause(device - loop.time())
                 self._batch.extend(joining)
                 self._emit(joining)
             if self._batch:
-                await asyncio.sleep(spec.step_seconds)
+                device += spec.step_seconds
+                await _pause(device - loop.time())
                 self._emit(self._batch)
 
     def _emit(self, generations: list[_Generation]) -> None:
@@ -237,8 +253,8 @@ class BatchingReplica:
             self.stats.first_request_after_restart = now
         if stream:
             _start_stream(writer, self.spec.name)
-        generation = _Generation(input_tokens, output_tokens, writer, stream,
-                                 asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        generation = _Generation(input_tokens, output_tokens, writer, stream, loop.create_future(), loop.time())
         self._waiting.append(generation)
         self._wake.set()
         await generation.finished
@@ -250,6 +266,11 @@ class BatchingReplica:
             text = " ".join(["tok"] * output_tokens)
             _respond(writer, 200, json.dumps({"generated_text": text}).encode(), "application/json",
                      self.spec.name)
+
+
+async def _pause(seconds: float) -> None:
+    """Until the device's operation ends; at once when the event loop is already past its end."""
+    await asyncio.sleep(max(0.0, seconds))
 
 
 def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:

@@ -58,7 +58,9 @@ class Scale:
         machine.
     :param overhead_single_requests: sequential requests per block, with one stream.
     :param overhead_parallel_requests: requests per stream per block, with 64 streams.
-    :param overhead_output_tokens: tokens each overhead request generates.
+    :param overhead_output_tokens: tokens each overhead request generates, by number of streams.
+        With one stream, short requests give a hundred first tokens in the time a few long ones
+        would take: a p99 of fewer than a hundred values is their largest, one scheduling hiccup.
     :param mix: the mixed workload.
     :param mixed_requests: requests of each mixed trace, replayed against each router.
     :param failover_seconds: how long the failover scenario's load lasts. The replica is killed
@@ -73,7 +75,7 @@ class Scale:
     overhead_rounds: int
     overhead_single_requests: int
     overhead_parallel_requests: int
-    overhead_output_tokens: int
+    overhead_output_tokens: dict[int, int]
     mix: Mix
     mixed_requests: int
     failover_seconds: float
@@ -82,9 +84,11 @@ class Scale:
     mixed_seeds: tuple[int, ...] = (SEED,)
 
 
-FULL = Scale(overhead_rounds=3, overhead_single_requests=4, overhead_parallel_requests=2, overhead_output_tokens=32,
+FULL = Scale(overhead_rounds=3, overhead_single_requests=34, overhead_parallel_requests=2,
+             overhead_output_tokens={1: 8, 64: 32},
              mix=Mix(), mixed_requests=450, failover_seconds=24.0, down_seconds=8.0, overload_requests=12)
-TINY = Scale(overhead_rounds=1, overhead_single_requests=2, overhead_parallel_requests=1, overhead_output_tokens=4,
+TINY = Scale(overhead_rounds=1, overhead_single_requests=2, overhead_parallel_requests=1,
+             overhead_output_tokens={1: 4, 64: 4},
              mix=Mix(output_tokens=(5, 20)), mixed_requests=10, failover_seconds=4.0, down_seconds=1.0,
              overload_requests=2)
 
@@ -140,7 +144,7 @@ async def overhead(scale: Scale, workdir: Path) -> OverheadResult:
     result = OverheadResult()
     async with serving(shipped_config(plan, base + 2), [spec], workdir, base + 2):
         for streams, per_stream in ((1, scale.overhead_single_requests), (64, scale.overhead_parallel_requests)):
-            call = Call(0.0, OVERHEAD_PROMPT_TOKENS[streams], scale.overhead_output_tokens)
+            call = Call(0.0, OVERHEAD_PROMPT_TOKENS[streams], scale.overhead_output_tokens[streams])
             # A request's length, to spread the streams' first requests over one of them.
             length = call.input_tokens * PREFILL_SECONDS_PER_TOKEN + call.output_tokens * STEP_SECONDS
             paths: dict[str, list[Outcome]] = {"direct": [], "router": []}

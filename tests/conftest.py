@@ -80,6 +80,11 @@ def wheel(tmp_path_factory):
 # --- no test leaves a process behind ----------------------------------------------------------------------------
 
 
+JSII_RUNTIME = "jsii-runtime"
+"""aws-cdk-lib's Node.js kernel: jsii starts it at the first use of a construct in a process and
+keeps it for the process's life (jsii/_kernel/providers/process.py), whichever test came first."""
+
+
 def _running_children() -> dict[int, str]:
     """This process's live child processes (zombies excluded): pid and command line, from /proc."""
     children: dict[int, str] = {}
@@ -94,7 +99,7 @@ def _running_children() -> dict[int, str]:
             continue
         # Fields after the command name, which is in parentheses and may hold spaces: state, ppid...
         state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-        if ppid == me and state != "Z":
+        if ppid == me and state != "Z" and JSII_RUNTIME not in command:
             children[int(entry.name)] = command
     return children
 

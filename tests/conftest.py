@@ -19,6 +19,7 @@ import boto3
 import pytest
 
 from tests.harness.aws import TOOLS, AwsEmulator, MotoServer
+from tests.harness.processes import children_of
 
 Hook = Callable[..., Any]
 
@@ -86,22 +87,9 @@ keeps it for the process's life (jsii/_kernel/providers/process.py), whichever t
 
 
 def _running_children() -> dict[int, str]:
-    """This process's live child processes (zombies excluded): pid and command line, from /proc."""
-    children: dict[int, str] = {}
-    me = str(os.getpid())
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        # Fields after the command name, which is in parentheses and may hold spaces: state, ppid...
-        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-        if ppid == me and state != "Z" and JSII_RUNTIME not in command:
-            children[int(entry.name)] = command
-    return children
+    """This process's live child processes but jsii's kernel: pid and command line."""
+    return {child.pid: child.command for child in children_of(os.getpid())
+            if child.state != "Z" and JSII_RUNTIME not in child.command}
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ the recorded pages on loopback, and ``NEURON_SERVING_ROOT`` pointing at a tempor
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -29,6 +28,7 @@ from monitorsim import (
 )
 
 from neuron_serving.render.metrics import EMF_LOG, METRICS
+from tests.harness.processes import children_of
 
 CONFIG = "/etc/neuron-serving/metrics.json"
 INTERVAL = 0.5
@@ -82,13 +82,7 @@ class Host:
     def children(self) -> list[int]:
         """The publisher's child processes (Linux)."""
         assert self.process is not None
-        found = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with contextlib.suppress(OSError):
-                # pid (comm) state ppid ...; comm may contain spaces, so split after its ")".
-                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == self.process.pid:
-                    found.append(int(stat.parent.name))
-        return found
+        return [child.pid for child in children_of(self.process.pid)]
 
     def terminate(self) -> int:
         """SIGTERM, as systemd stops the service; the exit status."""

@@ -40,7 +40,7 @@ from tests.harness.aws import REGION, AwsEmulator
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "router"))
 from fake_tgi import GENERATION_ERROR, SERVED_MODEL
-from routersim import MISSING_HAPROXY, Router, find_haproxy, launch_router
+from routersim import MISSING_HAPROXY, Router, find_haproxy, router_launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDELLM = Path(os.environ.get(guidellm.GUIDELLM_ENV) or ROOT / ".tools" / "guidellm" / "bin" / "guidellm")
@@ -95,28 +95,26 @@ def bench(*args: str) -> Ran:
     return Ran(code, out.getvalue(), err.getvalue())
 
 
-def start(workdir: Path, name: str = "tgi", replicas: int = 3, **options: Any) -> Router:
+@contextlib.contextmanager
+def routers(workdir: Path) -> Iterator[Callable[..., Router]]:
+    """``start(name="tgi", replicas=3, **options)``: the real router for engine ``name`` in front of
+    its fakes, in ``workdir``; every one started is stopped when the block ends."""
     haproxy = find_haproxy()
     need(haproxy, MISSING_HAPROXY)
     need(GUIDELLM, MISSING_GUIDELLM)
     assert haproxy is not None
-    return launch_router(haproxy, workdir, replicas, TOKEN_DELAY, serving=engine(name), **options)
+    with router_launcher(haproxy, workdir) as launch:
+        def start(name: str = "tgi", replicas: int = 3, **options: Any) -> Router:
+            return launch(replicas, TOKEN_DELAY, serving=engine(name), **options)
+
+        yield start
 
 
 @pytest.fixture
 def start_router(tmp_path: Path) -> Iterator[Callable[..., Router]]:
-    """``start_router(name="tgi", replicas=3, **options)``: :func:`start` in the test's directory;
-    whatever the test's outcome, every router started (HAProxy and its fakes) is stopped after it."""
-    started: list[Router] = []
-
-    def start_(name: str = "tgi", replicas: int = 3, **options: Any) -> Router:
-        router = start(tmp_path, name, replicas, **options)
-        started.append(router)
-        return router
-
-    yield start_
-    for router in started:
-        router.stop()
+    """:func:`routers` in the test's directory, for the test's length."""
+    with routers(tmp_path) as start:
+        yield start
 
 
 # --- one sweep, measured once: synchronous, two constant rates between, throughput -----------------------
@@ -133,15 +131,13 @@ class Sweep:
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sweep]:
     workdir = tmp_path_factory.mktemp("sweep")
-    router = start(workdir)
-    try:
+    with routers(workdir) as start:
+        router = start()
         with guidellm_settings():
             ran = bench("--url", f"http://127.0.0.1:{router.port}", "--input-tokens", str(INPUT), "--output-tokens",
                         str(OUTPUT), "--max-requests", str(REQUESTS), "--max-seconds", "30", "--rate-steps", "2",
                         "--results-dir", str(workdir / "results"))
         generated = sum(fake.generated_tokens for fake in router.replicas.values())
-    finally:
-        router.stop()
     assert ran.code == 0, ran.err
     yield Sweep(ran, json.loads((workdir / "results" / "bench.json").read_text()), workdir / "results", generated)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import itertools
 import json
 import os
 import shutil
@@ -28,7 +29,7 @@ from neuron_serving.userdata import api_keys
 from tests.harness.aws import REGION, AwsEmulator
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "router"))
-from routersim import MISSING_HAPROXY, Router, find_haproxy, launch_router
+from routersim import MISSING_HAPROXY, Router, find_haproxy, router_launcher
 
 KEY, OTHER = api_keys.new_key(), api_keys.new_key()
 TOKEN_DELAY = 0.01
@@ -45,22 +46,20 @@ def start_router(tmp_path: Path) -> Iterator[Callable[..., Router]]:
         if os.environ.get("CI"):
             pytest.fail(MISSING_HAPROXY)
         pytest.skip(MISSING_HAPROXY)
-    started: list[Router] = []
+    numbers = itertools.count()
 
-    def start(name: str, *keys: str) -> Router:
-        options: dict[str, Any] = {}
-        if keys:
-            keys_file = tmp_path / f"keys-{len(started)}"
-            keys_file.write_text(api_keys.keys_file_text([api_keys.digest(k) for k in keys]))
-            options = {"api_keys": True, "keys_file": str(keys_file),
-                       "runtime_socket": str(tmp_path / f"admin-{len(started)}.sock")}
-        router = launch_router(haproxy, tmp_path, 1, TOKEN_DELAY, serving=engine(name), **options)
-        started.append(router)
-        return router
+    with router_launcher(haproxy, tmp_path) as launch:
+        def start(name: str, *keys: str) -> Router:
+            number = next(numbers)
+            options: dict[str, Any] = {}
+            if keys:
+                keys_file = tmp_path / f"keys-{number}"
+                keys_file.write_text(api_keys.keys_file_text([api_keys.digest(k) for k in keys]))
+                options = {"api_keys": True, "keys_file": str(keys_file),
+                           "runtime_socket": str(tmp_path / f"admin-{number}.sock")}
+            return launch(1, TOKEN_DELAY, serving=engine(name), **options)
 
-    yield start
-    for router in started:
-        router.stop()
+        yield start
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from routersim import MISSING_HAPROXY, Router, find_haproxy, launch_router
+from routersim import MISSING_HAPROXY, Router, find_haproxy, router_launcher
 
 
 @pytest.fixture(scope="session")
@@ -31,14 +30,5 @@ def start_router(haproxy_bin: str, tmp_path: Path) -> Iterator[Callable[..., Rou
     ``render_kwargs`` go to ``render_router_config``; the health check interval defaults to the
     tests' short one. Whatever the outcome, everything started is stopped after the test.
     """
-    started: list[Router] = []
-
-    def start(replicas: int = 3, token_delay: float = 0.0, **render_kwargs: Any) -> Router:
-        running = launch_router(haproxy_bin, tmp_path, replicas, token_delay, **render_kwargs)
-        started.append(running)
-        return running
-
-    yield start
-
-    for running in started:
-        running.stop()
+    with router_launcher(haproxy_bin, tmp_path) as launch:
+        yield launch

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,25 @@ def launch_router(haproxy: str, workdir: Path, replicas: int = 3, token_delay: f
             fake.stop()
         raise
     return router
+
+
+@contextlib.contextmanager
+def router_launcher(haproxy: str, workdir: Path) -> Iterator[Callable[..., Router]]:
+    """``launch(replicas=3, token_delay=0.0, serving=None, **render_kwargs)``: :func:`launch_router`
+    in ``workdir``; every router launched (HAProxy and its fakes) is stopped when the block ends,
+    however it ends."""
+    started: list[Router] = []
+
+    def launch(*args: Any, **kwargs: Any) -> Router:
+        router = launch_router(haproxy, workdir, *args, **kwargs)
+        started.append(router)
+        return router
+
+    try:
+        yield launch
+    finally:
+        for router in started:
+            router.stop()
 
 
 def _wait_until_serving(router: Router) -> None:

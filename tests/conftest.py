@@ -83,7 +83,9 @@ def wheel(tmp_path_factory):
 
 JSII_RUNTIME = "jsii-runtime"
 """aws-cdk-lib's Node.js kernel: jsii starts it at the first use of a construct in a process and
-keeps it for the process's life (jsii/_kernel/providers/process.py), whichever test came first."""
+keeps it for the process's life, whichever test came first. (jsii 1.142.0, which aws-cdk-lib
+2.275.0 installs: jsii/_kernel/providers/process.py runs ``node ... jsii-runtime.js``, from
+``_jsii_runtime``, and stops it from ``atexit.register(self.stop)``.)"""
 
 
 def _running_children() -> dict[int, str]:

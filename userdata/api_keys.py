@@ -168,8 +168,11 @@ def update_router(sock_path: str, keys_file: str, digests: Sequence[str]) -> Non
         raise RuntimeError(f"the router refused commit acl: {answer.strip()}")
 
 
-def sync(secret_id: str, region: str, keys_file: str = KEYS_FILE, sock_path: str = RUNTIME_SOCKET) -> int:
-    """Bring the key file and the running router in line with the secret; the exit status."""
+def sync(secret_id: str, region: str, keys_file: str = KEYS_FILE, sock_path: str = RUNTIME_SOCKET,
+         *, router: bool = True) -> int:
+    """Bring the key file and, with ``router``, the running router in line with the secret; the exit
+    status. Without ``router`` only the file is written: the boot does so before the router has its
+    configuration, when whatever HAProxy answers the socket is not the endpoint's router."""
     try:
         keys, problems = parse_secret(read_secret(secret_id, region))
     except RuntimeError as err:
@@ -186,7 +189,7 @@ def sync(secret_id: str, region: str, keys_file: str = KEYS_FILE, sock_path: str
         pass
     # The router first: the file changes only once the router has the new keys, so a failed
     # update is retried on the next run.
-    if os.path.exists(sock_path):
+    if router and os.path.exists(sock_path):
         try:
             update_router(sock_path, keys_file, list(keys.values()))
         except (OSError, RuntimeError) as err:
@@ -206,11 +209,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--region", default=os.environ.get("REGION"))
     run.add_argument("--keys-file", default=KEYS_FILE)
     run.add_argument("--socket", default=RUNTIME_SOCKET)
+    run.add_argument("--file-only", action="store_true",
+                     help="write the key file only, for a router that reads it when it starts")
     args = parser.parse_args(argv)
     if not args.secret or not args.region:
         parser.error("--secret and --region (or API_KEYS_SECRET and REGION) are required")
     root = os.environ.get("NEURON_SERVING_ROOT", "")
-    return sync(args.secret, args.region, root + args.keys_file, root + args.socket)
+    return sync(args.secret, args.region, root + args.keys_file, root + args.socket, router=not args.file_only)
 
 
 if __name__ == "__main__":

@@ -51,16 +51,21 @@ def _resolve(value: Any, refs: dict[str, str]) -> str:
     raise AssertionError(f"user data uses {function}, which this test cannot resolve")
 
 
-def user_data(context: dict[str, str]) -> tuple[str, int, Any]:
-    """The stack's user data, resolved, the Neuron device count of its instance type, and its plan."""
+def launch_user_data(context: dict[str, str]) -> tuple[dict[str, str], Any]:
+    """The user data of each of the stack's launch templates (by logical id), resolved, and its plan."""
     synth = synthesized(**context)
-    templates = synth.resources("AWS::EC2::LaunchTemplate")
-    (template,) = templates.values()
-    encoded = template["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]
     refs = {name: name.lower() if resource["Type"] == "AWS::S3::Bucket" else f"/stack/{name}"
             for name, resource in synth.json["Resources"].items()}
-    plan = synth.stack.plan
-    return _resolve(encoded, refs), plan.instance.devices, plan
+    scripts = {name: _resolve(template["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"], refs)
+               for name, template in synth.resources("AWS::EC2::LaunchTemplate").items()}
+    return scripts, synth.stack.plan
+
+
+def user_data(context: dict[str, str]) -> tuple[str, int, Any]:
+    """The stack's user data, resolved, the Neuron device count of its instance type, and its plan."""
+    scripts, plan = launch_user_data(context)
+    (script,) = scripts.values()
+    return script, plan.instance.devices, plan
 
 
 @pytest.mark.parametrize("config", CONFIGS)

@@ -792,10 +792,13 @@ class AwsEmulator:
             keys += [o["Key"] for o in page.get("Contents", [])]
         return sorted(keys)
 
+    def bucket_names(self) -> set[str]:
+        return {b["Name"] for b in self.client("s3").list_buckets().get("Buckets", [])}
+
     def put_s3_uri(self, uri: str, body: bytes | str) -> None:
         """``put_object`` by ``s3://bucket/key``, creating the bucket when it is new."""
         bucket, key = _split_uri(uri)
-        if bucket not in {b["Name"] for b in self.client("s3").list_buckets().get("Buckets", [])}:
+        if bucket not in self.bucket_names():
             self.create_bucket(bucket)
         self.put_object(bucket, key, body)
 

@@ -192,6 +192,12 @@ def sleep(seconds: float) -> bool:
     return not container.ended.wait(seconds)
 
 
+def container_name() -> str | None:
+    """From inside a behaviour: the name of its container (``docker run --name``)."""
+    container = _current_container()
+    return None if container is None else container.name
+
+
 def stopped() -> bool:
     """From inside a behaviour: whether ``docker stop``/``kill``/``rm -f`` has ended this container."""
     container = _current_container()

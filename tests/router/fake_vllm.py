@@ -39,7 +39,7 @@ class _VllmHandler(_Handler):
             self._send_empty(200 if replica.healthy else 503)
         elif self.path == "/v1/models":
             self._send_json(200, {"object": "list", "data": [
-                {"id": SERVED_MODEL, "object": "model", "created": 0, "owned_by": "vllm", "root": "/models/x",
+                {"id": replica.served_model, "object": "model", "created": 0, "owned_by": "vllm", "root": "/models/x",
                  "parent": None, "max_model_len": 4096}]})
         else:
             self._send_json(404, {"detail": "Not Found"})
@@ -55,7 +55,7 @@ class _VllmHandler(_Handler):
         if self.path not in GENERATION_ROUTES:
             self._send_json(404, {"detail": "Not Found"})
             return
-        if body.get("model") not in (None, "", SERVED_MODEL):
+        if body.get("model") not in (None, "", replica.served_model):
             self._send_json(404, {"error": {"message": f"The model `{body['model']}` does not exist.",
                                             "type": "NotFoundError", "param": None, "code": 404}})
             return
@@ -80,7 +80,7 @@ class _VllmHandler(_Handler):
         choice = {"index": 0, "finish_reason": "length", "stop_reason": None,
                   **({"message": {"role": "assistant", "content": text}} if chat else {"text": text})}
         self._send_json(200, {"id": "cmpl-0", "object": "chat.completion" if chat else "text_completion",
-                              "created": int(time.time()), "model": SERVED_MODEL, "choices": [choice],
+                              "created": int(time.time()), "model": replica.served_model, "choices": [choice],
                               "usage": _usage(body, tokens)})
 
     def _stream_openai(self, tokens: int, delay: float, chat: bool, usage: dict[str, int] | None) -> None:
@@ -90,14 +90,14 @@ class _VllmHandler(_Handler):
             last = i == tokens - 1
             delta = {"delta": {"content": _piece(i)}} if chat else {"text": _piece(i)}
             chunk = {"id": "cmpl-0", "object": "chat.completion.chunk" if chat else "text_completion",
-                     "model": SERVED_MODEL, "sent_at": time.monotonic(),
+                     "model": self.server.replica.served_model, "sent_at": time.monotonic(),
                      "choices": [{"index": 0, **delta, "finish_reason": "length" if last else None}]}
             if last:
                 self.server.replica._end(tokens)
             self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode())
         if usage:
             final = {"id": "cmpl-0", "object": "chat.completion.chunk" if chat else "text_completion",
-                     "model": SERVED_MODEL, "choices": [],
+                     "model": self.server.replica.served_model, "choices": [],
                      "usage": usage}
             self._write_chunk(f"data: {json.dumps(final)}\n\n".encode())
         self._write_chunk(b"data: [DONE]\n\n")
@@ -114,4 +114,9 @@ class FakeVllm(FakeTgi):
     """One fake vLLM server on ``127.0.0.1:port``; see :class:`FakeTgi`."""
 
     handler: Any = _VllmHandler
+
+    def __init__(self, name: str, port: int, token_delay: float = 0.0, served_model: str = SERVED_MODEL) -> None:
+        super().__init__(name, port, token_delay)
+        self.served_model = served_model
+        """The one model name it answers to (vLLM's ``--served-model-name``); others get 404."""
 

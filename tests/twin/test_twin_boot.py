@@ -1,0 +1,206 @@
+"""Synthesized stacks booted on the host twin (tests/twin/host.py): real cloud-init runs the launch
+template's user data on Ubuntu 22.04 with systemd as PID 1, and each host must signal SUCCESS (or, for
+a fault, the failure a user would want to read) and answer a completion through its router."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.twin.conftest import World, failure_report, request
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "boot"))
+from test_boot_synthesized import launch_user_data, user_data
+
+USERDATA = Path(__file__).resolve().parents[2] / "userdata"
+ASSETS = {"PUBLISHER": USERDATA / "publish_metrics.py", "API_KEYS_PROGRAM": USERDATA / "api_keys.py"}
+"""The CDK assets the user data downloads, by the stack.env variable that names them."""
+
+FLEET = {"fleet": "asg", "min_capacity": "2", "max_capacity": "4"}
+SECURE = {"internet_facing": "true", "allowed_cidrs": "203.0.113.0/24", "api_keys": "true",
+          "certificate_arn": "arn:aws:acm:us-east-2:123456789012:certificate/0a1b2c3d-aaaa-bbbb-cccc-000000000000"}
+
+
+def stage(world: World, script: str) -> None:
+    """What CloudFormation and the CDK's asset publishing make before an instance boots: the artifact
+    cache bucket and the assets the user data downloads."""
+    cache = re.search(r"^CACHE_BUCKET=(\S+)$", script, re.M)
+    if cache is not None and cache.group(1).strip("'") not in world.aws.bucket_names():
+        world.aws.create_bucket(cache.group(1).strip("'"), versioned=True)
+    for variable, source in ASSETS.items():
+        found = re.search(rf"^{variable}=(\S+)$", script, re.M)
+        if found is not None:
+            world.aws.put_s3_uri(found.group(1).strip("'"), source.read_bytes())
+
+
+def stack_env(script: str, variable: str) -> str:
+    found = re.search(rf"^{variable}=(\S+)$", script, re.M)
+    assert found is not None, variable
+    return found.group(1).strip("'")
+
+
+def completion(port: int, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    """A chat completion through the router (no model named: each engine's fake serves its own)."""
+    status, body = request(f"http://127.0.0.1:{port}/v1/chat/completions",
+                           {"messages": [{"role": "user", "content": "The twin says"}], "max_tokens": 4},
+                           headers=headers)
+    return status, json.loads(body or b"{}")
+
+
+def serves(port: int, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    status, answer = completion(port, headers)
+    assert status == 200, answer
+    assert answer["choices"], answer
+    return answer
+
+
+def signals(world: World) -> list[tuple[str, str]]:
+    return [(c.params["Status"], str(c.params["UniqueId"])) for c in world.aws.recorder.calls("SignalResource")]
+
+
+def boot(world: World, script: str, plan: Any, **kwargs: Any) -> Any:
+    twin, imds, image = world.twin(script, instance_type=plan.instance.name, devices=plan.instance.devices,
+                                   **kwargs)
+    twin.start()
+    return twin, imds, image
+
+
+def boots_and_serves(world: World, context: dict[str, str]) -> tuple[Any, Any, float]:
+    script, _, plan = user_data(context)
+    stage(world, script)
+    started = time.monotonic()
+    twin, _, image = boot(world, script, plan)
+    status = twin.wait_boot_script(timeout=300)
+    took = time.monotonic() - started
+    assert status == "done", failure_report(twin)
+    assert signals(world)[-1] == ("SUCCESS", twin.instance_id)
+    assert sorted(image.serving) == [f"replica-{r.index}" for r in plan.replicas]
+    serves(plan.router_port)
+    return twin, plan, took
+
+
+def test_the_default_stack_boots_signals_success_and_serves_within_three_minutes(world: World) -> None:
+    twin, _, took = boots_and_serves(world, {})
+    # systemd's own view: every unit the boot enabled is active, none failed.
+    assert twin.run("systemctl", "is-system-running").stdout.strip() == "running", \
+        twin.run("systemctl", "--failed", "--no-legend").stdout
+    assert took < 180, f"the twin boot of the default stack took {took:.0f} s (budget: 180 s)"
+
+
+def test_a_vllm_stack_boots_and_serves(world: World) -> None:
+    boots_and_serves(world, {"engine": "vllm"})
+
+
+def test_a_fleet_host_publishes_its_export_and_the_next_host_downloads_it_without_compiling(world: World) -> None:
+    script, _, plan = user_data(FLEET)
+    stage(world, script)
+    first, _, _ = boot(world, script, plan)
+    assert first.wait_boot_script(timeout=300) == "done", failure_report(first)
+    serves(plan.router_port)
+    first.poweroff()
+    second, _, _image = boot(world, script, plan)
+    assert second.wait_boot_script(timeout=300) == "done", failure_report(second)
+    serves(plan.router_port)
+    assert [s for s, _ in signals(world)] == ["SUCCESS", "SUCCESS"]
+    assert "downloading s3://" in second.path("/var/log/neuron-serving/boot.log").read_text()
+    compiled = [r for r in world.engines[1].records if r.get("kind") == "request"
+                and "optimum-cli" in json.dumps((r.get("body") or {}).get("Entrypoint"))]
+    assert compiled == []
+
+
+def test_the_builder_exports_for_a_host_too_small_to_compile_which_then_serves(world: World) -> None:
+    scripts, plan = launch_user_data({"instance_type": "inf2.xlarge"})
+    [builder_script] = [s for name, s in scripts.items() if "Builder" in name]
+    [host_script] = [s for name, s in scripts.items() if "Builder" not in name]
+    stage(world, builder_script)
+    builder, _, _ = world.twin(builder_script, instance_type="inf2.8xlarge", devices=1)
+    builder.start()
+    assert builder.wait_boot_script(timeout=300) == "done", failure_report(builder)
+    [left] = world.aws.recorder.calls("TerminateInstanceInAutoScalingGroup")
+    assert left.params["ShouldDecrementDesiredCapacity"] in (True, "true")
+    builder.poweroff()
+    stage(world, host_script)
+    host, _, _image = boot(world, host_script, plan)
+    assert host.wait_boot_script(timeout=300) == "done", failure_report(host)
+    assert "waiting for the builder's export" in host.path("/var/log/neuron-serving/boot.log").read_text()
+    serves(plan.router_port)
+
+
+def test_a_reboot_brings_the_host_back_serving_without_rerunning_the_user_data(world: World) -> None:
+    twin, plan, _ = boots_and_serves(world, {})
+    twin.reboot()
+    twin.wait_system()
+    deadline = time.monotonic() + 120
+    while completion(plan.router_port)[0] != 200 and time.monotonic() < deadline:
+        time.sleep(2)
+    serves(plan.router_port)
+    log = twin.path("/var/log/neuron-serving/boot.log").read_text()
+    assert log.count("step: metadata") == 1, "cloud-init ran the user data again"
+    assert len(signals(world)) == 1
+
+
+def test_a_replica_that_crashes_at_load_fails_the_boot_naming_it(world: World) -> None:
+    script, _, plan = user_data({})
+    stage(world, script)
+    twin, _, image = world.twin(script, instance_type=plan.instance.name, devices=plan.instance.devices,
+                                environment={"NEURON_SERVING_READY_SECONDS": "30"})
+    image.knobs["TWIN_REPLICA_CRASH"] = "replica-1"
+    twin.start()
+    assert twin.wait_boot_script(timeout=300) == "failed wait-ready", failure_report(twin)
+    [(status, reason)] = signals(world)
+    assert status == "FAILURE"
+    assert reason.startswith(f"{twin.instance_id} wait-ready: replica-1 not ready"), reason
+
+
+def test_with_s3_unreachable_the_host_exports_for_itself_and_serves(world: World) -> None:
+    script, _, plan = user_data({})
+    twin, _, _ = world.twin(script, instance_type=plan.instance.name, devices=plan.instance.devices,
+                            environment={"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9"})
+    twin.start()
+    assert twin.wait_boot_script(timeout=300) == "done", failure_report(twin)
+    serves(plan.router_port)
+    log = twin.path("/var/log/neuron-serving/boot.log").read_text()
+    assert "not published" in log
+    assert "WARNING: monitoring not started" in log
+
+
+def test_an_internet_facing_stack_with_api_keys_serves_keys_added_rotated_and_revoked(world: World) -> None:
+    from neuron_serving.userdata import api_keys
+
+    script, _, plan = user_data(SECURE)
+    stage(world, script)
+    alice, bob = api_keys.new_key(), api_keys.new_key()
+    secret = stack_env(script, "API_KEYS_SECRET")
+    world.aws.create_secret(secret, json.dumps({"alice": api_keys.stored(alice)}))
+    twin, _, _ = boot(world, script, plan)
+    assert twin.wait_boot_script(timeout=300) == "done", failure_report(twin)
+    port = plan.router_port
+
+    def sync() -> None:
+        # What neuron-serving-api-keys.timer does every minute.
+        done = twin.run("systemctl", "start", "neuron-serving-api-keys.service")
+        assert done.returncode == 0, done.stderr + twin.run("journalctl", "-u", "neuron-serving-api-keys",
+                                                            "--no-pager").stdout
+
+    def status(key: str) -> int:
+        return completion(port, {"Authorization": f"Bearer {key}"})[0]
+
+    assert (status(alice), status(bob), completion(port)[0]) == (200, 401, 401)
+    world.aws.client("secretsmanager").put_secret_value(
+        SecretId=secret, SecretString=json.dumps({"alice": api_keys.stored(alice), "bob": api_keys.stored(bob)}))
+    sync()
+    assert (status(alice), status(bob)) == (200, 200)
+    rotated = api_keys.new_key()
+    world.aws.client("secretsmanager").put_secret_value(
+        SecretId=secret, SecretString=json.dumps({"alice": api_keys.stored(rotated), "bob": api_keys.stored(bob)}))
+    sync()
+    assert (status(alice), status(rotated), status(bob)) == (401, 200, 200)
+    world.aws.client("secretsmanager").put_secret_value(
+        SecretId=secret, SecretString=json.dumps({"alice": api_keys.stored(rotated)}))
+    sync()
+    assert (status(rotated), status(bob)) == (200, 401)
+    assert twin.run("systemctl", "is-active", "neuron-serving-api-keys.timer").stdout.strip() == "active"

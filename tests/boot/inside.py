@@ -15,15 +15,16 @@ What the tools write:
 - An export by optimum-neuron 0.3.0 (:func:`export_files`): ``NxDPreTrainedModel.save`` in
   optimum/neuron/models/inference/backend/pretrained_model.py writes ``config.json``,
   ``neuron_config.json`` (``NxDNeuronConfig``, optimum/neuron/models/inference/backend/config.py,
-  ``torch_dtype`` as the dtype's name), the compiled ``model.pt`` and, only when exporting from a
-  local checkpoint, ``checkpoint/weights/tp<rank>_sharded_checkpoint.safetensors`` per rank.
+  ``torch_dtype`` as the dtype's name; ``optimum_neuron_version`` and ``neuronxcc_version``, the
+  compiler's ``__version__`` with its local label, optimum/neuron/configuration_utils.py
+  ``to_dict``), the compiled ``model.pt`` and, only when exporting from a local checkpoint,
+  ``checkpoint/weights/tp<rank>_sharded_checkpoint.safetensors`` per rank.
 - The vLLM image, optimum-neuron 0.4.5 (:class:`VllmImage`): the same files, but the degree is
   ``--tensor_parallel_size`` (default 1, optimum/commands/export/neuronx.py), the dtype is the
   checkpoint's ``torch_dtype`` (optimum/neuron/models/inference/modeling_utils.py), and
   ``neuron_config.json`` also records ``target`` (``trn1`` on inf2 and trn1:
   optimum/neuron/utils/instance.py), ``continuous_batching`` (batch above 1:
-  models/inference/llama/modeling_llama.py), ``optimum_neuron_version`` and ``neuronxcc_version``
-  (optimum/neuron/configuration_utils.py ``to_dict``). A server container runs the image's entry
+  models/inference/llama/modeling_llama.py) and the image's own versions. A server container runs the image's entry
   point (docker/vllm/Dockerfile: ``--port 8080``, then ``--<name> <value>`` for each ``SM_ON_<NAME>``
   variable, then the command's words) and ``optimum-cli neuron serve``'s checks before vLLM starts
   (optimum/commands/neuron/serve.py ``run``; optimum/neuron/vllm/model_loader.py: no more cores
@@ -63,6 +64,13 @@ DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 (neuron_serving.plan.engines.base.TORCH_DTYPES) so that a mistake there cannot confirm itself here."""
 
 
+TGI_OPTIMUM_NEURON = "0.3.0"
+TGI_NEURONXCC = "2.19.8089.0+8ab9f450"
+"""What TGI's image bundles, and an export records (optimum-neuron v0.3.0 optimum/neuron/
+configuration_utils.py ``to_dict``: ``neuronxcc.__version__``): TGI v3.3.5 Dockerfile.neuron
+installs optimum-neuron from its v0.3.0 sources and pins neuronx-cc==2.19.8089.0+8ab9f450."""
+
+
 def export_files(argv: list[str], degree: int, weights: bool) -> dict[str, str]:
     """The files of an export made by ``optimum-cli export neuron`` with ``argv``, compiled for
     ``degree`` cores, holding the weights when ``weights``."""
@@ -72,6 +80,8 @@ def export_files(argv: list[str], degree: int, weights: bool) -> dict[str, str]:
         "tp_degree": degree,
         "torch_dtype": DTYPES.get(_value(argv, "--auto_cast_type") or "", "float32"),
         "checkpoint_id": None if weights else _value(argv, "--model"),
+        "optimum_neuron_version": TGI_OPTIMUM_NEURON,
+        "neuronxcc_version": TGI_NEURONXCC,
     }
     files = {
         "config.json": '{"model_type": "llama"}\n',
@@ -182,8 +192,31 @@ class ServingImage:
 
 VLLM_IMAGE = "ghcr.io/huggingface/optimum-neuron-vllm:"
 VLLM_OPTIMUM_NEURON = "0.4.5"
-VLLM_NEURONXCC = "2.21.33363.0"
-"""What the image bundles: optimum-neuron v0.4.5 pyproject.toml (neuronx-cc==2.21.33363.0)."""
+VLLM_NEURONXCC = "2.21.33363.0+82129205"
+"""What the image's ``neuronxcc.__version__`` says, which an export records: optimum-neuron v0.4.5
+pyproject.toml pins neuronx-cc==2.21.33363.0 and installs it from the Neuron pip repository, whose
+builds carry a local label; optimum-neuron's own tests name this build (tests/decoder/
+test_cache_cleanup.py, ``COMPILER_VERSION``, at 213224e6 on main, which pins the same compiler).
+Kept apart from neuron_serving.plan.engines.vllm.NEURONXCC_VERSION, so that a mistake there cannot
+confirm itself here."""
+
+
+def vllm_export_files(argv: list[str], degree: int, torch_dtype: str) -> dict[str, str]:
+    """The files of an export by optimum-neuron 0.4.5 made with ``argv``, compiled for ``degree``
+    cores from a local checkpoint whose ``config.json`` says ``torch_dtype``."""
+    batch = int(_value(argv, "--batch_size") or 1)
+    neuron_config = {
+        "batch_size": batch,
+        "sequence_length": int(_value(argv, "--sequence_length") or 4096),
+        "tp_degree": degree,
+        "torch_dtype": torch_dtype,
+        "continuous_batching": batch > 1,
+        "target": "trn1",
+        "optimum_neuron_version": VLLM_OPTIMUM_NEURON,
+        "neuronxcc_version": VLLM_NEURONXCC,
+        "checkpoint_id": None,
+    }
+    return {**export_files(argv, degree, weights=True), "neuron_config.json": json.dumps(neuron_config) + "\n"}
 
 
 class VllmImage:
@@ -223,20 +256,8 @@ class VllmImage:
         degree = int((_values(argv, "--tensor_parallel_size") or _values(argv, "--num_cores") or ["1"])[0])
         if degree > 2 * devices:
             return 1, "", f"ValueError: tensor_parallel_size {degree} exceeds the {2 * devices} cores available\n"
-        batch = int(_value(argv, "--batch_size") or 1)
-        neuron_config = {
-            "batch_size": batch,
-            "sequence_length": int(_value(argv, "--sequence_length") or 4096),
-            "tp_degree": degree,
-            "torch_dtype": json.loads((source / "config.json").read_text()).get("torch_dtype", "float32"),
-            "continuous_batching": batch > 1,
-            "target": "trn1",
-            "optimum_neuron_version": VLLM_OPTIMUM_NEURON,
-            "neuronxcc_version": VLLM_NEURONXCC,
-            "checkpoint_id": None,
-        }
-        files = {**export_files(argv, degree, weights=True), "neuron_config.json": json.dumps(neuron_config) + "\n"}
-        for name, text in files.items():
+        dtype = json.loads((source / "config.json").read_text()).get("torch_dtype", "float32")
+        for name, text in vllm_export_files(argv, degree, dtype).items():
             (out / name).parent.mkdir(parents=True, exist_ok=True)
             (out / name).write_text(text)
         return 0, f"compiling {model} into {argv[-1]}\n"
@@ -252,8 +273,13 @@ class VllmImage:
                     "instance."] if config.get("target") != "trn1" else []
         if config.get("optimum_neuron_version") != VLLM_OPTIMUM_NEURON:
             problems.append(f"ValueError: exported with optimum-neuron {config.get('optimum_neuron_version')}")
+        # optimum-neuron v0.4.5 optimum/neuron/configuration_utils.py, NeuronConfig.from_dict (which
+        # serve's NeuronConfig.from_pretrained calls): the whole version string, local label and all,
+        # must equal the installed neuronxcc.__version__.
         if config.get("neuronxcc_version") != VLLM_NEURONXCC:
-            problems.append(f"RuntimeError: compiled with neuronx-cc {config.get('neuronxcc_version')}")
+            problems.append("RuntimeError: This neuron configuration corresponds to a model exported using version "
+                            f"{config.get('neuronxcc_version')} of the neuronxcc compiler, but {VLLM_NEURONXCC} is "
+                            "installed.")
         for flag, key in (("--batch_size", "batch_size"), ("--sequence_length", "sequence_length"),
                           ("--tensor_parallel_size", "tp_degree")):
             given = _value(argv, flag)

@@ -11,8 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bootsim import EXPORTS, MARKER, Host, make_plan, require
-from inside import VllmImage
+import pytest
+from bootsim import CACHE, EXPORTS, MARKER, Host, complete_marker, make_plan, require
+from inside import DTYPES, TGI_NEURONXCC, VLLM_NEURONXCC, VllmImage, vllm_export_files
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5, VLLM
@@ -120,6 +121,88 @@ def test_the_server_refuses_an_export_made_for_another_degree(make_host: MakeHos
     result = host.run(RUN_REPLICA, "0")
     assert result.returncode != 0
     assert "tensor_parallel_size 2 differs from the export's 4" in result.stderr
+
+
+def _write_export(directory: Path, plan: ServingPlan, **recorded: object) -> None:
+    """Write into ``directory`` what the vLLM image's export for ``plan`` holds (tests/boot/inside.py), with
+    ``recorded`` changed in its ``neuron_config.json``."""
+    argv = ["--batch_size", str(plan.batch_size), "--sequence_length", str(plan.sequence_length)]
+    for name, text in vllm_export_files(argv, plan.degree, DTYPES[plan.dtype]).items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(text)
+    config = directory / "neuron_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), **recorded}))
+
+
+def test_the_host_accepts_and_serves_the_export_its_image_compiled_with_the_compilers_local_label(
+    make_host: MakeHost,
+) -> None:
+    # Issue 22, defect 1: the export records neuronxcc.__version__, which carries the Neuron pip
+    # repository's local label, and check-export wanted the bare release: every host refused its own export.
+    plan = _plan()
+    host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL)
+    assert failure == ""
+    final = host.path(f"{EXPORTS}/{VLLM.export_key(plan, OPTIMUM_NEURON_VLLM_0_4_5)}")
+    assert json.loads((final / "neuron_config.json").read_text())["neuronxcc_version"] == "2.21.33363.0+82129205"
+    assert (final / MARKER).read_text().startswith("exported at ")
+    assert host.run(CHECK_EXPORT, str(final)).returncode == 0
+    for replica in plan.replicas:
+        result = host.run(RUN_REPLICA, str(replica.index))
+        assert result.returncode == 0, result.stderr
+    assert [s["--status"] for s in _signals(host)] == ["SUCCESS"]
+
+
+@pytest.mark.parametrize("source", ["prebuilt", "artifact cache"])
+def test_a_prebuilt_or_cached_export_of_the_images_compiler_is_served_without_compiling(
+    make_host: MakeHost, source: str,
+) -> None:
+    plan = _plan()
+    host = make_host(plan.instance.devices)
+    key = VLLM.export_key(plan, OPTIMUM_NEURON_VLLM_0_4_5)
+    if source == "prebuilt":
+        _write_export(host.s3 / "models" / "llama-neuron", plan)
+        options = BootOptions(engine="vllm", signal=SIGNAL, prebuilt_export="s3://models/llama-neuron")
+    else:
+        upload = host.s3 / "cache-bucket" / "exports" / key / "i-0builder"
+        _write_export(upload, plan)
+        (upload.parent / "COMPLETE").write_text(complete_marker(f"exports/{key}/i-0builder", upload))
+        options = BootOptions(engine="vllm", signal=SIGNAL, artifact_cache=CACHE)
+    result = host.boot(render_boot_script(plan, options), STUB_SERVED_MODEL=MODEL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert host.exports() == []
+    final = host.path(f"{EXPORTS}/{key}")
+    assert json.loads((final / "neuron_config.json").read_text())["neuronxcc_version"] == VLLM_NEURONXCC
+    assert (final / MARKER).read_text().startswith("downloaded from s3://")
+    assert [s["--status"] for s in _signals(host)] == ["SUCCESS"]
+
+
+def test_a_prebuilt_export_of_another_compiler_release_is_refused_naming_both_versions(make_host: MakeHost) -> None:
+    # Compiled by TGI 3.3.5's image: neuronx-cc 2.19, which optimum-neuron 0.4.5's serve refuses to load.
+    plan = _plan()
+    host = make_host(plan.instance.devices)
+    _write_export(host.s3 / "models" / "llama-neuron", plan, neuronxcc_version=TGI_NEURONXCC)
+    options = BootOptions(engine="vllm", signal=SIGNAL, prebuilt_export="s3://models/llama-neuron")
+    result = host.boot(render_boot_script(plan, options), STUB_SERVED_MODEL=MODEL)
+    assert result.returncode != 0
+    assert ("neuron_config.json has neuronxcc_version '2.19.8089.0+8ab9f450', the plan '2.21.33363.0+82129205'"
+            in result.stdout + result.stderr)
+    assert not host.path(f"{EXPORTS}/{VLLM.export_key(plan, OPTIMUM_NEURON_VLLM_0_4_5)}/{MARKER}").exists()
+    assert [s["--status"] for s in _signals(host)] == ["FAILURE"]
+
+
+def test_the_check_leaves_the_compilers_local_label_to_serve_which_refuses_another(make_host: MakeHost) -> None:
+    # check-export compares the release only, as the label is known from optimum-neuron's tests rather
+    # than read from the image; serve, at load, requires the whole string (NeuronConfig.from_dict).
+    plan = _plan()
+    host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL)
+    assert failure == ""
+    final = host.path(f"{EXPORTS}/{VLLM.export_key(plan, OPTIMUM_NEURON_VLLM_0_4_5)}")
+    config = json.loads((final / "neuron_config.json").read_text())
+    (final / "neuron_config.json").write_text(json.dumps({**config, "neuronxcc_version": "2.21.33363.0+0badbeef"}))
+    assert host.run(CHECK_EXPORT, str(final)).returncode == 0
+    result = host.run(RUN_REPLICA, "0")
+    assert result.returncode != 0
+    assert "exported using version 2.21.33363.0+0badbeef of the neuronxcc compiler" in result.stderr
 
 
 ROOT = Path(__file__).resolve().parents[2]

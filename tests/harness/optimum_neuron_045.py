@@ -70,7 +70,7 @@ STUB_VERSIONS = {
     # optimum-neuron v0.4.5 pyproject.toml, extra neuronx.
     "torch_neuronx": "2.8.0.2.10.16998",
     "neuronx_distributed": "0.15.22404",
-    "neuronxcc": "2.21.33363.0",
+    "neuronxcc": "2.21.33363.0+82129205",
     "libneuronxla": "2.2.12677.0",
     "torch_xla": "2.8.1",
 }

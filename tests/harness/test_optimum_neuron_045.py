@@ -73,6 +73,21 @@ def test_serve_refuses_an_export_of_another_optimum_neuron_version(tmp_path):
     assert "0.3.0" in result["error"]
 
 
+def test_the_export_records_the_compilers_version_with_its_local_label_and_serve_refuses_any_other(tmp_path):
+    # What NeuronConfig.from_dict compares: the whole neuronxcc.__version__ string, so the bare
+    # release (what check-export once required) is refused as another compiler would be.
+    result, out = export(tmp_path, "--tensor_parallel_size", "2")
+    assert result["compile"]["neuron_config"]["neuronxcc_version"] == "2.21.33363.0+82129205"
+    served = run(["optimum-cli", "neuron", "serve", "--port", "8080", "--model", str(out)], tmp_path, devices=1)
+    assert served["exit_code"] == 0 and "run_server" in served, served.get("error")
+    config = json.loads((out / "neuron_config.json").read_text())
+    (out / "neuron_config.json").write_text(json.dumps({**config, "neuronxcc_version": "2.21.33363.0"}))
+    refused = run(["optimum-cli", "neuron", "serve", "--port", "8080", "--model", str(out)], tmp_path, devices=1)
+    assert refused["exit_code"] != 0 and "run_server" not in refused
+    assert ("exported using version 2.21.33363.0 of the neuronxcc compiler, but 2.21.33363.0+82129205 is installed"
+            in refused["error"])
+
+
 def test_the_replica_environment_turns_off_vllms_usage_reports_and_route_probe_and_the_hub(tmp_path):
     # vLLM 0.11.0's and huggingface-hub 0.36.2's own readings of the environment each server gets.
     from neuron_serving.plan import ServingRequest, plan_serving

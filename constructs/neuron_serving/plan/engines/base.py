@@ -56,6 +56,12 @@ TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 (``torch_dtype``: the torch dtype's name; optimum/neuron/models/inference/backend/config.py, ``to_dict``)."""
 
 
+SAME_RELEASE = "release"
+"""A rule of ``Engine.export_expectations``' ``compare``: the recorded version and the expected one
+have the same release, whatever their PEP 440 local labels (the part after ``+``). check-export
+(userdata/check-export.py.j2) applies it; every other field must equal the expected value."""
+
+
 def shape_fields(plan: ServingPlan) -> dict[str, object]:
     """What every optimum-neuron NxD export records of the plan in ``neuron_config.json``: batch
     size, sequence length, degree and dtype."""
@@ -358,8 +364,9 @@ class Engine(ABC):
     @abstractmethod
     def export_expectations(self, plan: ServingPlan, image: ServingImage) -> dict[str, object]:
         """What an export for ``plan`` holds, for the host's ``check-export``: ``files`` (paths
-        that must exist), ``config`` (the JSON file of the export's Neuron configuration) and
-        ``fields`` (values it must record)."""
+        that must exist), ``config`` (the JSON file of the export's Neuron configuration),
+        ``fields`` (values it must record: equal ones, unless ``compare`` gives the field another
+        rule) and, optionally, ``compare`` (field name to rule; the one rule is :data:`SAME_RELEASE`)."""
 
     @abstractmethod
     def replica_environment(self, plan: ServingPlan, image: ServingImage, replica: Replica,

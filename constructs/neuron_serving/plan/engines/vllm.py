@@ -16,6 +16,7 @@ import json
 from ..errors import ServingConfigError, problem
 from ..layout import Replica, ServingPlan
 from .base import (
+    SAME_RELEASE,
     TORCH_DTYPES,
     Engine,
     EngineProbe,
@@ -53,10 +54,16 @@ OPTIMUM_NEURON_VLLM_0_4_5 = ServingImage(
 )
 """optimum-neuron 0.4.5's vLLM image (the newest optimum-neuron on PyPI), with vLLM 0.11.0."""
 
-NEURONXCC_VERSION = "2.21.33363.0"
-"""The compiler in the image (optimum-neuron v0.4.5 pyproject.toml, extra ``neuronx``), which an
-export records and ``serve`` requires (optimum/neuron/configuration_utils.py,
-``NeuronConfig.from_dict``)."""
+NEURONXCC_VERSION = "2.21.33363.0+82129205"
+"""The compiler in the image as ``neuronxcc.__version__`` names it, which an export records
+(optimum-neuron v0.4.5 optimum/neuron/configuration_utils.py ``NeuronConfig.to_dict``, through
+utils/version_utils.py ``get_neuronxcc_version``). The release is the pin of v0.4.5's pyproject.toml
+(extra ``neuronx``: neuronx-cc==2.21.33363.0), which docker/vllm/Dockerfile installs with uv from
+the Neuron pip repository (pyproject.toml ``[[tool.uv.index]]`` pip.repos.neuron.amazonaws.com),
+whose builds carry a local label. The label is the one optimum-neuron's own tests give that pin
+(tests/decoder/test_cache_cleanup.py ``COMPILER_VERSION``, on main at 213224e6, which pins the
+same compiler), as does a DLAMI's compile cache (``neuronxcc-2.21.33363.0+82129205/``); it was not
+read from the image itself, so check-export does not rely on it (``export_expectations``)."""
 
 NEURON_TARGET = "trn1"
 """What an export for inf2 or trn1 records as ``target``: optimum-neuron v0.4.5
@@ -168,6 +175,14 @@ class Vllm(Engine):
                 "optimum_neuron_version": image.optimum_neuron,
                 "neuronxcc_version": NEURONXCC_VERSION,
             },
+            # serve requires the whole string, local label and all, to be the installed
+            # neuronxcc.__version__ (optimum-neuron v0.4.5 optimum/neuron/configuration_utils.py,
+            # NeuronConfig.from_dict, `cfg_neuronxcc_version != neuronxcc_version`), as it does the
+            # optimum-neuron version (no label: PyPI's). The host checks the release only: the label
+            # of NEURONXCC_VERSION is not read from the image, and a wrong one would make every host
+            # refuse its own export again. serve still refuses an export of another build at load,
+            # naming both versions.
+            "compare": {"neuronxcc_version": SAME_RELEASE},
             "files": export_files(plan),
         }
 

@@ -157,7 +157,14 @@ import json
 import sys
 from pathlib import Path
 
-EXPECT = json.loads('{"config": "neuron_config.json", "fields": {"batch_size": 4, "continuous_batching": true, "neuronxcc_version": "2.21.33363.0", "optimum_neuron_version": "0.4.5", "sequence_length": 4096, "target": "trn1", "torch_dtype": "bfloat16", "tp_degree": 2}, "files": ["config.json", "neuron_config.json", "model.pt", "tokenizer_config.json", "checkpoint/weights/tp0_sharded_checkpoint.safetensors", "checkpoint/weights/tp1_sharded_checkpoint.safetensors"]}')
+EXPECT = json.loads('{"compare": {"neuronxcc_version": "release"}, "config": "neuron_config.json", "fields": {"batch_size": 4, "continuous_batching": true, "neuronxcc_version": "2.21.33363.0+82129205", "optimum_neuron_version": "0.4.5", "sequence_length": 4096, "target": "trn1", "torch_dtype": "bfloat16", "tp_degree": 2}, "files": ["config.json", "neuron_config.json", "model.pt", "tokenizer_config.json", "checkpoint/weights/tp0_sharded_checkpoint.safetensors", "checkpoint/weights/tp1_sharded_checkpoint.safetensors"]}')
+RULES = EXPECT.get("compare", {})
+
+
+def matches(key: str, found: object, wanted: object) -> bool:
+    if RULES.get(key) == "release":
+        return isinstance(found, str) and found.partition("+")[0] == str(wanted).partition("+")[0]
+    return found == wanted
 
 
 def problems(export: Path) -> list[str]:
@@ -169,7 +176,7 @@ def problems(export: Path) -> list[str]:
     except (OSError, ValueError) as error:
         return [f"{export}/{EXPECT['config']} cannot be read: {error}"]
     return [f"{export}/{EXPECT['config']} has {key} {config.get(key)!r}, the plan {value!r}"
-            for key, value in EXPECT["fields"].items() if config.get(key) != value]
+            for key, value in EXPECT["fields"].items() if not matches(key, config.get(key), value)]
 
 
 found = problems(Path(sys.argv[1]))

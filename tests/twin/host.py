@@ -117,6 +117,7 @@ class Twin:
         self._mounted = False
         self.boots = 0
         self.instance_id = ""
+        self._disks: list[Path] = []
 
     # -- the twin's disk ------------------------------------------------------------------------
 
@@ -152,6 +153,14 @@ class Twin:
         self._write("/opt/aws/neuron/bin/neuron-ls", NEURON_LS.encode(), 0o755)
         self._write("/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl", AGENT_CTL.encode(), 0o755)
         return self
+
+    def limit_disk(self, path: str, size: str) -> None:
+        """A filesystem of ``size`` (tmpfs's ``size=``) at ``path``, as a disk that fills up: mounted under
+        the twin's root before it starts, so the twin and the engine's containers both write to it."""
+        target = self.path(path)
+        target.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "twin-disk", str(target)], check=True)
+        self._disks.append(target)
 
     def _write(self, path: str, data: bytes, mode: int) -> None:
         target = self.path(path)
@@ -247,6 +256,9 @@ class Twin:
 
     def destroy(self) -> None:
         self.poweroff()
+        for disk in reversed(self._disks):
+            subprocess.run(["umount", "-l", str(disk)], check=False)
+        self._disks.clear()
         if self._mounted:
             subprocess.run(["umount", "-l", str(self.merged)], check=False)
             self._mounted = False

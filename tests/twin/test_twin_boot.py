@@ -204,3 +204,41 @@ def test_an_internet_facing_stack_with_api_keys_serves_keys_added_rotated_and_re
     sync()
     assert (status(rotated), status(bob)) == (200, 401)
     assert twin.run("systemctl", "is-active", "neuron-serving-api-keys.timer").stdout.strip() == "active"
+
+
+def test_a_full_disk_fails_the_boot_saying_so_in_the_signal(world: World) -> None:
+    script, _, plan = user_data({})
+    stage(world, script)
+    twin, _, _ = world.twin(script, instance_type=plan.instance.name, devices=plan.instance.devices)
+    twin.limit_disk("/var/lib/neuron-serving", "16k")
+    twin.start()
+    assert twin.wait_boot_script(timeout=300) == "failed export-model", failure_report(twin)
+    [(status, reason)] = signals(world)
+    assert status == "FAILURE"
+    # The signal keeps 64 characters (SignalResource UniqueId).
+    assert reason.startswith(f"{twin.instance_id} export-model: disk full: /var/lib/neuron-"), reason
+
+
+def test_a_warm_pool_host_is_prepared_stopped_and_started_and_then_serves(world: World) -> None:
+    script, _, plan = user_data({**FLEET, "warm_pool": "true"})
+    stage(world, script)
+    twin, imds, image = world.twin(script, instance_type=plan.instance.name, devices=plan.instance.devices)
+    imds.set("autoscaling/target-lifecycle-state", "Warmed:Stopped")
+    twin.start()
+    assert twin.wait_boot_script(timeout=300) == "done", failure_report(twin)
+    [prepared] = world.aws.recorder.calls("CompleteLifecycleAction")
+    assert prepared.params["LifecycleActionResult"] == "CONTINUE"
+    assert image.serving == {}, "a host in the warm pool serves nothing"
+    assert signals(world) == []
+    # The group stops it; a scale-out starts it again (cloud-init runs no user data then).
+    twin.poweroff()
+    imds.set("autoscaling/target-lifecycle-state", "InService")
+    twin.start()
+    deadline = time.monotonic() + 180
+    while len(world.aws.recorder.calls("CompleteLifecycleAction")) < 2 and time.monotonic() < deadline:
+        time.sleep(2)
+    assert [c.params["LifecycleActionResult"] for c in world.aws.recorder.calls("CompleteLifecycleAction")] == [
+        "CONTINUE", "CONTINUE"], failure_report(twin)
+    assert sorted(image.serving) == [f"replica-{r.index}" for r in plan.replicas]
+    serves(plan.router_port)
+    assert twin.path("/var/log/neuron-serving/boot.log").read_text().count("step: metadata") == 1

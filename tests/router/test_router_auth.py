@@ -192,6 +192,13 @@ def sync(aws: AwsEmulator, secret: str, keys_dir: Path) -> subprocess.CompletedP
                           env=env, capture_output=True, text=True, timeout=60, check=False)
 
 
+def acl_digests(keys_dir: Path) -> list[str]:
+    """The digests the running router holds for the key file, from its runtime API (``show acl``:
+    one ``<pointer> <value>`` line per entry; HAProxy 2.4 management guide, section 9.3)."""
+    answer = api_keys._runtime(str(keys_dir / "admin.sock"), f"show acl {keys_dir / 'api-keys.sha256'}")
+    return sorted(line.split()[1] for line in answer.splitlines() if line.strip())
+
+
 def put_keys(aws: AwsEmulator, secret: str, keys: dict[str, str]) -> None:
     aws.client("secretsmanager").put_secret_value(SecretId=secret, SecretString=json.dumps(keys))
 
@@ -234,6 +241,44 @@ def test_an_unreadable_secret_leaves_the_keys_in_force(secure_router, aws: AwsEm
     assert "could not read secret no-such-secret" in result.stderr
     assert "the keys in force are unchanged" in result.stderr
     assert router.request("POST", "/generate", generate(), headers=bearer(ALICE)).status == 200
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("not json", "the secret is not JSON"),
+    ("[]", "the secret must be a JSON object"),
+    ('{"a": "short"}', "no entry of the secret is a key"),
+], ids=["not JSON", "an array", "no valid entry"])
+def test_a_secret_that_cannot_be_used_leaves_the_router_and_the_key_file_as_they_are_and_fails(
+    secure_router, aws: AwsEmulator, keys_dir: Path, text: str, reason: str,
+) -> None:
+    router = secure_router(ALICE, BOB)
+    keys_file = keys_dir / "api-keys.sha256"
+    before = keys_file.read_text()
+    secret = aws.create_secret("keys", text)
+
+    result = sync(aws, secret, keys_dir)
+
+    assert result.returncode == 1, result
+    assert reason in result.stderr and "the keys in force are unchanged" in result.stderr, result.stderr
+    assert result.stdout == ""
+    assert "short" not in result.stderr and "not json" not in result.stderr  # never the secret's text
+    assert keys_file.read_text() == before
+    # The running router's own copy of the keys, through its runtime API, and as clients see it.
+    assert acl_digests(keys_dir) == sorted([api_keys.digest(ALICE), api_keys.digest(BOB)])
+    assert {router.request("POST", "/generate", generate(), headers=bearer(k)).status for k in (ALICE, BOB)} == {200}
+
+
+def test_an_empty_object_is_a_secret_with_no_key_and_every_request_is_refused(
+    secure_router, aws: AwsEmulator, keys_dir: Path,
+) -> None:
+    router = secure_router(ALICE)
+    secret = aws.create_secret("keys", "{}")
+
+    result = sync(aws, secret, keys_dir)
+
+    assert (result.returncode, result.stdout) == (0, "api-keys: 0 key(s) in force: none, so every request is refused\n")
+    assert (keys_dir / "api-keys.sha256").read_text() == "" and acl_digests(keys_dir) == []
+    assert router.request("POST", "/generate", generate(), headers=bearer(ALICE)).status == 401
 
 
 def test_entries_that_are_not_keys_are_ignored_by_name_never_by_value(aws: AwsEmulator, keys_dir: Path) -> None:

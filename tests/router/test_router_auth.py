@@ -281,15 +281,19 @@ def test_an_empty_object_is_a_secret_with_no_key_and_every_request_is_refused(
     assert router.request("POST", "/generate", generate(), headers=bearer(ALICE)).status == 401
 
 
-def test_entries_that_are_not_keys_are_ignored_by_name_never_by_value(aws: AwsEmulator, keys_dir: Path) -> None:
+def test_entries_that_are_not_keys_are_ignored_by_name_never_by_value_and_fail_the_run_once_the_keys_are_in_force(
+    aws: AwsEmulator, keys_dir: Path,
+) -> None:
     short = "too-short-to-be-a-key"
     secret = aws.create_secret("keys", json.dumps({"ok": api_keys.stored(ALICE), "short": short,
                                                    "bad digest": "sha256:XYZ", "number": 7}))
 
     result = sync(aws, secret, keys_dir)
 
-    assert result.returncode == 0
+    assert result.returncode == 1
     assert result.stdout == "api-keys: 1 key(s) in force: ok\n"
+    assert result.stderr.endswith("api-keys: 3 of the secret's 4 entries ignored (above), its 1 key(s) in force: "
+                                  "fix or remove the ignored entries\n")
     assert "key 'short' ignored" in result.stderr and "key 'bad digest' ignored" in result.stderr
     assert "key 'number' ignored: it must be a string" in result.stderr
     assert short not in result.stderr

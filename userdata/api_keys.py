@@ -149,11 +149,14 @@ _JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a num
 
 def read_secret(secret_id: str, region: str) -> str:
     """The secret's text, read with the AWS CLI; raises ``RuntimeError`` with the CLI's error."""
-    result = subprocess.run(
-        ["aws", "secretsmanager", "get-secret-value", "--region", region, "--secret-id", secret_id,
-         "--query", "SecretString", "--output", "text"],
-        capture_output=True, text=True, check=False,
-    )
+    try:
+        result = subprocess.run(
+            ["aws", "secretsmanager", "get-secret-value", "--region", region, "--secret-id", secret_id,
+             "--query", "SecretString", "--output", "text"],
+            capture_output=True, text=True, check=False,
+        )
+    except FileNotFoundError:
+        raise RuntimeError(f"could not read secret {secret_id}: no AWS CLI (aws) on PATH") from None
     if result.returncode != 0:
         error = result.stderr.strip().splitlines()
         raise RuntimeError(f"could not read secret {secret_id}: {error[-1] if error else f'exit {result.returncode}'}")

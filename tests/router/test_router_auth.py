@@ -182,13 +182,16 @@ def aws(tmp_path: Path) -> Iterator[AwsEmulator]:
         yield emulator
 
 
-def sync(aws: AwsEmulator, secret: str, keys_dir: Path) -> subprocess.CompletedProcess[str]:
-    """``api-keys sync`` as the host's timer runs it: the real AWS CLI, the router's socket."""
+def sync(aws: AwsEmulator, secret: str, keys_dir: Path, *metrics: str) -> subprocess.CompletedProcess[str]:
+    """``api-keys sync`` as the host's timer runs it: the real AWS CLI, the router's socket; with
+    ``metrics``, ``--metrics FILE`` and the environment the unit gives it."""
     bin_dir = keys_dir.parent / "aws-bin"
     AwsEmulator.link_cli(bin_dir)
-    env = {**os.environ, **aws.env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, **aws.env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "METRICS_NAMESPACE": "NeuronServing", "SERVICE": "llama", "INSTANCE_ID": "i-0123456789abcdef0"}
     return subprocess.run([sys.executable, str(SYNC), "sync", "--secret", secret, "--region", aws.region,
-                           "--keys-file", str(keys_dir / "api-keys.sha256"), "--socket", str(keys_dir / "admin.sock")],
+                           "--keys-file", str(keys_dir / "api-keys.sha256"), "--socket", str(keys_dir / "admin.sock"),
+                           *(["--metrics", *metrics] if metrics else [])],
                           env=env, capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -266,6 +269,29 @@ def test_a_secret_that_cannot_be_used_leaves_the_router_and_the_key_file_as_they
     # The running router's own copy of the keys, through its runtime API, and as clients see it.
     assert acl_digests(keys_dir) == sorted([api_keys.digest(ALICE), api_keys.digest(BOB)])
     assert {router.request("POST", "/generate", generate(), headers=bearer(k)).status for k in (ALICE, BOB)} == {200}
+
+
+def test_with_metrics_each_failed_run_appends_one_emf_line_with_its_reason_and_a_good_run_none(
+    secure_router, aws: AwsEmulator, keys_dir: Path,
+) -> None:
+    secure_router(ALICE)
+    emf = keys_dir.parent / "log" / "api-keys.emf"
+    secret = aws.create_secret("keys", "not json " + BOB)
+
+    failed = [sync(aws, secret, keys_dir, str(emf)) for _ in range(2)]
+    put_keys(aws, secret, {"alice": api_keys.stored(ALICE)})
+    good = sync(aws, secret, keys_dir, str(emf))
+
+    assert [r.returncode for r in [*failed, good]] == [1, 1, 0]
+    lines = emf.read_text().splitlines()
+    assert len(lines) == 2 and BOB not in emf.read_text()
+    event = json.loads(lines[0])
+    assert event["_aws"]["CloudWatchMetrics"] == [{
+        "Namespace": "NeuronServing", "Dimensions": [["Service"], ["Service", "InstanceId"]],
+        "Metrics": [{"Name": "ApiKeySyncFailures", "Unit": "Count"}]}]
+    assert (event["Service"], event["InstanceId"], event["ApiKeySyncFailures"]) == ("llama", "i-0123456789abcdef0", 1)
+    assert event["Reason"] == ("the secret is not JSON: it must be an object mapping key names to keys or their "
+                               "digests; the keys in force are unchanged")
 
 
 def test_an_empty_object_is_a_secret_with_no_key_and_every_request_is_refused(

@@ -194,6 +194,25 @@ def test_revoke_removes_an_entry_the_hosts_ignore(emulator, capsys):
     assert entries(emulator) == {"ok": OTHER_DIGEST}
 
 
+def test_revoke_that_would_leave_only_ignored_entries_is_refused_as_the_hosts_would_keep_the_key(emulator, capsys):
+    emulator.create_secret(SECRET, json.dumps({"ci": OTHER_DIGEST, "short": "tooshort"}))
+    code, out, err = run(capsys, "revoke", "ci", "--secret", SECRET)
+    assert (code, out) == (1, "")
+    assert "would leave" in err and "only entries the hosts ignore ('short')" in err
+    assert "keep the keys they have, this one included: nothing was changed" in err
+    assert entries(emulator) == {"ci": OTHER_DIGEST, "short": "tooshort"}
+    assert "tooshort" not in err
+
+
+def test_list_of_a_secret_with_only_ignored_entries_says_the_hosts_keep_their_keys(emulator, capsys):
+    emulator.create_secret(SECRET, json.dumps({"short": "tooshort"}))
+    code, out, err = run(capsys, "list", "--secret", SECRET)
+    assert code == 0
+    assert out.startswith("ignored by the hosts: key 'short' ignored")
+    assert "0 key(s) in" in err and "the hosts ignore it and keep the keys they had" in err
+    assert "refuses every request" not in err
+
+
 def test_list_shows_names_and_how_each_is_stored_never_a_value(emulator, capsys):
     emulator.create_secret(SECRET, json.dumps({
         "ci": OTHER_DIGEST, "legacy": RAW_KEY, "short": "tooshort", "bad name": RAW_KEY, "number": 7}))

@@ -416,8 +416,8 @@ class _Aws:
         if not isinstance(entries, dict):
             # Says nothing of the value: it may hold keys.
             raise ApiKeyError(f"secret {arn} is not a JSON object mapping key names to keys or their digests, "
-                              "so the hosts use no key from it and nothing was changed: fix it, or replace it "
-                              "with {} (no key at all: every request is refused)")
+                              "so the hosts ignore it and keep the keys they had, and nothing was changed: fix it, "
+                              "or replace it with {} (no key at all: every request is refused)")
         return _SecretState(arn, str(value["VersionId"]), entries)
 
     def write(self, read: _SecretState, entries: dict[str, Any]) -> None:
@@ -468,18 +468,26 @@ def _revoke(aws: _Aws, name: str) -> None:
     if name not in secret.entries:
         raise ApiKeyError(f"no key named {name!r} in {secret.arn} (`neuron-serving api-key list` shows the names)")
     entries = {n: v for n, v in secret.entries.items() if n != name}
+    if entries and not parse_secret(json.dumps(entries))[0]:
+        # The hosts keep the keys in force when no entry is a key (userdata/api_keys.py): this
+        # key would keep working.
+        raise ApiKeyError(f"revoking {name!r} would leave {secret.arn} with only entries the hosts ignore "
+                          f"({', '.join(map(repr, entries))}), and the hosts then keep the keys they have, this one "
+                          "included: nothing was changed. Revoke or fix those entries first "
+                          "(`neuron-serving api-key list` says why each is ignored)")
     aws.write(secret, entries)
     print(f"neuron-serving: revoked API key {name!r} in {secret.arn}; it stops working within about "
           f"{SYNC_MINUTES} minutes.", file=sys.stderr)
-    if not parse_secret(json.dumps(entries))[0]:
+    if not entries:
         print("neuron-serving: no usable key remains: the endpoint will refuse every request.", file=sys.stderr)
 
 
 def _list(aws: _Aws, _name: None) -> None:
     secret = aws.read()
     keys, problems = parse_secret(json.dumps(secret.entries))
-    print(f"neuron-serving: {len(keys)} key(s) in {secret.arn}"
-          + ("" if keys else ": the endpoint refuses every request"), file=sys.stderr)
+    print(f"neuron-serving: {len(keys)} key(s) in {secret.arn}" + (
+        "" if keys else ": the hosts ignore it and keep the keys they had" if problems
+        else ": the endpoint refuses every request"), file=sys.stderr)
     width = max((len(name) for name in keys), default=0)
     for name in keys:
         how = ("digest" if str(secret.entries[name]).startswith(DIGEST_PREFIX)

@@ -13,7 +13,14 @@ from bootsim import MONITORING, make_plan
 
 from neuron_serving.plan import ServingConfigError, ServingPlan
 from neuron_serving.plan.engines.tgi import TGI
-from neuron_serving.render.metrics import EMF_LOG, INTERVAL_SECONDS, METRICS, MonitoringOptions
+from neuron_serving.render.metrics import (
+    API_KEY_SYNC_FAILURES,
+    EMF_LOG,
+    INTERVAL_SECONDS,
+    METRICS,
+    PUBLISHER_SOURCES,
+    MonitoringOptions,
+)
 from neuron_serving.render.monitoring import (
     AGENT_LOG_KINDS,
     NEURON_MONITOR,
@@ -26,6 +33,7 @@ from neuron_serving.render.monitoring import (
     render_publisher_config,
 )
 from neuron_serving.render.router import ROUTER_METRICS_PORT, render_router_config
+from neuron_serving.userdata.api_keys import METRICS_FILE as API_KEYS_METRICS_FILE
 
 # neuron-monitor's metric groups (Neuron docs, neuron-monitor user guide).
 RUNTIME_GROUPS = {"neuroncore_counters", "memory_used", "neuron_runtime_vcpu_usage", "execution_stats"}
@@ -78,9 +86,16 @@ def test_the_publisher_config_names_each_replica_the_router_and_what_to_publish(
 
 def test_the_publisher_config_metrics_are_the_catalog_with_its_units_and_dimension_sets() -> None:
     metrics = json.loads(render_publisher_config(make_plan("inf2.48xlarge", 8), TGI, MONITORING))["metrics"]
-    assert list(metrics) == sorted(m.name for m in METRICS)
-    for m in METRICS:
+    published = [m for m in METRICS if m.source in PUBLISHER_SOURCES]
+    assert list(metrics) == sorted(m.name for m in published)
+    for m in published:
         assert metrics[m.name] == {"unit": m.unit, "dimensions": [list(s) for s in m.dimension_sets]}
+
+
+def test_the_api_key_sync_failures_are_the_syncs_and_not_in_the_publishers_config() -> None:
+    assert {m.name for m in METRICS if m.source not in PUBLISHER_SOURCES} == {API_KEY_SYNC_FAILURES}
+    metrics = json.loads(render_publisher_config(make_plan("inf2.48xlarge", 8), TGI, MONITORING))["metrics"]
+    assert API_KEY_SYNC_FAILURES not in metrics
 
 
 def test_the_publisher_config_carries_the_namespace() -> None:
@@ -110,8 +125,9 @@ def test_neuron_monitor_reports_every_replica_runtime_and_the_host_once_per_inte
     assert {m["type"] for m in config["system_metrics"]} == SYSTEM_GROUPS
 
 
-def test_the_agent_ships_files_only_with_keys_its_schema_accepts() -> None:
-    text = render_agent_config()
+@pytest.mark.parametrize("api_keys", [False, True], ids=["without API keys", "with API keys"])
+def test_the_agent_ships_files_only_with_keys_its_schema_accepts(api_keys: bool) -> None:
+    text = render_agent_config(api_keys=api_keys)
     assert is_canonical_json(text)
     config = json.loads(text)
     assert set(config) <= AGENT_SECTIONS
@@ -123,7 +139,14 @@ def test_the_agent_ships_files_only_with_keys_its_schema_accepts() -> None:
     assert all(set(entry) <= COLLECT_LIST_KEYS - {"retention_in_days"} for entry in collect)
     assert [e["file_path"] for e in collect] == [
         "/var/log/neuron-serving/boot.log", "/var/log/neuron-serving/export.log",
-        "/var/log/neuron-serving/ready.log", "/var/log/haproxy.log", EMF_LOG]
+        "/var/log/neuron-serving/ready.log", "/var/log/haproxy.log", EMF_LOG, *([API_KEYS_METRICS_FILE] * api_keys)]
+
+
+def test_with_api_keys_the_agent_ships_the_syncs_failures_to_the_metrics_group_in_a_stream_of_their_own() -> None:
+    collect = json.loads(render_agent_config(api_keys=True))["logs"]["logs_collected"]["files"]["collect_list"]
+    (sync,) = [e for e in collect if e["file_path"] == API_KEYS_METRICS_FILE]
+    assert sync == {"file_path": API_KEYS_METRICS_FILE, "log_group_name": placeholder("metrics"),
+                    "log_stream_name": "{instance_id}/api-keys"}
 
 
 def test_the_agent_config_has_a_placeholder_for_each_of_its_log_groups_and_nothing_else() -> None:
@@ -161,10 +184,11 @@ schema.json), placed in the project's shared/ folder: a data file fetched from t
 repository may not be committed here."""
 
 
-def test_the_agent_config_as_the_host_writes_it_validates_against_the_agents_published_schema() -> None:
+@pytest.mark.parametrize("api_keys", [False, True], ids=["without API keys", "with API keys"])
+def test_the_agent_config_as_the_host_writes_it_validates_against_the_agents_published_schema(api_keys: bool) -> None:
     if not AGENT_SCHEMA.is_file():
         pytest.skip(f"no {AGENT_SCHEMA}: the agent's schema.json, which only shared/ may hold")
-    text = render_agent_config()
+    text = render_agent_config(api_keys=api_keys)
     for kind in AGENT_LOG_KINDS:  # as start-monitoring substitutes the stack's log group names
         text = text.replace(placeholder(kind), MONITORING.log_groups[kind])
     validator = jsonschema.Draft4Validator(json.loads(AGENT_SCHEMA.read_text()))

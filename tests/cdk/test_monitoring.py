@@ -4,9 +4,10 @@ hosts' permissions, and scaling on the serving signal."""
 import json
 
 import pytest
+from aws_cdk.assertions import Match
 
-from neuron_serving import ServingConfigError
-from neuron_serving.render.metrics import DEFAULT_NAMESPACE, LOG_KINDS
+from neuron_serving import AlarmThresholds, ServingConfigError
+from neuron_serving.render.metrics import API_KEY_SYNC_FAILURES, DEFAULT_NAMESPACE, LOG_KINDS
 
 from .conftest import synthesize
 
@@ -221,3 +222,51 @@ def test_the_serving_row_names_the_engine_and_its_metric_names(synth, engine, so
     assert serving.startswith(f"## Serving\n{'vLLM' if engine == 'vllm' else 'TGI'}'s own view")
     for source in sources:
         assert source in serving
+
+
+# --- API keys: the hosts' failed key syncs ---------------------------------------------------------------------
+
+
+def test_with_api_keys_the_api_key_sync_alarm_fires_on_a_failed_sync_of_any_host_and_notifies_the_topic(synth):
+    template = synth(api_keys="true")
+    (topic,) = [k for k in template.resources("AWS::SNS::Topic") if k.startswith("Monitoring")]
+    template.template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": DEFAULT_NAMESPACE,
+        "MetricName": API_KEY_SYNC_FAILURES,
+        "Dimensions": [{"Name": "Service", "Value": "NeuronLlamaStack"}],
+        "Statistic": "Sum",
+        "Period": 300,
+        "Threshold": 1,
+        "EvaluationPeriods": 1,
+        "DatapointsToAlarm": 1,
+        "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+        "TreatMissingData": "notBreaching",
+        "AlarmActions": [{"Ref": topic}],
+        "OKActions": [{"Ref": topic}],
+        "AlarmDescription": Match.string_like_regexp(
+            r"api-keys sync failed .* keep the keys they had.*journalctl -u neuron-serving-api-keys"),
+    })
+    assert {next(n for n in (*ALARMS, "ApiKeySync") if k.startswith(f"Monitoring{n}"))
+            for k in _alarms(template)} == ALARMS | {"ApiKeySync"}
+
+
+def test_without_api_keys_there_is_no_api_key_sync_alarm_nor_its_dashboard_line(synth):
+    template = synth()
+    assert not any(p.get("MetricName") == API_KEY_SYNC_FAILURES for p in _alarms(template).values())
+    assert API_KEY_SYNC_FAILURES not in json.dumps(_dashboard_body(template))
+
+
+def test_with_api_keys_the_dashboard_shows_failed_syncs_beside_the_refused_requests(synth):
+    widgets = _dashboard_body(synth(api_keys="true"))["widgets"]
+    (failures,) = [w["properties"]["metrics"] for w in widgets
+                   if w["type"] == "metric" and w["properties"].get("title") == "Replicas and failures"]
+    assert [DEFAULT_NAMESPACE, API_KEY_SYNC_FAILURES, "Service", "NeuronLlamaStack",
+            {"label": "failed API key syncs", "period": 60, "stat": "Sum"}] in failures
+    [serving] = [w["properties"]["markdown"] for w in widgets
+                 if w["type"] == "text" and w["properties"]["markdown"].startswith("## Serving")]
+    assert "`journalctl -u neuron-serving-api-keys`" in serving and "`<instance id>/api-keys`" in serving
+
+
+def test_the_api_key_sync_alarm_threshold_is_a_whole_number_of_at_least_one():
+    with pytest.raises(ServingConfigError, match=r"^api_key_sync_failures \(0\) must be a whole number of at least 1"):
+        AlarmThresholds(api_key_sync_failures=0)

@@ -20,11 +20,12 @@ import pytest
 
 from neuron_serving.render.metrics import DEFAULT_NAMESPACE, METRICS
 from neuron_serving.render.monitoring import render_publisher_config
+from neuron_serving.userdata import api_keys
 
 from .conftest import SNAPSHOT_CONFIGS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monitor"))
-from emf_spec import metrics_produced
+from emf_spec import check_event, metrics_produced
 from monitorsim import fixture_events
 
 AWS_METRICS = {
@@ -96,12 +97,28 @@ def _references(template: dict[str, Any]) -> set[Reference]:
     return refs
 
 
-def _produced(stack) -> set[Reference]:
+def _sync_failure_events(namespace: str, service: str, tmp_path: Path) -> list[dict[str, Any]]:
+    """What ``api-keys sync --metrics`` writes when a run fails: the real sync, in this process,
+    against a secret that cannot be read (no AWS CLI on the empty PATH)."""
+    path = tmp_path / "api-keys.emf"
+    metrics = api_keys.Metrics(str(path), namespace, service, "i-0123456789abcdef0")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", str(tmp_path))
+        assert api_keys.sync("keys", "us-east-1", str(tmp_path / "keys"), str(tmp_path / "sock"), metrics) == 1
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(events) == 1
+    return events
+
+
+def _produced(stack, tmp_path: Path) -> set[Reference]:
     """What the host publisher writes for this stack, run on the recorded inputs (two rounds, so
-    counters have deltas), as references with the dimension values it wrote."""
+    counters have deltas), and with API keys what a failed key sync writes, as references with the
+    dimension values they wrote."""
     options, engine = stack.boot_script.options.monitoring, stack.boot_script.engine
     events = fixture_events(json.loads(render_publisher_config(stack.plan, engine, options)),
                             service=options.service, engine=engine)
+    if stack.boot_script.options.api_keys_secret is not None:
+        events += _sync_failure_events(options.namespace, options.service, tmp_path)
     produced: set[Reference] = set()
     for namespace, name, keys in metrics_produced(events):
         for event in events:
@@ -116,12 +133,12 @@ def _matches(ref: Reference, produced: set[Reference]) -> bool:
 
 
 @pytest.mark.parametrize("config", list(SNAPSHOT_CONFIGS))
-def test_every_dashboard_alarm_and_scaling_metric_has_a_producer(config, synth):
+def test_every_dashboard_alarm_and_scaling_metric_has_a_producer(config, synth, tmp_path):
     template = synth(**SNAPSHOT_CONFIGS[config])
     refs = _references(template.json)
     ours = {r for r in refs if r[0] == DEFAULT_NAMESPACE}
     aws = {r[:3] for r in refs if r[0] != DEFAULT_NAMESPACE}
-    produced = _produced(template.stack)
+    produced = _produced(template.stack, tmp_path)
     unproduced = sorted(r for r in ours if not _matches(r, produced))
     assert unproduced == []
     assert aws <= AWS_METRICS, sorted(aws - AWS_METRICS)
@@ -133,8 +150,17 @@ def test_every_dashboard_alarm_and_scaling_metric_has_a_producer(config, synth):
 
 
 def test_the_dashboard_shows_every_metric_of_the_catalog(synth):
-    shown = {r[1] for r in _references(synth().json) if r[0] == DEFAULT_NAMESPACE}
+    shown = {r[1] for r in _references(synth(api_keys="true").json) if r[0] == DEFAULT_NAMESPACE}
     assert shown == {m.name for m in METRICS}
+
+
+def test_the_failed_key_sync_is_an_emf_event_the_specification_accepts_and_it_says_why_but_not_the_secret(tmp_path):
+    (event,) = _sync_failure_events(DEFAULT_NAMESPACE, "NeuronLlamaStack", tmp_path)
+    check_event(event)
+    assert metrics_produced([event]) == {(DEFAULT_NAMESPACE, api_keys.FAILURE_METRIC, ("Service",)),
+                                         (DEFAULT_NAMESPACE, api_keys.FAILURE_METRIC, ("InstanceId", "Service"))}
+    assert event[api_keys.FAILURE_METRIC] == 1
+    assert event["Reason"] == "could not read secret keys: no AWS CLI (aws) on PATH; the keys in force are unchanged"
 
 
 def test_a_widget_without_a_producer_is_caught():

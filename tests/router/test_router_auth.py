@@ -182,14 +182,24 @@ def aws(tmp_path: Path) -> Iterator[AwsEmulator]:
         yield emulator
 
 
-def sync(aws: AwsEmulator, secret: str, keys_dir: Path) -> subprocess.CompletedProcess[str]:
-    """``api-keys sync`` as the host's timer runs it: the real AWS CLI, the router's socket."""
+def sync(aws: AwsEmulator, secret: str, keys_dir: Path, *metrics: str) -> subprocess.CompletedProcess[str]:
+    """``api-keys sync`` as the host's timer runs it: the real AWS CLI, the router's socket; with
+    ``metrics``, ``--metrics FILE`` and the environment the unit gives it."""
     bin_dir = keys_dir.parent / "aws-bin"
     AwsEmulator.link_cli(bin_dir)
-    env = {**os.environ, **aws.env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, **aws.env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "METRICS_NAMESPACE": "NeuronServing", "SERVICE": "llama", "INSTANCE_ID": "i-0123456789abcdef0"}
     return subprocess.run([sys.executable, str(SYNC), "sync", "--secret", secret, "--region", aws.region,
-                           "--keys-file", str(keys_dir / "api-keys.sha256"), "--socket", str(keys_dir / "admin.sock")],
+                           "--keys-file", str(keys_dir / "api-keys.sha256"), "--socket", str(keys_dir / "admin.sock"),
+                           *(["--metrics", *metrics] if metrics else [])],
                           env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def acl_digests(keys_dir: Path) -> list[str]:
+    """The digests the running router holds for the key file, from its runtime API (``show acl``:
+    one ``<pointer> <value>`` line per entry; HAProxy 2.4 management guide, section 9.3)."""
+    answer = api_keys._runtime(str(keys_dir / "admin.sock"), f"show acl {keys_dir / 'api-keys.sha256'}")
+    return sorted(line.split()[1] for line in answer.splitlines() if line.strip())
 
 
 def put_keys(aws: AwsEmulator, secret: str, keys: dict[str, str]) -> None:
@@ -236,15 +246,80 @@ def test_an_unreadable_secret_leaves_the_keys_in_force(secure_router, aws: AwsEm
     assert router.request("POST", "/generate", generate(), headers=bearer(ALICE)).status == 200
 
 
-def test_entries_that_are_not_keys_are_ignored_by_name_never_by_value(aws: AwsEmulator, keys_dir: Path) -> None:
+@pytest.mark.parametrize(("text", "reason"), [
+    ("not json", "the secret is not JSON"),
+    ("[]", "the secret must be a JSON object"),
+    ('{"a": "short"}', "no entry of the secret is a key"),
+], ids=["not JSON", "an array", "no valid entry"])
+def test_a_secret_that_cannot_be_used_leaves_the_router_and_the_key_file_as_they_are_and_fails(
+    secure_router, aws: AwsEmulator, keys_dir: Path, text: str, reason: str,
+) -> None:
+    router = secure_router(ALICE, BOB)
+    keys_file = keys_dir / "api-keys.sha256"
+    before = keys_file.read_text()
+    secret = aws.create_secret("keys", text)
+
+    result = sync(aws, secret, keys_dir)
+
+    assert result.returncode == 1, result
+    assert reason in result.stderr and "the keys in force are unchanged" in result.stderr, result.stderr
+    assert result.stdout == ""
+    assert "short" not in result.stderr and "not json" not in result.stderr  # never the secret's text
+    assert keys_file.read_text() == before
+    # The running router's own copy of the keys, through its runtime API, and as clients see it.
+    assert acl_digests(keys_dir) == sorted([api_keys.digest(ALICE), api_keys.digest(BOB)])
+    assert {router.request("POST", "/generate", generate(), headers=bearer(k)).status for k in (ALICE, BOB)} == {200}
+
+
+def test_with_metrics_each_failed_run_appends_one_emf_line_with_its_reason_and_a_good_run_none(
+    secure_router, aws: AwsEmulator, keys_dir: Path,
+) -> None:
+    secure_router(ALICE)
+    emf = keys_dir.parent / "log" / "api-keys.emf"
+    secret = aws.create_secret("keys", "not json " + BOB)
+
+    failed = [sync(aws, secret, keys_dir, str(emf)) for _ in range(2)]
+    put_keys(aws, secret, {"alice": api_keys.stored(ALICE)})
+    good = sync(aws, secret, keys_dir, str(emf))
+
+    assert [r.returncode for r in [*failed, good]] == [1, 1, 0]
+    lines = emf.read_text().splitlines()
+    assert len(lines) == 2 and BOB not in emf.read_text()
+    event = json.loads(lines[0])
+    assert event["_aws"]["CloudWatchMetrics"] == [{
+        "Namespace": "NeuronServing", "Dimensions": [["Service"], ["Service", "InstanceId"]],
+        "Metrics": [{"Name": "ApiKeySyncFailures", "Unit": "Count"}]}]
+    assert (event["Service"], event["InstanceId"], event["ApiKeySyncFailures"]) == ("llama", "i-0123456789abcdef0", 1)
+    assert event["Reason"] == ("the secret is not JSON: it must be an object mapping key names to keys or their "
+                               "digests; the keys in force are unchanged")
+
+
+def test_an_empty_object_is_a_secret_with_no_key_and_every_request_is_refused(
+    secure_router, aws: AwsEmulator, keys_dir: Path,
+) -> None:
+    router = secure_router(ALICE)
+    secret = aws.create_secret("keys", "{}")
+
+    result = sync(aws, secret, keys_dir)
+
+    assert (result.returncode, result.stdout) == (0, "api-keys: 0 key(s) in force: none, so every request is refused\n")
+    assert (keys_dir / "api-keys.sha256").read_text() == "" and acl_digests(keys_dir) == []
+    assert router.request("POST", "/generate", generate(), headers=bearer(ALICE)).status == 401
+
+
+def test_entries_that_are_not_keys_are_ignored_by_name_never_by_value_and_fail_the_run_once_the_keys_are_in_force(
+    aws: AwsEmulator, keys_dir: Path,
+) -> None:
     short = "too-short-to-be-a-key"
     secret = aws.create_secret("keys", json.dumps({"ok": api_keys.stored(ALICE), "short": short,
                                                    "bad digest": "sha256:XYZ", "number": 7}))
 
     result = sync(aws, secret, keys_dir)
 
-    assert result.returncode == 0
+    assert result.returncode == 1
     assert result.stdout == "api-keys: 1 key(s) in force: ok\n"
+    assert result.stderr.endswith("api-keys: 3 of the secret's 4 entries ignored (above), its 1 key(s) in force: "
+                                  "fix or remove the ignored entries\n")
     assert "key 'short' ignored" in result.stderr and "key 'bad digest' ignored" in result.stderr
     assert "key 'number' ignored: it must be a string" in result.stderr
     assert short not in result.stderr

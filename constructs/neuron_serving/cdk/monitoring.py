@@ -20,7 +20,9 @@ from ..plan.engines import DEFAULT_ENGINE, Engine
 from ..plan.engines import engine as find_engine
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.layout import ServingPlan
+from ..render.boot import API_KEYS_UNIT
 from ..render.metrics import (
+    API_KEY_SYNC_FAILURES,
     DEFAULT_NAMESPACE,
     ERROR_TYPE,
     EXECUTION_ERROR_TYPES,
@@ -67,6 +69,10 @@ class AlarmThresholds:
         minutes. Default: 1.
     :param uncorrected_ecc_events: uncorrected memory or SRAM ECC events within 5 minutes.
         Default: 1.
+    :param api_key_sync_failures: with API keys, failed runs of a host's key sync within 5
+        minutes, all hosts together. Each host runs it every minute; a failed run leaves the keys
+        in force as they were, so a key added, rotated or revoked since does not take effect.
+        Default: 1.
     """
 
     error_rate_percent: float = 5.0
@@ -74,6 +80,7 @@ class AlarmThresholds:
     disk_percent: float = 85.0
     execution_errors: int = 1
     uncorrected_ecc_events: int = 1
+    api_key_sync_failures: int = 1
 
     def __post_init__(self) -> None:
         problems = Problems()
@@ -85,7 +92,8 @@ class AlarmThresholds:
             if isinstance(value, bool) or not isinstance(value, int | float) or not low < value <= high:
                 problems.add(setting, value, f"must be a number above {low} and at most {high}")
         for setting, count in (("execution_errors", self.execution_errors),
-                               ("uncorrected_ecc_events", self.uncorrected_ecc_events)):
+                               ("uncorrected_ecc_events", self.uncorrected_ecc_events),
+                               ("api_key_sync_failures", self.api_key_sync_failures)):
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 problems.add(setting, count, "must be a whole number of at least 1")
         problems.raise_if_any()
@@ -221,6 +229,7 @@ class NeuronServingMonitoring(Construct):
         target_group: elbv2.IApplicationTargetGroup,
         desired_capacity: cloudwatch.IMetric | None = None,
         boot_minutes: int = 45,
+        api_keys: bool = False,
     ) -> None:
         """Add the dashboard and alarms for hosts of ``plan`` behind this load balancer.
 
@@ -231,14 +240,18 @@ class NeuronServingMonitoring(Construct):
             healthy hosts" counts only while hosts are wanted (a fleet scaled to zero is quiet).
         :param boot_minutes: how long a host takes to serve once launched: "no healthy hosts"
             waits this long so that a scale-out from zero does not page.
+        :param api_keys: the hosts' boot script has ``api_keys_secret``: the dashboard also shows
+            their failed key syncs, and the ``ApiKeySync`` alarm watches them. Default: false.
         """
         self._traffic_row(endpoint_load_balancer, target_group)
         engine = engine or find_engine(DEFAULT_ENGINE)
         self._check_published(engine)
-        self._serving_row(plan, engine)
+        self._serving_row(plan, engine, api_keys=api_keys)
         self._neuron_row()
         self._host_row()
         self._alarms(endpoint_load_balancer, target_group, desired_capacity, boot_minutes)
+        if api_keys:
+            self._api_keys_alarm()
         CfnOutput(self, "DashboardUrl", value=self.dashboard_url, description="The serving dashboard")
         CfnOutput(self, "AlarmTopicArn", value=self.alarm_topic.topic_arn, description="Alarms are published here")
         for kind, group in self.log_groups.items():
@@ -279,14 +292,17 @@ class NeuronServingMonitoring(Construct):
             raise ServingConfigError([problem("engine", engine.name, f"publishes no {', '.join(missing)}, which the "
                                               "dashboard shows")])
 
-    def _serving_row(self, plan: ServingPlan, engine: Engine) -> None:
+    def _serving_row(self, plan: ServingPlan, engine: Engine, *, api_keys: bool) -> None:
         tokens = self.metric("GeneratedTokens", statistic="Sum")
         sources = "; ".join(f"{m} = `{engine.metrics.describe(m)}`" for m in DASHBOARD_REPLICA_METRICS)
         self._row(
             f"## Serving\n{engine.title}'s own view, from every replica. In-flight requests per replica near the "
             f"batch size ({plan.batch_size}) means the batch is full: queue time then grows, and the fleet scales "
             "out. Time per output token is the decode speed each request saw.\n\n"
-            f"From each replica's /metrics: {sources}.",
+            f"From each replica's /metrics: {sources}."
+            + (" A failed API key sync leaves a host's keys as they were: its journal "
+               f"(`journalctl -u {API_KEYS_UNIT}`) and the metrics log group's stream `<instance id>/api-keys` "
+               "say why." if api_keys else ""),
             _graph("In-flight requests per replica", [
                 self.metric("InFlightRequests", label="average"),
                 self.metric("InFlightRequests", statistic="Maximum", label="busiest replica"),
@@ -312,6 +328,8 @@ class NeuronServingMonitoring(Construct):
                 self.metric("Requests", statistic="Sum", label="requests"),
                 self.metric("RequestFailures", statistic="Sum", label="failed requests"),
                 self.metric("UnauthorizedRequests", statistic="Sum", label="refused: no or unknown API key"),
+                *([self.metric(API_KEY_SYNC_FAILURES, statistic="Sum", label="failed API key syncs")]
+                  if api_keys else []),
             ]),
         )
 
@@ -428,6 +446,17 @@ class NeuronServingMonitoring(Construct):
         self._alarm(
             "DiskNearlyFull", f"a host's root file system is above {t.disk_percent}% full",
             self.metric("DiskUtilization", statistic="Maximum", period=FIVE_MINUTES), t.disk_percent, 2, 2, above,
+        )
+
+    def _api_keys_alarm(self) -> None:
+        t = self.thresholds
+        self._alarm(
+            "ApiKeySync", f"api-keys sync failed at least {t.api_key_sync_failures} time(s) in 5 minutes: those hosts "
+            "keep the keys they had, so a key added, rotated or revoked in the secret since does not take effect. "
+            f"Why: journalctl -u {API_KEYS_UNIT} on the host, or the Reason of the lines in the metrics log group's "
+            "stream <instance id>/api-keys",
+            self.metric(API_KEY_SYNC_FAILURES, statistic="Sum", period=FIVE_MINUTES), t.api_key_sync_failures, 1, 1,
+            cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
         )
 
 

@@ -245,6 +245,7 @@ class NeuronLlamaStack(Stack):
             target_group=self.endpoint.target_group,
             desired_capacity=self.fleet.metric_desired_capacity() if self.fleet is not None else None,
             boot_minutes=boot_minutes(self.plan, exports=False),
+            api_keys=self.api_keys_secret is not None,
         )
         if settings.permissions_boundary:
             boundary = settings.permissions_boundary

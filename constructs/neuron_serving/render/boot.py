@@ -120,6 +120,7 @@ from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.layout import Replica, ServingPlan, compile_memory_problem
 from ..plan.phases import DETAIL_TAG, FAILED, PHASE_NAMES, PHASE_TAG, READY, SINCE_TAG, TAG_VALUE_LIMIT, WARMED
 from ..plan.registry import ecr_registry_problem, parse_registry
+from ..userdata.api_keys import METRICS_FILE as API_KEYS_METRICS_FILE
 from .metrics import EMF_LOG, LOG_KINDS, MonitoringOptions
 from .monitoring import (
     AGENT_CONFIG_TEMPLATE,
@@ -527,6 +528,8 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         "GROUP_NAME": hook.group_name if hook else None,
         "HOOK_NAME": hook.hook_name if hook else None,
         "SERVICE": monitoring.service if monitoring else None,
+        # For api-keys sync's failure metric; the publisher has its namespace in its config.
+        "METRICS_NAMESPACE": monitoring.namespace if monitoring and api_keys else None,
         **{log_group_variable(kind): log_groups.get(kind) for kind in LOG_KINDS},
         "PUBLISHER": options.metrics_publisher,
         "API_KEYS_SECRET": options.api_keys_secret,
@@ -579,7 +582,8 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         files[LOAD_API_KEYS] = _rendered("load-api-keys.sh.j2", program=API_KEYS)
         for kind in ("service", "timer"):
             files[f"/etc/systemd/system/{API_KEYS_UNIT}.{kind}"] = _rendered(
-                f"{API_KEYS_UNIT}.{kind}.j2", program=API_KEYS, unit=API_KEYS_UNIT)
+                f"{API_KEYS_UNIT}.{kind}.j2", program=API_KEYS, unit=API_KEYS_UNIT,
+                metrics_file=API_KEYS_METRICS_FILE if monitoring is not None else None)
     if signal is not None or hook is not None:
         files[WAIT_READY] = _rendered("wait-ready.sh.j2", seconds=READY_WAIT_SECONDS, router_port=plan.router_port,
                                       health_path=engine.health_path, probe_path=probe.path, probe_body=probe.body,
@@ -592,7 +596,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         files[COMPLETE_LIFECYCLE] = _rendered("complete-lifecycle.sh.j2")
         files["/etc/systemd/system/neuron-serving-ready.service"] = _rendered("neuron-serving-ready.service.j2")
     if monitoring is not None:
-        files.update(_monitoring_files(plan, engine, monitoring))
+        files.update(_monitoring_files(plan, engine, monitoring, api_keys=api_keys))
     # The steps are bundled (compressed), so they hold no deploy-time value: those are in stack.env.
     steps = dict(
         devices=plan.instance.devices,
@@ -663,7 +667,8 @@ def _export_words(engine: Engine, plan: ServingPlan, image: ServingImage, key: s
     return " ".join(paths.get(word) or shlex.quote(word) for word in words)
 
 
-def _monitoring_files(plan: ServingPlan, engine: Engine, monitoring: MonitoringOptions) -> dict[str, str]:
+def _monitoring_files(plan: ServingPlan, engine: Engine, monitoring: MonitoringOptions, *,
+                      api_keys: bool) -> dict[str, str]:
     return {
         START_MONITORING: _rendered(
             "start-monitoring.sh.j2",
@@ -679,10 +684,11 @@ def _monitoring_files(plan: ServingPlan, engine: Engine, monitoring: MonitoringO
             publisher=PUBLISHER,
             config=PUBLISHER_CONFIG,
         ),
-        f"/etc/logrotate.d/{METRICS_UNIT}": _rendered("neuron-serving-metrics.logrotate.j2", emf_log=EMF_LOG),
+        f"/etc/logrotate.d/{METRICS_UNIT}": _rendered(
+            "neuron-serving-metrics.logrotate.j2", emf_logs=[EMF_LOG, *([API_KEYS_METRICS_FILE] if api_keys else [])]),
         PUBLISHER_CONFIG: render_publisher_config(plan, engine, monitoring),
         NEURON_MONITOR_CONFIG: render_neuron_monitor_config(plan),
-        AGENT_CONFIG_TEMPLATE: render_agent_config(),
+        AGENT_CONFIG_TEMPLATE: render_agent_config(api_keys=api_keys),
     }
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ..plan.engines import Engine
 from ..plan.errors import Problems
+from ..userdata.api_keys import FAILURE_METRIC
 
 DEFAULT_NAMESPACE = "NeuronServing"
 """CloudWatch namespace of every metric below, unless the monitoring construct is given another."""
@@ -43,6 +44,9 @@ doc_source/verify-CloudWatch-Agent-Package-Signature.md; today
 https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/verify-CloudWatch-Agent-Package-Signature.html),
 ``9376 16F3 450B 7D80 6CBD 9725 D581 6730 3B78 9C72``, here as gpg's ``--with-colons`` output
 spells it."""
+
+API_KEY_SYNC_FAILURES = FAILURE_METRIC
+"""The metric ``api-keys sync`` writes for each run that fails (``userdata/api_keys.py``)."""
 
 SERVICE = "Service"
 INSTANCE = "InstanceId"
@@ -71,7 +75,8 @@ class MetricSpec:
     :param name: the CloudWatch metric name.
     :param unit: an EMF / CloudWatch unit (``Count``, ``Seconds``, ``Percent``, ``Bytes``).
     :param source: ``replica`` (a replica's ``/metrics``, with the engine's names), ``router`` (HAProxy's), ``neuron``
-        (neuron-monitor) or ``host`` (neuron-monitor's system data, and the root file system).
+        (neuron-monitor), ``host`` (neuron-monitor's system data, and the root file system) or ``api-keys``
+        (``api-keys sync`` itself, on hosts with API keys).
     :param dimension_sets: the dimension sets it is published with.
     :param description: what it measures and where it comes from.
     """
@@ -135,15 +140,25 @@ METRICS: tuple[MetricSpec, ...] = (
                "Host memory used (system_data.memory_info)."),
     MetricSpec("DiskUtilization", "Percent", "host", INSTANCE_SETS,
                "Root file system used, which holds the image and the exports (statvfs of /)."),
+    # The API keys' sync, on hosts with API keys: its own EMF line, not the publisher's.
+    MetricSpec(API_KEY_SYNC_FAILURES, "Count", "api-keys", INSTANCE_SETS,
+               "Runs of api-keys sync that failed (1 per failed run, nothing when it succeeds): the secret could "
+               "not be read or used, or the router refused the new keys; the keys in force stay. Each line "
+               "says why (its Reason), in the metrics log group's stream <instance id>/api-keys."),
 )
 
 BY_NAME = {m.name: m for m in METRICS}
 
 
+PUBLISHER_SOURCES = ("replica", "router", "neuron", "host")
+"""The sources of the metrics the publisher writes; ``api-keys`` is the sync's (``userdata/api_keys.py``)."""
+
+
 def published_metrics(engine: Engine) -> tuple[MetricSpec, ...]:
-    """The catalog's metrics a host serving with ``engine`` publishes: every metric of the
-    router, Neuron and host sources, and the replica metrics the engine has a source for."""
-    return tuple(m for m in METRICS if m.source != "replica" or m.name in engine.metrics.published)
+    """The catalog's metrics the publisher of a host serving with ``engine`` writes: every metric
+    of the router, Neuron and host sources, and the replica metrics the engine has a source for."""
+    return tuple(m for m in METRICS if m.source in PUBLISHER_SOURCES
+                 and (m.source != "replica" or m.name in engine.metrics.published))
 
 
 def metric(name: str) -> MetricSpec:

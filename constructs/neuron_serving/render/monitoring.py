@@ -4,9 +4,11 @@ neuron-monitor's config, and the CloudWatch agent's, which only ships files.
 The publisher (``userdata/publish_metrics.py``, which the host fetches from S3) starts
 neuron-monitor with :func:`render_neuron_monitor_config`, scrapes every replica and the router,
 and appends EMF lines to :data:`~neuron_serving.render.metrics.EMF_LOG` as
-:func:`render_publisher_config` tells it. The CloudWatch agent (:func:`render_agent_config`)
-ships that file, the boot logs and the router's log; docker's awslogs driver ships each
-replica's output. Every metric is the publisher's: the agent collects none.
+:func:`render_publisher_config` tells it. With API keys, ``api-keys sync`` (``userdata/api_keys.py``)
+appends one EMF line to its own file for each run that fails. The CloudWatch agent
+(:func:`render_agent_config`) ships those files, the boot logs and the router's log; docker's
+awslogs driver ships each replica's output. Every metric is the publisher's or, for the failed
+key syncs, the sync's: the agent collects none.
 
 Everything here is rendered at synth and travels in the boot script's compressed bundle, which
 cannot hold deploy-time values: the log group names in the agent's config are placeholders
@@ -19,6 +21,7 @@ import json
 
 from ..plan.engines import Engine
 from ..plan.layout import ServingPlan
+from ..userdata.api_keys import METRICS_FILE as API_KEYS_METRICS_FILE
 from .metrics import EMF_LOG, INTERVAL_SECONDS, MonitoringOptions, published_metrics
 from .router import ROUTER_METRICS_PORT
 
@@ -115,10 +118,15 @@ def render_neuron_monitor_config(plan: ServingPlan) -> str:
     })
 
 
-def render_agent_config() -> str:
+def render_agent_config(*, api_keys: bool = False) -> str:
     """The CloudWatch agent's config: ships the boot logs, the router's log and the EMF file, with
     :func:`placeholder` for each log group name. It collects no metrics (the publisher makes every
-    one) and sets no retention (the stack creates the groups with theirs)."""
+    one) and sets no retention (the stack creates the groups with theirs).
+
+    :param api_keys: the host syncs API keys: also ship the sync's EMF file
+        (:data:`~neuron_serving.userdata.api_keys.METRICS_FILE`) to the metrics group, in the stream
+        ``<instance id>/api-keys``. Default: false.
+    """
     collect = [
         {"file_path": f"/var/log/neuron-serving/{name}.log", "log_group_name": placeholder("boot"),
          "log_stream_name": f"{{instance_id}}/{name}"}
@@ -128,5 +136,12 @@ def render_agent_config() -> str:
         {"file_path": ROUTER_LOG, "log_group_name": placeholder("router"), "log_stream_name": "{instance_id}"},
         {"file_path": EMF_LOG, "log_group_name": placeholder("metrics"), "log_stream_name": "{instance_id}"},
     ]
+    if api_keys:
+        # The sync creates its file at its first failure, long after the agent started: the agent
+        # reads a file it finds with no saved offset from its start, as from_beginning defaults to
+        # true (aws/amazon-cloudwatch-agent v1.300071.0, translator/translate/logs/logs_collected/
+        # files/collect_list/ruleFromBeginning.go; plugins/inputs/logfile/logfile.go, FindLogSrc).
+        collect.append({"file_path": API_KEYS_METRICS_FILE, "log_group_name": placeholder("metrics"),
+                        "log_stream_name": "{instance_id}/api-keys"})
     # Root reads HAProxy's log (syslog:adm, 0640) and the root-owned logs of the boot.
     return _json({"agent": {"run_as_user": "root"}, "logs": {"logs_collected": {"files": {"collect_list": collect}}}})

@@ -168,7 +168,8 @@ def test_with_s3_unreachable_the_host_exports_for_itself_and_serves(world: World
     assert "WARNING: monitoring not started" in log
 
 
-def test_an_internet_facing_stack_with_api_keys_serves_keys_added_rotated_and_revoked(world: World) -> None:
+def test_an_internet_facing_stack_serves_api_keys_added_rotated_and_revoked_and_keeps_them_on_a_broken_secret(
+        world: World) -> None:
     from neuron_serving.userdata import api_keys
 
     script, _, plan = user_data(SECURE)
@@ -204,6 +205,19 @@ def test_an_internet_facing_stack_with_api_keys_serves_keys_added_rotated_and_re
     sync()
     assert (status(rotated), status(bob)) == (200, 401)
     assert twin.run("systemctl", "is-active", "neuron-serving-api-keys.timer").stdout.strip() == "active"
+    # A secret that is not JSON: the keys in force stay, the unit fails, and the failure is counted
+    # in the file the CloudWatch agent ships as metrics (the ApiKeySync alarm's; tests/cdk).
+    world.aws.client("secretsmanager").put_secret_value(SecretId=secret, SecretString="not json")
+    failed = twin.run("systemctl", "start", "neuron-serving-api-keys.service")
+    assert failed.returncode != 0
+    assert twin.run("systemctl", "is-failed", "neuron-serving-api-keys.service").stdout.strip() == "failed"
+    assert (status(rotated), status(bob)) == (200, 401)
+    journal = twin.run("journalctl", "-u", "neuron-serving-api-keys", "--no-pager").stdout
+    assert "the secret is not JSON" in journal, journal
+    [event] = [json.loads(line) for line in twin.path(api_keys.METRICS_FILE).read_text().splitlines()]
+    assert event[api_keys.FAILURE_METRIC] == 1 and event["InstanceId"] == twin.instance_id
+    shipped = json.loads(twin.path("/etc/neuron-serving/cloudwatch-agent.json").read_text())
+    assert api_keys.METRICS_FILE in json.dumps(shipped)
 
 
 def test_a_full_disk_fails_the_boot_saying_so_in_the_signal(world: World) -> None:

@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
+from neuron_serving.plan import ServingPlan
 from tests.harness.aws import MOTO_SERVICES, AwsEmulator
 from tests.harness.dockerd import FakeDockerd
+from tests.harness.fake_hub import FakeHub, HubRepo
 from tests.twin.host import Twin, copy_console_tail
-from tests.twin.images import TwinImage
+from tests.twin.images import CHECKPOINT, TwinImage
 from tests.twin.imds import Imds
 from tests.twin.netns import NetNs
 from tests.twin.rootfs import TwinUnavailable, rootfs
@@ -28,6 +30,14 @@ ZONE = "us-east-2a"
 ROLE = "NeuronLlamaStack-HostRole"
 
 _names = count()
+
+REPO = Path(__file__).resolve().parents[2]
+HUB_CLIS = {False: (REPO / ".tools/hub/bin/huggingface-cli", True),
+            True: (REPO / ".tools/optimum-neuron-0.4.5/bin/huggingface-cli", False)}
+"""The serving image's own huggingface-cli, and whether the image turns on hf_transfer, by whether the
+image is the vLLM one: huggingface-hub 0.34.4 with hf_transfer in the TGI 3.3.5 image, and
+optimum-neuron 0.4.5's in its vLLM image, without (tests/harness/requirements-hub.txt,
+requirements-optimum-neuron-0.4.5.txt; tests/boot/test_boot_export.py)."""
 
 
 @pytest.fixture(scope="session")
@@ -47,18 +57,22 @@ class World:
     netns: NetNs
     rootfs: Path
     aws: AwsEmulator
+    hub: FakeHub
     twins: list[Twin] = field(default_factory=list)
     engines: list[FakeDockerd] = field(default_factory=list)
     imds: list[Imds] = field(default_factory=list)
 
-    def twin(self, user_data: str, *, instance_type: str, devices: int,
-             environment: dict[str, str] | None = None, tags: dict[str, str] | None = None) -> tuple[Twin, Imds,
-                                                                                                  TwinImage]:
-        """A twin prepared to boot ``user_data`` as a new instance of ``instance_type`` (its id one of
-        moto's instances), with its own Docker engine. The namespace has one metadata address, so the
-        twins of a world take turns: the previous one must be powered off (a fleet's second host boots
-        after the first, as a scale-out does)."""
+    def twin(self, user_data: str, plan: ServingPlan, *, instance_type: str | None = None,
+             devices: int | None = None, environment: dict[str, str] | None = None,
+             tags: dict[str, str] | None = None) -> tuple[Twin, Imds, TwinImage]:
+        """A twin prepared to boot ``user_data`` as a new instance of the plan's instance type (or
+        ``instance_type`` with ``devices``; its id one of moto's instances), with its own Docker engine.
+        The namespace has one metadata address, so the twins of a world take turns: the previous one
+        must be powered off (a fleet's second host boots after the first, as a scale-out does)."""
         assert all(not t.running() for t in self.twins), "power off the previous twin first"
+        instance_type = instance_type or plan.instance.name
+        devices = plan.instance.devices if devices is None else devices
+        model_id = plan.model_id
         n = len(self.twins) + 1
         instance_id = self.aws.run_instance(instance_type)
         if self.imds:
@@ -72,6 +86,13 @@ class World:
         twin = Twin(workdir, self.rootfs, self.netns, devices=devices, engine_dir=engine_dir,
                     environment={**endpoints(self.aws), **(environment or {})})
         behaviour = TwinImage(twin.merged)
+        # Downloads are the image's real huggingface-cli against the world's Hub, which holds the model.
+        if model_id not in self.hub.repos:
+            self.hub.add(HubRepo(model_id)).commit({name: text.encode() for name, text in CHECKPOINT.items()})
+        cli, hf_transfer = HUB_CLIS["optimum-neuron-vllm" in user_data]
+        if not cli.exists():
+            pytest.fail(f"{cli} is missing: scripts/test makes it")
+        behaviour.inner.use_hub(self.hub, cli, workdir / "hf-home", hf_transfer=hf_transfer)
         engine = FakeDockerd(engine_dir / "docker.sock", workdir.parent / f"docker{n}.jsonl", behaviour,
                              device_root=twin.device_root).start()
         self.engines.append(engine)
@@ -87,6 +108,7 @@ class World:
             shutil.rmtree(Path(engine.socket_path).parent, ignore_errors=True)
         for imds in self.imds:
             imds.stop()
+        self.hub.stop()
         self.aws.stop()
 
 
@@ -104,7 +126,7 @@ def world(tmp_path: Path, twin_rootfs: Path) -> Iterator[World]:
     try:
         with netns.entered():
             aws = AwsEmulator(tmp_path / "aws", region=REGION, moto_services=(*MOTO_SERVICES, "ec2")).start()
-            world = World(tmp_path, netns, twin_rootfs, aws)
+            world = World(tmp_path, netns, twin_rootfs, aws, FakeHub().start())
             try:
                 yield world
             finally:

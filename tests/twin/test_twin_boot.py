@@ -63,8 +63,7 @@ def signals(world: World) -> list[tuple[str, str]]:
 
 
 def boot(world: World, script: str, plan: Any, **kwargs: Any) -> Any:
-    twin, imds, image = world.twin(script, instance_type=plan.instance.name, devices=plan.instance.devices,
-                                   **kwargs)
+    twin, imds, image = world.twin(script, plan, **kwargs)
     twin.start()
     return twin, imds, image
 
@@ -117,7 +116,7 @@ def test_the_builder_exports_for_a_host_too_small_to_compile_which_then_serves(w
     [builder_script] = [s for name, s in scripts.items() if "Builder" in name]
     [host_script] = [s for name, s in scripts.items() if "Builder" not in name]
     stage(world, builder_script)
-    builder, _, _ = world.twin(builder_script, instance_type="inf2.8xlarge", devices=1)
+    builder, _, _ = world.twin(builder_script, plan, instance_type="inf2.8xlarge", devices=1)
     builder.start()
     assert builder.wait_boot_script(timeout=300) == "done", failure_report(builder)
     [left] = world.aws.recorder.calls("TerminateInstanceInAutoScalingGroup")
@@ -146,8 +145,7 @@ def test_a_reboot_brings_the_host_back_serving_without_rerunning_the_user_data(w
 def test_a_replica_that_crashes_at_load_fails_the_boot_naming_it(world: World) -> None:
     script, _, plan = user_data({})
     stage(world, script)
-    twin, _, image = world.twin(script, instance_type=plan.instance.name, devices=plan.instance.devices,
-                                environment={"NEURON_SERVING_READY_SECONDS": "30"})
+    twin, _, image = world.twin(script, plan, environment={"NEURON_SERVING_READY_SECONDS": "30"})
     image.knobs["TWIN_REPLICA_CRASH"] = "replica-1"
     twin.start()
     assert twin.wait_boot_script(timeout=300) == "failed wait-ready", failure_report(twin)
@@ -158,8 +156,7 @@ def test_a_replica_that_crashes_at_load_fails_the_boot_naming_it(world: World) -
 
 def test_with_s3_unreachable_the_host_exports_for_itself_and_serves(world: World) -> None:
     script, _, plan = user_data({})
-    twin, _, _ = world.twin(script, instance_type=plan.instance.name, devices=plan.instance.devices,
-                            environment={"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9"})
+    twin, _, _ = world.twin(script, plan, environment={"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9"})
     twin.start()
     assert twin.wait_boot_script(timeout=300) == "done", failure_report(twin)
     serves(plan.router_port)
@@ -223,7 +220,7 @@ def test_an_internet_facing_stack_serves_api_keys_added_rotated_and_revoked_and_
 def test_a_full_disk_fails_the_boot_saying_so_in_the_signal(world: World) -> None:
     script, _, plan = user_data({})
     stage(world, script)
-    twin, _, _ = world.twin(script, instance_type=plan.instance.name, devices=plan.instance.devices)
+    twin, _, _ = world.twin(script, plan)
     twin.limit_disk("/var/lib/neuron-serving", "16k")
     twin.start()
     assert twin.wait_boot_script(timeout=300) == "failed export-model", failure_report(twin)
@@ -236,7 +233,7 @@ def test_a_full_disk_fails_the_boot_saying_so_in_the_signal(world: World) -> Non
 def test_a_warm_pool_host_is_prepared_stopped_and_started_and_then_serves(world: World) -> None:
     script, _, plan = user_data({**FLEET, "warm_pool": "true"})
     stage(world, script)
-    twin, imds, image = world.twin(script, instance_type=plan.instance.name, devices=plan.instance.devices)
+    twin, imds, image = world.twin(script, plan)
     imds.set("autoscaling/target-lifecycle-state", "Warmed:Stopped")
     twin.start()
     assert twin.wait_boot_script(timeout=300) == "done", failure_report(twin)

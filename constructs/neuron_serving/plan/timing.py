@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from .layout import ServingPlan
+from .layout import GIB, ServingPlan
+from .volume import MIB
 
 PULL_MINUTES = 20
 """Installing tools and pulling the ~10 GB serving image through a NAT gateway."""
@@ -29,8 +30,6 @@ LOAD_MINUTES_PER_BILLION = 0.5
 READY_MARGIN = 1.5
 """How much longer than its estimate the load may take before ``wait-ready`` gives up on it."""
 
-MIB = 1024**2
-
 MAX_CLOUDFORMATION_MINUTES = 12 * 60
 """CloudFormation waits at most 12 hours for resource signals."""
 
@@ -48,7 +47,7 @@ def read_minutes(plan: ServingPlan, throughput: int) -> float:
     Every replica reads all of the export's weight shards. They start together and read the same
     files, so the page cache serves all but the first read when host memory holds the weights;
     otherwise each replica reads them from the volume."""
-    reads = 1 if plan.weights_bytes <= plan.instance.host_ram_gib * 1024**3 else len(plan.replicas)
+    reads = 1 if plan.weights_bytes <= plan.instance.host_ram_gib * GIB else len(plan.replicas)
     return reads * plan.weights_bytes / (throughput * MIB) / 60
 
 

@@ -42,8 +42,9 @@ GP3_IOPS_PER_MIB_S = 4
 THROUGHPUT_USD_PER_MIB_S_MONTH = 0.04
 IOPS_USD_PER_MONTH = 0.005
 """What gp3 costs above what its storage price includes, us-east-1: "$0.040/provisioned MB/s-month
-over 125" and "$0.005/provisioned IOPS-month over 3,000" (Amazon EBS pricing page,
-https://aws.amazon.com/ebs/pricing/; other regions differ)."""
+over 125" and "$0.005/provisioned IOPS-month over 3,000", the Amazon EBS pricing page's wording
+(https://aws.amazon.com/ebs/pricing/) as public code quotes it; like the instance prices, not
+checked against the AWS price list, and other regions differ."""
 
 READ_TARGET_MINUTES = 5
 """The default throughput reads (or writes) the model's weights once in at most this long."""

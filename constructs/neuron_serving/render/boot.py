@@ -659,7 +659,8 @@ def _ready_seconds(plan: ServingPlan, options: BootOptions) -> int:
         raise ServingConfigError([problem(
             "warm_pool_hook.heartbeat_timeout_seconds", hook.heartbeat_timeout_seconds,
             f"must be at least wait-ready's limit ({seconds} s for {plan.model.name}): a host started from the "
-            "warm pool waits that long for its replicas without a heartbeat")])
+            "warm pool waits that long for its replicas without a heartbeat (a faster root volume, "
+            "root_volume_throughput, shortens the limit)")])
     return seconds
 
 

@@ -27,10 +27,13 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from neuron_serving.plan import ServingConfigError, ServingPlan
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
 from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5
+from neuron_serving.plan.timing import readiness_seconds
+from neuron_serving.plan.volume import default_throughput
 from neuron_serving.render.boot import (
     BOOT_STEPS,
     SIGNAL_ID_LIMIT,
     USER_DATA_LIMIT_BYTES,
+    WAIT_READY,
     BootOptions,
     ReadinessSignal,
     WarmPoolHook,
@@ -266,6 +269,8 @@ def test_bundled_files_may_hold_no_deploy_time_value_and_are_executable_only_wit
         ({"monitoring": MONITORING}, "metrics_publisher"),
         ({"monitoring": MONITORING, "metrics_publisher": "s3://assets"}, "metrics_publisher"),
         ({"monitoring": MONITORING, "metrics_publisher": "https://example.com/publisher.py"}, "metrics_publisher"),
+        ({"signal": SIGNAL, "ready_seconds": 0}, "ready_seconds"),
+        ({"signal": SIGNAL, "ready_seconds": "2700"}, "ready_seconds"),
     ],
 )
 def test_boot_options_name_the_bad_setting(options: dict[str, object], setting: str) -> None:
@@ -331,6 +336,42 @@ def test_the_ready_unit_waits_for_every_replica_and_the_router_then_completes_th
     ]
     assert {"Type=oneshot", "After=haproxy.service", "WantedBy=multi-user.target"} <= set(ready)
     assert "Before=neuron-serving-ready.service" in files["/etc/systemd/system/neuron-replica@.service"]
+
+
+LARGE_MODEL = "meta-llama/Llama-3.1-70B-Instruct"
+
+
+def _wait_ready_limit(plan: ServingPlan, **options: object) -> int:
+    files = embedded_files(render_boot_script(plan, BootOptions(signal=SIGNAL, **options)))  # type: ignore[arg-type]
+    found = re.search(r"^limit=\$\{NEURON_SERVING_READY_SECONDS:-(\d+)\}$", files[WAIT_READY], re.MULTILINE)
+    assert found is not None
+    return int(found.group(1))
+
+
+def test_wait_ready_waits_as_long_as_the_plan_takes_to_read_and_load_its_model() -> None:
+    small, large = make_plan("inf2.48xlarge"), make_plan("inf2.48xlarge", model_id=LARGE_MODEL)
+    limits = {plan.model.name: _wait_ready_limit(plan) for plan in (small, large)}
+    # 1.5 x (2 min reading 15 GiB at 125 MiB/s + 14 min loading); 1.5 x (5 min reading 131 GiB at 449 + 45)
+    assert limits == {"llama-3.1-8b": 25 * 60, "llama-3.1-70b": 76 * 60}
+    for plan in (small, large):
+        assert limits[plan.model.name] == readiness_seconds(plan, default_throughput(plan))
+        reading = plan.weights_bytes / (default_throughput(plan) * 1024**2)
+        assert limits[plan.model.name] > reading
+
+
+def test_wait_ready_takes_the_limit_it_is_given() -> None:
+    assert _wait_ready_limit(make_plan("inf2.48xlarge"), ready_seconds=4321) == 4321
+
+
+def test_a_warm_pool_hook_must_outlast_wait_ready_which_runs_without_heartbeats_after_a_warm_start() -> None:
+    plan = make_plan("inf2.48xlarge", model_id=LARGE_MODEL)
+    hook = WarmPoolHook(hook_name=HOOK.hook_name, group_name=HOOK.group_name, heartbeat_timeout_seconds=3600)
+    with pytest.raises(ServingConfigError, match=r"^warm_pool_hook.heartbeat_timeout_seconds \(3600\) must be at "
+                       r"least wait-ready's limit \(4560 s for llama-3.1-70b\)"):
+        _wait_ready_limit(plan, warm_pool_hook=hook)
+    with pytest.raises(ServingConfigError, match=r"^warm_pool_hook.heartbeat_timeout_seconds \(3600\)"):
+        _wait_ready_limit(make_plan("inf2.48xlarge"), warm_pool_hook=hook, ready_seconds=3601)
+    assert _wait_ready_limit(plan, warm_pool_hook=HOOK) == 4560
 
 
 def test_the_signal_unique_id_is_cut_to_the_api_limit() -> None:

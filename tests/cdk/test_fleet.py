@@ -55,7 +55,8 @@ def _fronted_fleet(stack: Stack, vpc: ec2.Vpc, plan, host, **fleet_props) -> Neu
 
 def test_fleet_waits_for_a_signal_from_each_of_min_capacity_hosts(synth):
     logical_id, group = _group(synth(**FLEET))
-    minutes = boot_minutes(plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge")))
+    minutes = boot_minutes(plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge")),
+                           throughput=125)
     hours, rest = divmod(minutes, 60)
     assert group["CreationPolicy"] == {"ResourceSignal": {"Count": 2, "Timeout": f"PT{hours}H{rest}M"}}
     assert logical_id == "NeuronServingFleet"
@@ -77,7 +78,8 @@ def test_updates_replace_one_host_at_a_time_waiting_for_signals_and_keep_the_res
 
 def test_elb_health_checks_with_grace_for_pull_export_and_load(synth):
     properties = _group(synth(**FLEET))[1]["Properties"]
-    minutes = boot_minutes(plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge")))
+    minutes = boot_minutes(plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge")),
+                           throughput=125)
     assert properties["HealthCheckType"] == "ELB"
     assert properties["HealthCheckGracePeriod"] == minutes * 60
     assert (properties["MinSize"], properties["MaxSize"]) == ("2", "4")
@@ -94,7 +96,8 @@ def test_fleet_spans_the_private_subnets_of_both_azs(synth):
 def test_fleet_scaling_uses_a_warmup_of_a_cached_boot(synth):
     template = synth(**FLEET)
     plan = plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge"))
-    assert _group(template)[1]["Properties"]["DefaultInstanceWarmup"] == boot_minutes(plan, exports=False) * 60
+    warmup = _group(template)[1]["Properties"]["DefaultInstanceWarmup"]
+    assert warmup == boot_minutes(plan, throughput=125, exports=False) * 60
 
 
 def test_scale_on_requests_tracks_alb_requests_per_host_sized_by_the_plan():

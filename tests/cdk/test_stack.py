@@ -59,7 +59,8 @@ def test_launch_template_requires_imdsv2_with_hop_limit_1(synth):
 def test_root_volume_is_encrypted_gp3_sized_for_image_weights_and_export(synth):
     (device,) = synth().only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["BlockDeviceMappings"]
     assert device == {"DeviceName": "/dev/sda1", "Ebs": {"DeleteOnTermination": True, "Encrypted": True,
-                                                         "VolumeSize": 150, "VolumeType": "gp3"}}
+                                                         "VolumeSize": 150, "VolumeType": "gp3",
+                                                         "Throughput": 125, "Iops": 3000}}
 
 
 def test_trainium_root_volume_is_at_least_512_gib(synth):

@@ -1,30 +1,95 @@
-"""Stated time estimates that size CloudFormation waits and load balancer timeouts."""
+"""Stated time estimates that size CloudFormation waits, wait-ready's limit and load balancer timeouts."""
 
-from neuron_serving.plan import ServingRequest, plan_serving
+import dataclasses
+
+import pytest
+
+from neuron_serving.plan import MODELS, ServingConfigError, ServingRequest, plan_serving
 from neuron_serving.plan.phases import PHASES, phase_minutes
-from neuron_serving.plan.timing import MAX_CLOUDFORMATION_MINUTES, boot_minutes, longest_generation_seconds
+from neuron_serving.plan.timing import (
+    DOWNLOAD_BASE_MINUTES,
+    DOWNLOAD_MINUTES_PER_BILLION,
+    MAX_CLOUDFORMATION_MINUTES,
+    PULL_MINUTES,
+    boot_minutes,
+    longest_generation_seconds,
+    read_minutes,
+    readiness_seconds,
+)
+from neuron_serving.plan.volume import GP3_THROUGHPUT_MIB_S, default_throughput
+from neuron_serving.render.boot import MAX_HEARTBEAT_TIMEOUT_SECONDS
+
+BASELINE = GP3_THROUGHPUT_MIB_S[0]
 
 
-def test_an_8b_export_boot_takes_about_an_hour_and_a_half_and_a_cached_boot_forty_minutes():
-    plan = plan_serving(ServingRequest("llama-3-8b", "inf2.24xlarge"))
-    assert boot_minutes(plan) == 87  # 20 pull + 10 + 4 load + 20 + 32 export
-    assert boot_minutes(plan, exports=False) == 41  # 20 pull + 2 + 4 download + 10 + 4 load
+def _plan(model: str, instance: str = "inf2.48xlarge"):
+    return plan_serving(ServingRequest(model, instance))
+
+
+def test_an_8b_export_boot_takes_about_an_hour_and_a_half_and_a_cached_boot_under_an_hour():
+    plan = _plan("llama-3-8b", "inf2.24xlarge")
+    # 20 pull + 20 + 32 export + 1.5 * (2 read + 10 + 4 load), each share rounded up
+    assert boot_minutes(plan, throughput=BASELINE) == 98
+    assert boot_minutes(plan, throughput=BASELINE, exports=False) == 52  # 20 pull + 2 + 4 download + 25 load
 
 
 def test_each_boot_phase_estimate_is_the_share_of_the_boot_ceiling_it_names():
-    plan = plan_serving(ServingRequest("llama-3-8b", "inf2.24xlarge"))
-    minutes = phase_minutes(plan)
-    assert minutes == {"pull": 20, "export": 53, "download": 7, "load": 15}
+    plan = _plan("llama-3-8b", "inf2.24xlarge")
+    minutes = phase_minutes(plan, BASELINE)
+    assert minutes == {"pull": 20, "export": 53, "download": 7, "load": 25}
+    assert minutes["load"] * 60 == readiness_seconds(plan, BASELINE)
     # Every phase with an estimate names one of them, and the two boots add up to their ceilings
     # (each rounded up on its own).
     assert {p.estimate for p in PHASES if p.estimate} == set(minutes)
-    assert minutes["pull"] + minutes["export"] + minutes["load"] - boot_minutes(plan) in (0, 1)
-    assert minutes["pull"] + minutes["download"] + minutes["load"] - boot_minutes(plan, exports=False) in (0, 1)
+    assert minutes["pull"] + minutes["export"] + minutes["load"] - boot_minutes(plan, throughput=BASELINE) in (0, 1)
+    cached = boot_minutes(plan, throughput=BASELINE, exports=False)
+    assert minutes["pull"] + minutes["download"] + minutes["load"] - cached in (0, 1)
 
 
 def test_a_70b_export_boot_takes_hours_but_stays_within_cloudformation_limits():
-    plan = plan_serving(ServingRequest("llama-3.1-70b", "inf2.48xlarge"))
-    assert 300 < boot_minutes(plan) <= MAX_CLOUDFORMATION_MINUTES
+    plan = _plan("llama-3.1-70b")
+    assert 300 < boot_minutes(plan, throughput=BASELINE) <= MAX_CLOUDFORMATION_MINUTES
+
+
+def test_a_70b_waits_longer_for_its_replicas_than_an_8b():
+    small, large = _plan("llama-3.1-8b"), _plan("llama-3.1-70b")
+    assert readiness_seconds(large, BASELINE) > readiness_seconds(small, BASELINE)
+    assert readiness_seconds(large, default_throughput(large)) > readiness_seconds(small, default_throughput(small))
+
+
+def test_the_limit_covers_reading_the_70b_shards_at_the_volume_throughput_before_the_load():
+    plan = _plan("llama-3.1-70b")
+    # 131 GiB of bf16 weights at gp3's included 125 MiB/s: 18 minutes before the NeuronCores see any.
+    assert 17.9 < read_minutes(plan, BASELINE) < 18
+    for throughput in (BASELINE, 449, 1000):
+        reading = plan.weights_bytes / (throughput * 1024**2)
+        assert readiness_seconds(plan, throughput) > reading + 45 * 60  # and the 45-minute load estimate
+    assert readiness_seconds(plan, BASELINE) > readiness_seconds(plan, 1000)
+
+
+def test_replicas_that_cannot_share_the_page_cache_each_read_the_weights():
+    plan = _plan("llama-3.1-8b")
+    assert read_minutes(plan, BASELINE) == pytest.approx(plan.weights_bytes / (BASELINE * 1024**2) / 60)
+    starved = dataclasses.replace(plan, instance=dataclasses.replace(plan.instance, host_ram_gib=8))
+    assert read_minutes(starved, BASELINE) == pytest.approx(len(plan.replicas) * read_minutes(plan, BASELINE))
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_the_readiness_limit_fits_after_pull_and_download_in_the_boot_ceiling_and_in_a_warm_pool_heartbeat(model):
+    for instance in ("inf2.48xlarge", "trn1.32xlarge"):
+        try:
+            plan = _plan(model, instance)
+        except ServingConfigError:
+            continue
+        billions = plan.model.parameter_count / 1e9
+        for throughput in (BASELINE, default_throughput(plan)):
+            limit = readiness_seconds(plan, throughput)
+            for exports in (True, False):
+                assert limit <= boot_minutes(plan, throughput=throughput, exports=exports) * 60
+            before = PULL_MINUTES + DOWNLOAD_BASE_MINUTES + DOWNLOAD_MINUTES_PER_BILLION * billions
+            assert before * 60 + limit <= boot_minutes(plan, throughput=throughput, exports=False) * 60 + 60
+            # Started from a warm pool, the host waits for its replicas with no heartbeat.
+            assert limit <= MAX_HEARTBEAT_TIMEOUT_SECONDS
 
 
 def test_longest_generation_is_every_token_at_the_ceiling_plus_queueing():

@@ -18,7 +18,8 @@ from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan
 from ..plan.phases import PHASE_TAGS
 from ..plan.registry import EcrRegistry, parse_registry
-from ..plan.timing import MAX_CLOUDFORMATION_MINUTES, boot_minutes
+from ..plan.timing import MAX_CLOUDFORMATION_MINUTES, boot_minutes, readiness_seconds
+from ..plan.volume import VolumePerformance, volume_performance
 from ..render.boot import (
     BootOptions,
     ReadinessSignal,
@@ -88,6 +89,14 @@ class NeuronBootScript(Construct):
         of an image creates the repository and imports the image: :meth:`grant_boot` also grants
         ``ecr:BatchImportUpstreamImage`` and ``ecr:CreateRepository`` on that repository.
         Default: false.
+    :param root_volume_throughput: the throughput of the host's gp3 root volume, in MiB/s (125 to
+        2,000), which the launch template provisions: the replicas read the model's weights from
+        it, and ``wait-ready``'s limit and the boot timeout's estimate allow for reading them at
+        this rate. Above 125, about $0.04 per MiB/s per month per host (us-east-1).
+        Default: enough to read the weights in 5 minutes, at least 125 (``plan.volume``).
+    :param root_volume_iops: the root volume's IOPS (3,000 to 80,000, at least 4 per MiB/s of
+        throughput, at most 500 per GiB). Above 3,000, about $0.005 each per month per host
+        (us-east-1). Default: enough to carry the throughput in 128 KiB reads, at least 3,000.
     :param boot_timeout: how long a host may take to serve. Default: estimated from the model
         (image pull, export unless prebuilt, load; see ``plan.timing``).
     """
@@ -107,6 +116,8 @@ class NeuronBootScript(Construct):
         signal: ReadinessSignal | None = None,
         warm_pool_hook: WarmPoolHook | None = None,
         boot_timeout: Duration | None = None,
+        root_volume_throughput: int | None = None,
+        root_volume_iops: int | None = None,
         monitoring: NeuronServingMonitoring | None = None,
         api_keys_secret: secretsmanager.ISecret | None = None,
         load_balancer_authentication: bool = False,
@@ -142,14 +153,21 @@ class NeuronBootScript(Construct):
             if api_keys_secret is not None
             else None
         )
+        self.root_volume: VolumePerformance = volume_performance(plan, root_volume_throughput, root_volume_iops)
+        """The root volume's throughput and IOPS, which the launch template provisions."""
         self.boot_timeout: Duration = boot_timeout or Duration.minutes(
-            boot_minutes(plan, exports=prebuilt_export is None)
+            boot_minutes(plan, throughput=self.root_volume.throughput, exports=prebuilt_export is None)
         )
         if not 1 <= self.boot_timeout.to_minutes() <= MAX_CLOUDFORMATION_MINUTES:
             raise ServingConfigError([
                 problem("boot_timeout_minutes", self.boot_timeout.to_minutes(), f"must be 1 to "
                         f"{MAX_CLOUDFORMATION_MINUTES} (CloudFormation waits at most 12 hours for signals)")
             ])
+        # wait-ready gives up within the boot timeout (the signal's, the fleet's pause), so a slow
+        # load fails with its reason instead of at CloudFormation's timeout.
+        self.ready_seconds: int = min(readiness_seconds(plan, self.root_volume.throughput),
+                                      int(self.boot_timeout.to_seconds()))
+        """How long ``wait-ready`` waits for every replica (``plan.timing.readiness_seconds``)."""
         self.options = BootOptions(
             engine=engine,
             image=self.image,
@@ -168,6 +186,7 @@ class NeuronBootScript(Construct):
             image_registry=image_registry,
             # A waiting host gives up with its boot, whose estimate includes the builder's export.
             export_wait_minutes=int(self.boot_timeout.to_minutes()),
+            ready_seconds=self.ready_seconds,
         )
         self.image_registry = parse_registry(image_registry) if image_registry else None
         """The private ECR registry the image is pulled from, if any."""

@@ -123,7 +123,7 @@ class NeuronServingFleet(Construct):
                 pause_time=timeout,
             ),
             default_instance_warmup=instance_warmup
-            or Duration.minutes(boot_minutes(self.plan, exports=False)),
+            or Duration.minutes(boot_minutes(self.plan, throughput=boot_script.root_volume.throughput, exports=False)),
             group_metrics=[autoscaling.GroupMetrics.all()],
             notifications=[autoscaling.NotificationConfiguration(topic=self.notifications_topic)],
         )

@@ -47,7 +47,9 @@ class NeuronServingLaunchTemplate(Construct):
     :param boot_script: the user data and the plan it realises.
     :param machine_image: the AMI. Use ``neuron_dlami(...)`` or ``PinnedLinuxImage``.
     :param root_volume_gib: root volume size. Default: ``plan.root_volume_gib``, sized for the
-        image, the weights and the export (at least 512 on trn1).
+        image, the weights and the export (at least 512 on trn1). The volume's throughput and IOPS
+        are the boot script's (``root_volume_throughput``, ``root_volume_iops``), which its
+        readiness limit allows for; the IOPS may be at most 500 per GiB of this size.
     :param security_group: Default: a new group allowing all outbound traffic (image and model
         downloads) and no inbound traffic.
     :param role: Default: a new role with Session Manager access and what the boot script needs.
@@ -75,6 +77,9 @@ class NeuronServingLaunchTemplate(Construct):
                 problem("root_volume_gib", size,
                         f"must be at least {max(1, plan.instance.min_root_volume_gib)} on {plan.instance.name}")
             ])
+        volume = boot_script.root_volume
+        if (too_many := volume.size_problem(size)) is not None:
+            raise ServingConfigError([too_many])
         self.plan: ServingPlan = plan
         self.boot_script = boot_script
         self.role: iam.IRole = role or iam.Role(
@@ -128,6 +133,8 @@ class NeuronServingLaunchTemplate(Construct):
                     volume=ec2.BlockDeviceVolume.ebs(
                         size,
                         volume_type=ec2.EbsDeviceVolumeType.GP3,
+                        throughput=volume.throughput,
+                        iops=volume.iops,
                         encrypted=True,
                         delete_on_termination=True,
                     ),

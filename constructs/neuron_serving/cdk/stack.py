@@ -170,6 +170,8 @@ class NeuronLlamaStack(Stack):
             export_role="wait" if settings.builder is not None else "serve",
             image_registry=settings.image_registry,
             image_registry_pull_through=settings.image_registry_pull_through,
+            root_volume_throughput=settings.root_volume_throughput,
+            root_volume_iops=settings.root_volume_iops,
         )
         dlami_parameter = settings.dlami_parameter or self.boot_script.serving_image.dlami_parameter
         if not settings.ami_id:
@@ -183,6 +185,7 @@ class NeuronLlamaStack(Stack):
                 machine_image=machine_image, engine=settings.engine, image=settings.image, hf_token_secret=secret,
                 model_revision=settings.model_revision, image_registry=settings.image_registry,
                 image_registry_pull_through=settings.image_registry_pull_through,
+                root_volume_throughput=settings.root_volume_throughput, root_volume_iops=settings.root_volume_iops,
             )
         self.launch_template = NeuronServingLaunchTemplate(
             self, "Host", vpc=self.vpc, boot_script=self.boot_script, machine_image=machine_image
@@ -244,7 +247,7 @@ class NeuronLlamaStack(Stack):
             endpoint_load_balancer=self.endpoint.load_balancer,
             target_group=self.endpoint.target_group,
             desired_capacity=self.fleet.metric_desired_capacity() if self.fleet is not None else None,
-            boot_minutes=boot_minutes(self.plan, exports=False),
+            boot_minutes=boot_minutes(self.plan, throughput=self.boot_script.root_volume.throughput, exports=False),
             api_keys=self.api_keys_secret is not None,
         )
         if settings.permissions_boundary:
@@ -359,7 +362,8 @@ class NeuronLlamaStack(Stack):
         CfnOutput(self, "TargetGroupArn", value=self.endpoint.target_group.target_group_arn,
                   description="The load balancer's target group of the hosts' routers")
         CfnOutput(self, "RouterPort", value=str(plan.router_port), description="Each host's router port")
-        CfnOutput(self, "BootPhaseMinutes", value=json.dumps(phase_minutes(plan), sort_keys=True),
+        phases = phase_minutes(plan, self.boot_script.root_volume.throughput)
+        CfnOutput(self, "BootPhaseMinutes", value=json.dumps(phases, sort_keys=True),
                   description="Estimated minutes of the boot's phases (neuron_serving.plan.phases)")
         # What `neuron-serving bench --stack` compares its measurements with: the layout, and the
         # performance model's predictions for it.

@@ -27,9 +27,8 @@ from .timing import (
     DOWNLOAD_MINUTES_PER_BILLION,
     EXPORT_BASE_MINUTES,
     EXPORT_MINUTES_PER_BILLION,
-    LOAD_BASE_MINUTES,
-    LOAD_MINUTES_PER_BILLION,
     PULL_MINUTES,
+    ready_minutes,
 )
 
 TAG_PREFIX = "neuron-serving:"
@@ -92,14 +91,15 @@ def find_phase(name: str) -> Phase | None:
     return next((phase for phase in PHASES if phase.name == name), None)
 
 
-def phase_minutes(plan: ServingPlan) -> dict[str, int]:
+def phase_minutes(plan: ServingPlan, throughput: int) -> dict[str, int]:
     """Each estimate's minutes for ``plan``, by :attr:`Phase.estimate` key: ``pull`` (tools and
     image), ``export`` (compiling on the host), ``download`` (an export from the artifact cache or
-    a prebuilt one) and ``load`` (onto the NeuronCores, and the engine's warm-up)."""
+    a prebuilt one) and ``load`` (reading the weights from a root volume of ``throughput`` MiB/s,
+    onto the NeuronCores, and the engine's warm-up: ``wait-ready``'s limit)."""
     billions = plan.model.parameter_count / 1e9
     return {
         "pull": PULL_MINUTES,
         "export": math.ceil(EXPORT_BASE_MINUTES + EXPORT_MINUTES_PER_BILLION * billions),
         "download": math.ceil(DOWNLOAD_BASE_MINUTES + DOWNLOAD_MINUTES_PER_BILLION * billions),
-        "load": math.ceil(LOAD_BASE_MINUTES + LOAD_MINUTES_PER_BILLION * billions),
+        "load": ready_minutes(plan, throughput),
     }

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from .layout import ServingPlan
+from .layout import GIB, ServingPlan
+from .volume import MIB
 
 PULL_MINUTES = 20
 """Installing tools and pulling the ~10 GB serving image through a NAT gateway."""
@@ -24,7 +25,10 @@ and 37 for 70B."""
 
 LOAD_BASE_MINUTES = 10
 LOAD_MINUTES_PER_BILLION = 0.5
-"""Loading the compiled model onto the NeuronCores, and TGI's warm-up."""
+"""Loading the compiled model onto the NeuronCores, and TGI's warm-up, once its weights are read."""
+
+READY_MARGIN = 1.5
+"""How much longer than its estimate the load may take before ``wait-ready`` gives up on it."""
 
 MAX_CLOUDFORMATION_MINUTES = 12 * 60
 """CloudFormation waits at most 12 hours for resource signals."""
@@ -37,11 +41,36 @@ QUEUE_ALLOWANCE_SECONDS = 60
 """Time a request may wait for a free batch slot before its generation starts."""
 
 
-def boot_minutes(plan: ServingPlan, *, exports: bool = True) -> int:
-    """Minutes from launch until every replica serves, for a host that exports the model itself
-    (``exports``) or finds a finished export (artifact cache hit, prebuilt export)."""
+def read_minutes(plan: ServingPlan, throughput: int) -> float:
+    """Minutes for the replicas to read ``plan``'s weights from a root volume of ``throughput`` MiB/s.
+
+    Every replica reads all of the export's weight shards. They start together and read the same
+    files, so the page cache serves all but the first read when host memory holds the weights;
+    otherwise each replica reads them from the volume."""
+    reads = 1 if plan.weights_bytes <= plan.instance.host_ram_gib * GIB else len(plan.replicas)
+    return reads * plan.weights_bytes / (throughput * MIB) / 60
+
+
+def ready_minutes(plan: ServingPlan, throughput: int) -> int:
+    """The longest the replicas may take to serve once started: reading the weights at
+    ``throughput`` MiB/s, then the load and warm-up estimate, with :data:`READY_MARGIN`."""
     billions = plan.model.parameter_count / 1e9
-    minutes = PULL_MINUTES + LOAD_BASE_MINUTES + LOAD_MINUTES_PER_BILLION * billions
+    load = LOAD_BASE_MINUTES + LOAD_MINUTES_PER_BILLION * billions
+    return math.ceil(READY_MARGIN * (read_minutes(plan, throughput) + load))
+
+
+def readiness_seconds(plan: ServingPlan, throughput: int) -> int:
+    """How long ``wait-ready`` waits for every replica and the router: :func:`ready_minutes`."""
+    return ready_minutes(plan, throughput) * 60
+
+
+def boot_minutes(plan: ServingPlan, *, throughput: int, exports: bool = True) -> int:
+    """Minutes from launch until every replica serves, for a host that exports the model itself
+    (``exports``) or finds a finished export (artifact cache hit, prebuilt export), and reads it
+    from a root volume of ``throughput`` MiB/s. The load's share is :func:`ready_minutes`, so
+    ``wait-ready`` gives up before a signal's timeout that this sizes."""
+    billions = plan.model.parameter_count / 1e9
+    minutes: float = PULL_MINUTES + ready_minutes(plan, throughput)
     if exports:
         minutes += EXPORT_BASE_MINUTES + EXPORT_MINUTES_PER_BILLION * billions
     else:

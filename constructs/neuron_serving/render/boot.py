@@ -120,6 +120,8 @@ from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.layout import Replica, ServingPlan, compile_memory_problem
 from ..plan.phases import DETAIL_TAG, FAILED, PHASE_NAMES, PHASE_TAG, READY, SINCE_TAG, TAG_VALUE_LIMIT, WARMED
 from ..plan.registry import ecr_registry_problem, parse_registry
+from ..plan.timing import readiness_seconds
+from ..plan.volume import default_throughput
 from ..userdata.api_keys import METRICS_FILE as API_KEYS_METRICS_FILE
 from .metrics import EMF_LOG, LOG_KINDS, MonitoringOptions
 from .monitoring import (
@@ -145,10 +147,6 @@ TOKEN_FILE = "/etc/neuron-serving/hf-token.env"
 SIGNAL_ID_LIMIT = 64
 """The longest unique id CloudFormation's SignalResource accepts (ResourceSignalUniqueId: 1 to 64
 characters)."""
-
-READY_WAIT_SECONDS = 45 * 60
-"""How long ``wait-ready`` waits for every replica to load its model and answer, polling every
-10 s; the environment variable ``NEURON_SERVING_READY_SECONDS`` overrides it on the host."""
 
 DEFAULT_PULL_ATTEMPTS = 5
 """Image pulls tried before the boot fails; the waits between them grow 10, 20, 40, 80 s."""
@@ -329,6 +327,12 @@ class BootOptions:
         logs docker in to it and pulls from it. Default: the image's own (public) registry.
     :param export_wait_minutes: with ``wait``, how long the host waits for the builder's export
         before its boot fails. Default: 12 hours (CloudFormation's longest wait for a signal).
+    :param ready_seconds: with a signal or a warm pool hook, how long ``wait-ready`` waits for every
+        replica to load its model and answer, then for the router, polling every 10 s (the
+        environment variable ``NEURON_SERVING_READY_SECONDS`` overrides it on the host). With a
+        warm pool hook it may not exceed the hook's heartbeat timeout: started from the pool, the
+        host waits with no heartbeat. Default: ``plan.timing.readiness_seconds`` at the plan's
+        default root volume throughput (``plan.volume.default_throughput``).
 
     Boot progress (see the module documentation) has no option of its own: it is on exactly when
     the host reads its instance metadata (:attr:`reports_phases`), that is with any option above
@@ -357,6 +361,7 @@ class BootOptions:
     export_role: str = "serve"
     export_wait_minutes: int = 12 * 60
     image_registry: str | None = None
+    ready_seconds: int | None = None
 
     @property
     def reports_phases(self) -> bool:
@@ -442,6 +447,9 @@ class BootOptions:
         wait = self.export_wait_minutes
         if not isinstance(wait, int) or isinstance(wait, bool) or wait < 1:
             problems.add("export_wait_minutes", wait, "must be a whole number of minutes, at least 1")
+        ready = self.ready_seconds
+        if ready is not None and (not isinstance(ready, int) or isinstance(ready, bool) or ready < 1):
+            problems.add("ready_seconds", ready, "must be a whole number of seconds, at least 1, or None")
         problems.raise_if_any()
 
 
@@ -585,7 +593,8 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
                 f"{API_KEYS_UNIT}.{kind}.j2", program=API_KEYS, unit=API_KEYS_UNIT,
                 metrics_file=API_KEYS_METRICS_FILE if monitoring is not None else None)
     if signal is not None or hook is not None:
-        files[WAIT_READY] = _rendered("wait-ready.sh.j2", seconds=READY_WAIT_SECONDS, router_port=plan.router_port,
+        files[WAIT_READY] = _rendered("wait-ready.sh.j2", seconds=_ready_seconds(plan, options),
+                                      router_port=plan.router_port,
                                       health_path=engine.health_path, probe_path=probe.path, probe_body=probe.body,
                                       report_phase=REPORT_PHASE, wait_ready=_phase("wait-ready"), ready=READY,
                                       failed=FAILED)
@@ -642,6 +651,21 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         export_model=EXPORT_MODEL,
     )
     return _without_comments(script, keep_header=True)
+
+
+def _ready_seconds(plan: ServingPlan, options: BootOptions) -> int:
+    """``wait-ready``'s limit: the options', else the plan's at its default root volume throughput.
+    A host started from the warm pool waits that long with no heartbeat, so a hook's heartbeat
+    timeout must cover it."""
+    seconds = options.ready_seconds or readiness_seconds(plan, default_throughput(plan))
+    hook = options.warm_pool_hook
+    if hook is not None and seconds > hook.heartbeat_timeout_seconds:
+        raise ServingConfigError([problem(
+            "warm_pool_hook.heartbeat_timeout_seconds", hook.heartbeat_timeout_seconds,
+            f"must be at least wait-ready's limit ({seconds} s for {plan.model.name}): a host started from the "
+            "warm pool waits that long for its replicas without a heartbeat (a faster root volume, "
+            "root_volume_throughput, shortens the limit)")])
+    return seconds
 
 
 def _phase(name: str) -> str:

@@ -18,6 +18,7 @@ from ..plan.layout import ServingPlan, ServingRequest, builder_plan, compile_mem
 from ..plan.performance import DEFAULT_WORKLOAD, OBJECTIVES, Constraints, Workload, recommend
 from ..plan.registry import ecr_registry_problem
 from ..plan.timing import MAX_CLOUDFORMATION_MINUTES
+from ..plan.volume import GP3_IOPS, GP3_THROUGHPUT_MIB_S, volume_performance
 from .fields import Setting, definitions, setting, type_problem
 from .names import unknown_problems
 from .sources import layered
@@ -92,6 +93,12 @@ def _name_prefix(value: str) -> str | None:
     if _NAME_PREFIX.fullmatch(value):
         return None
     return "must start with a letter and hold at most 32 letters, digits and hyphens"
+
+
+def _between(low: int, high: int, what: str) -> shapes.Check:
+    def check(value: object) -> str | None:
+        return None if isinstance(value, int) and low <= value <= high else f"must be {low} to {high} {what}"
+    return check
 
 
 def _choice(*allowed: str) -> shapes.Check:
@@ -188,8 +195,21 @@ class StackSettings:
         compile. Given, a builder exports even for hosts that could. Not with `prebuilt_export`.""",
         shown="when the serving host cannot compile: the cheapest instance type of its family that can")
     boot_timeout_minutes: int | None = setting(None, """How long CloudFormation waits for a host to serve. The
-        estimate is 20 min pull, plus 20 + 4 per billion parameters for the export, plus 10 + 0.5 per billion for
-        loading: 87 min for 8B, about 6 h for 70B.""", shown="estimated")
+        estimate is 20 min pull, plus 20 + 4 per billion parameters for the export, plus the load: reading the
+        weights at `root_volume_throughput`, then 10 + 0.5 per billion, all times 1.5 (the limit the host itself
+        waits for its replicas): 98 min for 8B, under 7 h for 70B. The host's own limit never exceeds this
+        timeout.""", shown="estimated")
+    root_volume_throughput: int | None = setting(None, """The throughput of each host's gp3 root volume, in MiB/s
+        (125 to 2,000). The replicas read the model's weights from it at every boot: at gp3's included 125 MiB/s
+        the 131 GiB of a 70B model take 18 minutes. The readiness limit and the boot timeout allow for reading the
+        weights at this rate. Above 125, about $0.04 per MiB/s per month per host (us-east-1; Amazon EBS
+        pricing): $13 a month for 70B's 449.""", shown="enough to read the weights in 5 minutes, at least 125 "
+        "(125 for 8B, 449 for 70B)", check=_between(*GP3_THROUGHPUT_MIB_S, "MiB/s (gp3's throughput)"))
+    root_volume_iops: int | None = setting(None, """The IOPS of each host's gp3 root volume (3,000 to 80,000, at
+        least 4 per MiB/s of `root_volume_throughput`, at most 500 per GiB of the volume). Above 3,000, about
+        $0.005 each per month per host (us-east-1; Amazon EBS pricing): $3 a month for 70B's 3,592.""",
+        shown="enough to carry the throughput in 128 KiB reads, at least 3,000",
+        check=_between(*GP3_IOPS, "(gp3's IOPS)"))
 
     # The endpoint
     internet_facing: bool = setting(False, """Put the ALB in public subnets. Requires `allowed_cidrs` and
@@ -498,7 +518,20 @@ class StackSettings:
         elif self.builder_instance_type is not None or compile_memory_problem(plan) is not None:
             builder = builder_plan(plan, self.builder_instance_type)
         object.__setattr__(self, "_builder", builder)
+        self._check_volume(plan, builder)
         return plan, why
+
+    def _check_volume(self, plan: ServingPlan, builder: ServingPlan | None) -> None:
+        """The root volumes' throughput and IOPS against gp3's limits, on the hosts' and the builder's
+        volume sizes."""
+        too_many = {
+            wrong
+            for host in (plan, builder) if host is not None
+            if (wrong := volume_performance(host, self.root_volume_throughput, self.root_volume_iops)
+                .size_problem(host.root_volume_gib)) is not None
+        }
+        if too_many:
+            raise ServingConfigError(sorted(too_many))
 
 
 SETTINGS: tuple[Setting, ...] = definitions(StackSettings)

@@ -262,7 +262,7 @@ put /opt/neuron-serving/bin/wait-ready 755 <<'EOF'
 #!/bin/bash
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
-limit=${NEURON_SERVING_READY_SECONDS:-2700}
+limit=${NEURON_SERVING_READY_SECONDS:-1500}
 report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
 own=${1:-}
 fail() { echo "$1"; [ -z "$own" ] || report failed "wait-ready: $1"; exit 1; }

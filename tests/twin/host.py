@@ -10,8 +10,8 @@ CLI; the user data itself, synthesized by the stack. What is imitated, and only 
   the user data and an instance id; ``datasource_list: [NoCloud, None]``, ``network: {config:
   disabled}``: the twin has no udev to configure interfaces with), and the metadata service is
   :class:`tests.twin.imds.Imds` on 169.254.169.254 in the twin's namespace;
-- the Neuron devices: empty files bound at ``/dev/neuronN``, and the DLAMI's Neuron tools that the
-  boot calls (``neuron-ls``), written below with the upstream output they imitate;
+- the Neuron devices: empty files bound at ``/dev/neuronN``; the DLAMI's driver and tools packages are
+  stand-ins of their names and versions in the rootfs (tests/twin/rootfs.py, ``DLAMI_PACKAGES``);
 - the Docker engine: the docker CLI talks to the test's recording engine (tests/harness/dockerd.py),
   whose socket is bound into the twin; ``docker.service`` is replaced by a unit that links the socket
   where the CLI looks for it (``/run/docker.sock``), and ``docker.socket`` and ``containerd`` are masked.
@@ -61,23 +61,6 @@ ExecStart=/bin/ln -sfn {ENGINE_DIR}/docker.sock /run/docker.sock
 
 [Install]
 WantedBy=multi-user.target
-"""
-
-NEURON_LS = """\
-#!/usr/bin/python3 -S
-# Stand-in for neuron-ls (aws-neuronx-tools), as the Neuron docs show its table
-# (aws-neuron-sdk tools/neuron-sys-tools/neuron-ls.rst): NEURON DEVICE, NEURON CORES, NEURON MEMORY,
-# then columns the boot does not read. 2 cores and 32 GB per Inferentia2 or Trainium1 device
-# (about-neuron/arch/neuron-hardware/inf2-arch, trn1-arch).
-import glob, re
-devices = sorted(int(re.sub(r"\\D", "", d)) for d in glob.glob("/dev/neuron[0-9]*"))
-print("+--------+--------+--------+")
-print("| NEURON | NEURON | NEURON |")
-print("| DEVICE | CORES  | MEMORY |")
-print("+--------+--------+--------+")
-for n in devices:
-    print(f"| {n:<6} | 2      | 32 GB  |")
-print("+--------+--------+--------+")
 """
 
 AGENT_CTL = """\
@@ -150,7 +133,6 @@ class Twin:
             link = self.path(f"/etc/systemd/system/{masked}")
             link.unlink(missing_ok=True)
             link.symlink_to("/dev/null")
-        self._write("/opt/aws/neuron/bin/neuron-ls", NEURON_LS.encode(), 0o755)
         self._write("/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl", AGENT_CTL.encode(), 0o755)
         return self
 

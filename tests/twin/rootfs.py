@@ -66,6 +66,55 @@ RECIPE: dict[str, object] = {
 }
 
 
+NEURON_LS = """\
+#!/usr/bin/python3 -S
+# Stand-in for neuron-ls of aws-neuronx-tools 2.29.22.0, whose output the Neuron docs show
+# (aws-neuron-sdk v2.29.1, tools/neuron-sys-tools/neuron-ls.rst): instance-type and instance-id
+# lines, then a table. Inferentia2 and Trainium1 devices have 2 NeuronCores and 32 GB each
+# (about-neuron/arch/neuron-hardware/inf2-arch, trn1-arch); PCI, CPU affinity and NUMA columns are
+# placeholders (the boot only logs this output).
+import glob, re, urllib.request
+def md(path):
+    try:
+        put = urllib.request.Request("http://169.254.169.254/latest/api/token", method="PUT",
+                                     headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"})
+        token = urllib.request.urlopen(put, timeout=2).read().decode()
+        get = urllib.request.Request("http://169.254.169.254/latest/meta-data/" + path,
+                                     headers={"X-aws-ec2-metadata-token": token})
+        return urllib.request.urlopen(get, timeout=2).read().decode()
+    except OSError:
+        return "unknown"
+print("instance-type: " + md("instance-type"))
+print("instance-id: " + md("instance-id"))
+rule = "+--------+--------+----------+--------+-----------+--------------+----------+------+"
+print(rule)
+print("| NEURON | NEURON |  NEURON  | NEURON | CONNECTED |     PCI      |   CPU    | NUMA |")
+print("| DEVICE | CORES  | CORE IDS | MEMORY |  DEVICES  |     BDF      | AFFINITY | NODE |")
+print(rule)
+for n in sorted(int(re.sub(r"\\D", "", d)) for d in glob.glob("/dev/neuron[0-9]*")):
+    print(f"| {n:<6} | 2      | {2 * n}-{2 * n + 1:<6} | 32 GB  |           | 0000:{n:02x}:1e.0 | 0-95     | 0    |")
+print(rule)
+"""
+
+DLAMI_PACKAGES: list[dict[str, object]] = [
+    # What the Neuron DLAMI ships, per its documentation: "Neuron driver, EFA, and Neuron tools"
+    # (aws-neuron-sdk v2.29.1 dlami/index.rst, deploy/environments/dlami.rst), at the versions of the
+    # SDK release the last Ubuntu 22.04 base DLAMI carries (Neuron 2.29.1, the Ubuntu 22.04 DLAMI's
+    # last: release-notes/components/dlamis.rst, 2.30.0; src/helperscripts/n2-manifest.json at v2.29.1).
+    # Imitated as packages of those names and versions, so that dpkg-query answers as on the AMI.
+    {"name": "aws-neuronx-dkms", "version": "2.27.4.0", "arch": "all", "files": {},
+     "description": "Stand-in for the Neuron driver (no kernel module: the twin's devices are files)"},
+    {"name": "aws-neuronx-tools", "version": "2.29.22.0", "arch": "amd64",
+     "files": {"opt/aws/neuron/bin/neuron-ls": NEURON_LS},
+     "description": "Stand-in for the Neuron tools: neuron-ls only (/opt/aws/neuron/bin, as the package installs)"},
+]
+"""Docker, the AWS CLI and the CloudWatch agent are not stated to be on the DLAMI: the boot installs
+them when missing, from Ubuntu's archive and AWS. The twin, whose network reaches neither, has
+docker.io and the pinned AWS CLI from its recipe, and the agent's control script (tests/twin/host.py)."""
+
+RECIPE["dlami"] = DLAMI_PACKAGES
+
+
 class TwinUnavailable(RuntimeError):
     """The twin cannot be built here (the archive, a tool, or a privilege is missing)."""
 
@@ -125,6 +174,10 @@ def archive_key(workdir: Path) -> Path:
 
 def _build(target: Path) -> None:
     mmdebstrap = _need("mmdebstrap", "mmdebstrap")
+    # Rootfs of earlier recipes (half a gigabyte each) go.
+    for old in CACHE.glob(f"{SUITE}-*"):
+        if old != target:
+            shutil.rmtree(old, ignore_errors=True)
     _need("systemd-nspawn", "systemd-container")
     if os.geteuid() != 0:
         raise TwinUnavailable("building and booting the twin needs root (mmdebstrap's root mode, systemd-nspawn)")
@@ -147,9 +200,11 @@ def _build(target: Path) -> None:
              "--platform", "any", "-d", str(wheels), *pip], capture_output=True, text=True, check=False)
         if downloaded.returncode != 0:
             raise TwinUnavailable(f"pip could not download {' '.join(pip)} for the twin: {downloaded.stderr[-2000:]}")
+        debs = _dlami_debs(Path(work) / "dlami")
         install = (f'cp -r {wheels} "$1/tmp/wheels" && env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot "$1" '
                    f'python3 -m pip install -q --no-index --find-links /tmp/wheels {" ".join(pip)} && '
-                   'rm -rf "$1/tmp/wheels"')
+                   f'cp -r {debs} "$1/tmp/dlami" && chroot "$1" sh -c "dpkg -i /tmp/dlami/*.deb" && '
+                   'rm -rf "$1/tmp/wheels" "$1/tmp/dlami"')
         argv = [mmdebstrap, f"--variant={RECIPE['variant']}", f"--keyring={key}",
                 "--include=" + ",".join(RECIPE["packages"]),  # type: ignore[arg-type]
                 f"--customize-hook={install}",
@@ -162,3 +217,23 @@ def _build(target: Path) -> None:
             raise TwinUnavailable(f"mmdebstrap failed (exit {built.returncode}){': ' + reached if reached else ''}; "
                                   f"log in {target / 'build.log'}:\n{tail}")
     (root / ".twin-complete").write_text(json.dumps(RECIPE, sort_keys=True) + "\n")
+
+
+def _dlami_debs(directory: Path) -> Path:
+    """:data:`DLAMI_PACKAGES` as .deb files (dpkg-deb --build), in ``directory``."""
+    for package in DLAMI_PACKAGES:
+        tree = directory / "tree" / str(package["name"])
+        for path, text in dict(package["files"]).items():  # type: ignore[call-overload]
+            target = tree / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            target.chmod(0o755)
+        (tree / "DEBIAN").mkdir(parents=True)
+        (tree / "DEBIAN" / "control").write_text(
+            f"Package: {package['name']}\nVersion: {package['version']}\nArchitecture: {package['arch']}\n"
+            f"Maintainer: cdk-neuron-serving tests <tests@localhost>\nDescription: {package['description']}\n")
+        subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(tree),
+                        str(directory / f"{package['name']}_{package['version']}_{package['arch']}.deb")],
+                       check=True, capture_output=True)
+    shutil.rmtree(directory / "tree")
+    return directory

@@ -253,3 +253,21 @@ def test_a_warm_pool_host_is_prepared_stopped_and_started_and_then_serves(world:
     assert sorted(image.serving) == [f"replica-{r.index}" for r in plan.replicas]
     serves(plan.router_port)
     assert twin.path("/var/log/neuron-serving/boot.log").read_text().count("step: metadata") == 1
+
+
+def test_a_hub_that_fails_twice_then_answers_delays_the_boot_but_does_not_fail_it(world: World) -> None:
+    from tests.harness.fake_hub import RESET
+
+    script, _, plan = user_data({})
+    stage(world, script)
+    twin, _, _ = world.twin(script, plan)
+    # Two connections reset before any answer, as a flaky network does: the client retries neither
+    # (tests/harness/fake_hub.py), the boot's export step does.
+    world.hub.fail(2, status=RESET)
+    twin.start()
+    assert twin.wait_boot_script(timeout=300) == "done", failure_report(twin)
+    assert signals(world) == [("SUCCESS", twin.instance_id)]
+    export_log = twin.path("/var/log/neuron-serving/export.log").read_text()
+    assert "download failed (attempt 1 of" in export_log and "download failed (attempt 2 of" in export_log
+    assert sum(r.status == RESET for r in world.hub.requests) == 2
+    serves(plan.router_port)

@@ -609,6 +609,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         driver_below=image.driver_below,
         runtime=image.neuron_runtime,
         pull_attempts=options.pull_attempts,
+        conditional_write=cache is not None and options.export_role != "wait",
         named_settings=named_settings,
         replicas=_replicas(plan),
         router_port=plan.router_port,

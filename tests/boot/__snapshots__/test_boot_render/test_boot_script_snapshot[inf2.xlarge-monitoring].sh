@@ -70,7 +70,7 @@ hub() {
     download "$@"
 }
 retry() {
-  local attempt delay=10
+  delay=10
   for attempt in $(seq 5); do
     "$@" >>"$log" 2>&1 && return
     [ "$attempt" -lt 5 ] || return

@@ -88,7 +88,7 @@ hub() {
     download "$@"
 }
 retry() {
-  local attempt delay=10
+  delay=10
   for attempt in $(seq 5); do
     "$@" >>"$log" 2>&1 && return
     [ "$attempt" -lt 5 ] || return
@@ -157,7 +157,9 @@ if ! { echo "$up" && sums "$final"; } >"$final.from" ||
   ! aws s3 sync --only-show-errors --exclude "${marker##*/}" "$final" "$s3$up/" >>"$log" 2>&1 ||
   ! aws s3api put-object --bucket "$CACHE_BUCKET" --key "$cached/COMPLETE" --body "$final.from" \
     --if-none-match '*' >>"$log" 2>&1; then
-  echo "export-model: not published (see $log)"
+  err=$(tail -n 1 "$log")
+  [[ $err != *PreconditionFailed* ]] || err="another host published first"
+  echo "export-model: not published: $err"
   aws s3 rm --recursive --only-show-errors "$s3$up/" >>"$log" 2>&1 || true
 fi
 EOF
@@ -456,7 +458,9 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
 }
 command -v docker >/dev/null || apt_install docker.io
-if ! command -v aws >/dev/null && ! snap install aws-cli --classic; then
+if ! command -v aws >/dev/null && ! snap install aws-cli --classic ||
+  [[ $(aws s3api put-object --generate-cli-skeleton) != *IfNoneMatch* ]]; then
+  ! command -v aws >/dev/null || log "$(aws --version) lacks --if-none-match: installing v2"
   command -v unzip >/dev/null || apt_install unzip
   awscli=$(mktemp -d)
   curl -fsSL -o "$awscli/awscliv2.zip" "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"

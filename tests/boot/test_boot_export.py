@@ -32,7 +32,7 @@ from neuron_serving.plan import ServingConfigError, ServingPlan
 from neuron_serving.plan.engines import CHECKPOINT_EXCLUDED, CHECKPOINT_FILES, ENGINES, check_dlami_parameter
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
 from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, BootOptions, render_boot_script
-from tests.harness.fake_hub import FakeHub, HubRepo
+from tests.harness.fake_hub import RESET, FakeHub, HubRepo
 from tests.harness.test_optimum_neuron import TINY_LLAMA
 
 MakeHost = Callable[..., Host]
@@ -328,3 +328,84 @@ def test_the_hub_download_the_script_issues_runs_in_the_real_huggingface_cli_at_
         assert files and all(f"/resolve/{pinned}/" in r.path for r in files)
     final = host.path(f"{EXPORTS}/{engine.export_key(plan, engine.default_image, pinned)}")
     assert host.run(CHECK_EXPORT, str(final)).returncode == 0
+
+
+def checkpoint_hub(model_id: str) -> FakeHub:
+    """A Hub on loopback holding ``model_id`` as :data:`inside.CHECKPOINT`, for the TGI image's real client."""
+    repo = HubRepo(model_id)
+    repo.commit({name: text.encode() for name, text in CHECKPOINT.items()})
+    return FakeHub([repo])
+
+
+def retry_waits(host: Host) -> list[str]:
+    """The seconds of each wait between download attempts (the sleep stub's calls of 10 s or more)."""
+    return [a[0] for a in host.calls("sleep") if float(a[0]) >= 10]
+
+
+def test_a_hub_that_fails_twice_then_answers_does_not_fail_the_boot(make_host: MakeHost, tmp_path: Path) -> None:
+    # Defect 4 of issue 22: the Hub download got one try (the image pull five), so one reset
+    # connection failed the stack.
+    cli = Path(require(ROOT / HUB_CLIS["tgi"][0], "scripts/test makes it"))
+    plan = small_plan()
+    with checkpoint_hub(plan.model_id) as hub:
+        host = make_host(1)
+        host.inside.use_hub(hub, cli, tmp_path / "hf-home")
+        hub.fail(2)
+        result = host.boot(render_boot_script(plan))
+        requests = hub.requests
+    assert result.returncode == 0, result.stdout
+    assert [r.status for r in requests[:2]] == [RESET, RESET]
+    assert len(hub_downloads(host)) == 3
+    assert retry_waits(host) == ["10", "20"]
+    assert "export-model: download failed (attempt 2 of 5); retrying in 20s" in result.stdout
+    assert host.run(CHECK_EXPORT, export_dir(host, plan)).returncode == 0
+
+
+def test_a_retried_hub_download_fetches_only_the_files_the_failed_one_lacked(
+    make_host: MakeHost, tmp_path: Path,
+) -> None:
+    # A retry goes on from the failed try: the files that arrived stay in --local-dir, and
+    # huggingface-cli skips them (tests/harness/test_fake_hub.py shows the client's side).
+    cli = Path(require(ROOT / HUB_CLIS["tgi"][0], "scripts/test makes it"))
+    plan = small_plan()
+    broken = "model-00002-of-00002.safetensors"
+    with checkpoint_hub(plan.model_id) as hub:
+        host = make_host(1)
+        host.inside.use_hub(hub, cli, tmp_path / "hf-home")
+        hub.fail(1, file=broken)
+        result = host.boot(render_boot_script(plan))
+        requests = hub.requests
+    assert result.returncode == 0, result.stdout
+    assert len(hub_downloads(host)) == 2
+    sent = sorted(r.file for r in requests if r.method == "GET" and r.status == 200 and r.file is not None)
+    assert sent == sorted(name for name in CHECKPOINT if not name.startswith("original/") and name != "LICENSE")
+
+
+def test_a_hub_that_never_answers_fails_the_boot_naming_the_attempts(make_host: MakeHost, tmp_path: Path) -> None:
+    cli = Path(require(ROOT / HUB_CLIS["tgi"][0], "scripts/test makes it"))
+    plan = small_plan()
+    with checkpoint_hub(plan.model_id) as hub:
+        host = make_host(1)
+        host.inside.use_hub(hub, cli, tmp_path / "hf-home")
+        hub.fail(100, status=500)
+        result = host.boot(render_boot_script(plan, BootOptions(signal=SIGNAL)))
+    assert result.returncode != 0
+    assert len(hub_downloads(host)) == 5
+    assert retry_waits(host) == ["10", "20", "40", "80"]
+    assert f"export-model: could not download {plan.model_id} after 5 attempts" in result.stdout
+    assert host.exports() == []
+    log = host.path("/var/log/neuron-serving/export.log").read_text()
+    assert "500 Server Error" in log
+
+
+def test_a_prebuilt_export_whose_s3_download_fails_twice_is_downloaded_on_the_third_try(make_host: MakeHost) -> None:
+    # aws s3 sync is retried like the Hub download; each try copies only what the last one lacked.
+    plan = small_plan()
+    host = make_host(1)
+    write_export(host.s3 / "models" / "export", plan)
+    result = host.boot(render_boot_script(plan, BootOptions(prebuilt_export="s3://models/export")),
+                       STUB_S3_SYNC_FAILURES="2")
+    assert result.returncode == 0, result.stdout
+    assert len(host.aws("s3", "sync")) == 3
+    assert retry_waits(host) == ["10", "20"]
+    assert host.run(CHECK_EXPORT, export_dir(host, plan)).returncode == 0

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from bootsim import (
     BOOT_LOG,
     CACHE,
@@ -105,7 +106,8 @@ def test_two_racing_exporters_leave_one_complete_marker_naming_one_complete_arti
     hosts = [make_host(1), make_host(1)]
     # A slow compiler: both hosts find no COMPLETE and export; both then try to publish.
     boots = [h.boot_async(script, STUB_EXPORT_SECONDS="1.5") for h in hosts]
-    assert [b.wait(timeout=60) for b in boots] == [0, 0]
+    outputs = [b.communicate(timeout=60)[0] for b in boots]
+    assert [b.returncode for b in boots] == [0, 0]
     assert [len(h.exports()) for h in hosts] == [1, 1]
     assert all(has_working_export(h, plan) for h in hosts)
     cache = cached(hosts[0], plan)
@@ -118,6 +120,7 @@ def test_two_racing_exporters_leave_one_complete_marker_naming_one_complete_arti
     assert (cache / "COMPLETE").read_text() == complete_marker(named, cache / winner)
     loser = next(h for h in hosts if h.instance_id != winner)
     assert "PreconditionFailed" in loser.path("/var/log/neuron-serving/export.log").read_text()
+    assert "export-model: not published: another host published first" in outputs[hosts.index(loser)]
 
 
 def test_an_artifact_without_its_complete_marker_is_not_used(make_host: MakeHost) -> None:
@@ -357,3 +360,68 @@ def test_an_unknown_revision_fails_the_boot_with_a_failure_signal_naming_it(make
     (failure,) = [s for s in signals(host) if s["--status"] == "FAILURE"]
     assert f"could not download {plan.model_id} at revision no-such-branch" in host.path(BOOT_LOG).read_text()
     assert failure["--unique-id"].startswith(host.instance_id)
+
+
+# `aws --version` of CLIs too old for put-object --if-none-match (S3 conditional writes came with AWS CLI 1.34.2
+# and 2.17.34): the format of aws/aws-cli 1.34.1 (tried) and 2.9.19 awscli/clidriver.py (session.user_agent());
+# 2.9.19 is Debian 12's awscli package. Python and Linux versions are examples.
+OLD_CLIS = {
+    "v1": "aws-cli/1.34.1 Python/3.11.7 Linux/6.5.0-1022-aws botocore/1.35.1",
+    "v2": "aws-cli/2.9.19 Python/3.11.2 Linux/6.1.0-18-cloud-amd64 source/x86_64.debian.12 prompt/off",
+}
+SKELETON = ["s3api", "put-object", "--generate-cli-skeleton"]
+
+
+@pytest.mark.parametrize("cli", OLD_CLIS)
+def test_an_aws_cli_too_old_for_conditional_writes_is_replaced_and_the_export_is_published(
+    make_host: MakeHost, cli: str,
+) -> None:
+    # Defect 6 of issue 22: an old CLI failed put-object --if-none-match, which the script took for
+    # another host's win: the boot succeeded and the cache never filled.
+    plan = small_plan()
+    host = make_host(1)
+    result = host.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE)), STUB_AWS_VERSION=OLD_CLIS[cli])
+    assert result.returncode == 0, result.stdout
+    assert (cached(host, plan) / "COMPLETE").is_file()
+    assert f"{OLD_CLIS[cli]} lacks --if-none-match: installing v2" in result.stdout
+    assert "https://awscli.amazonaws.com/awscli-exe-linux-x86_64.zip" in [a[-1] for a in host.calls("curl")]
+
+
+def test_a_host_that_publishes_nothing_keeps_an_old_aws_cli(make_host: MakeHost) -> None:
+    host = make_host(1)
+    result = host.boot(render_boot_script(small_plan()), STUB_AWS_VERSION=OLD_CLIS["v1"])
+    assert result.returncode == 0, result.stdout
+    assert SKELETON not in host.calls("aws")
+    assert all("awscli" not in a[-1] for a in host.calls("curl"))
+
+
+def test_an_aws_cli_new_enough_is_kept(make_host: MakeHost) -> None:
+    host = make_host(1)
+    result = host.boot(render_boot_script(small_plan(), BootOptions(artifact_cache=CACHE)))
+    assert result.returncode == 0, result.stdout
+    assert SKELETON in host.calls("aws")
+    assert all("awscli" not in a[-1] for a in host.calls("curl"))
+
+
+def test_a_cli_that_still_lacks_the_option_is_reported_and_not_taken_for_another_hosts_win(
+    make_host: MakeHost,
+) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    result = host.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE)),
+                       STUB_AWS_VERSION=OLD_CLIS["v1"], STUB_INSTALLED_AWS_VERSION=OLD_CLIS["v1"])
+    assert result.returncode == 0, result.stdout  # the host serves its own export
+    assert "export-model: not published: Unknown options: --if-none-match, *" in result.stdout
+    assert "another host published first" not in result.stdout
+    assert not (cached(host, plan) / "COMPLETE").exists()
+
+
+def test_a_put_object_failure_other_than_precondition_failed_is_reported_as_it_is(make_host: MakeHost) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    result = host.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE)), STUB_PUT_OBJECT_DENIED="1")
+    assert result.returncode == 0, result.stdout  # the host serves its own export
+    assert ("export-model: not published: An error occurred (AccessDenied) when calling the PutObject operation: "
+            "Access Denied") in result.stdout
+    assert "another host published first" not in result.stdout
+    assert [p for p in cached(host, plan).rglob("*") if p.is_file()] == []  # the upload without COMPLETE is gone

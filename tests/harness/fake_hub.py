@@ -35,6 +35,13 @@ their sha256. The Xet protocol is not imitated: without ``X-Xet-Hash`` headers t
 plain HTTP even with ``hf_xet`` installed.
 
 Every request, to the Hub or to its CDN, is recorded with its headers and status.
+
+:meth:`FakeHub.fail` makes the next requests fail as an unreliable network or Hub does: the connection reset
+before any answer (a TCP RST: the client's ``requests`` raises ConnectionError), or an HTTP status such as 500.
+The client does not retry either on the first call of a download: ``snapshot_download`` calls ``model_info``
+(``hf_api.py``, a plain ``get_session().get``) once, and ``file_download.py`` ``_request_wrapper`` retries only
+HTTP 429 (``http_backoff(..., retry_on_exceptions=(), retry_on_status_codes=(429,))``); only a transfer cut
+mid-body is resumed inside one run (``http_get``, up to 5 times).
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ import fnmatch
 import hashlib
 import json
 import re
+import socket
+import struct
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -166,6 +175,7 @@ class HubRequest:
     query: dict[str, list[str]]
     headers: dict[str, str]
     status: int
+    """The HTTP status answered, or :data:`RESET` for a connection reset unanswered."""
     file: str | None = None
     """The repo file this request was about (resolve and CDN requests), else None."""
 
@@ -173,6 +183,19 @@ class HubRequest:
     def token(self) -> str | None:
         auth = self.headers.get("authorization", "")
         return auth[len("Bearer ") :] if auth.startswith("Bearer ") else None
+
+
+RESET = 0
+"""The ``status`` :meth:`FakeHub.fail` takes and :class:`HubRequest` records for a connection reset unanswered."""
+
+
+@dataclass
+class _Failures:
+    """What :meth:`FakeHub.fail` asked: fail ``left`` more requests (about ``file`` only, when given)."""
+
+    left: int
+    status: int
+    file: str | None
 
 
 class _Error(Exception):
@@ -209,9 +232,15 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         status = 500
-        self._file = None
+        self._file = _about(self.server.role, url.path, query)
         try:
-            if self.server.role == "cdn":
+            failure = self.server.hub._take_failure(self._file)
+            if failure == RESET:
+                status = RESET
+                self._reset()
+            elif failure is not None:
+                raise _Error(failure, None, "Internal Error - We're working hard to fix this as soon as possible!")
+            elif self.server.role == "cdn":
                 status = self._cdn(url.path, query, body=body)
             else:
                 status = self._hub(url.path, query, body=body)
@@ -235,6 +264,12 @@ class _Handler(BaseHTTPRequestHandler):
                     file=self._file,
                 )
             )
+
+    def _reset(self) -> None:
+        """Close the connection with a TCP RST (SO_LINGER on, timeout 0), before any answer."""
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.connection.close()
+        self.close_connection = True
 
     def _send(self, status: int, headers: Mapping[str, str], payload: bytes, *, body: bool) -> None:
         self.send_response(status)
@@ -352,7 +387,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _resolve(self, repo_id: str, revision: str, filename: str, token: str | None, *, body: bool) -> int:
         """``HEAD``/``GET /{repo}/resolve/{rev}/{path}`` (file_download.py ``get_hf_file_metadata``, ``http_get``)."""
-        self._file = filename
         repo = self._repo(repo_id, token)
         if repo.gated and not _granted(repo, token):
             if token is None:
@@ -387,7 +421,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _cdn(self, path: str, query: dict[str, list[str]], *, body: bool) -> int:
         """The LFS CDN: ``/lfs/{sha256}``, no authentication, byte ranges."""
-        self._file = query.get("path", [None])[0]
         sha = path.rsplit("/", 1)[-1]
         content = self.server.hub._blob(sha)
         if not path.startswith("/lfs/") or content is None:
@@ -415,6 +448,15 @@ class _Handler(BaseHTTPRequestHandler):
         return 206
 
 
+def _about(role: str, path: str, query: dict[str, list[str]]) -> str | None:
+    """The repo file a request is about: a hub ``/resolve/`` path's file, the CDN's ``path`` parameter."""
+    if role == "cdn":
+        return query.get("path", [None])[0]
+    if "/resolve/" in path:
+        return unquote(path.partition("/resolve/")[2].partition("/")[2])
+    return None
+
+
 def _granted(repo: HubRepo, token: str | None) -> bool:
     return token is not None and (repo.granted is None or token in repo.granted)
 
@@ -439,6 +481,7 @@ class FakeHub:
         self.repos: dict[str, HubRepo] = {r.repo_id: r for r in repos or []}
         self.tokens = frozenset(tokens)
         self._requests: list[HubRequest] = []
+        self._failures: _Failures | None = None
         self._lock = threading.Lock()
         self._servers: list[_Server] = []
         self._threads: list[threading.Thread] = []
@@ -507,6 +550,24 @@ class FakeHub:
         if token is not None:
             env["HF_TOKEN"] = token
         return env
+
+    def fail(self, times: int, *, status: int = RESET, file: str | None = None) -> None:
+        """Fail the next ``times`` requests to the hub or its CDN (only those about repo path ``file``, when
+        given): reset the connection unanswered (:data:`RESET`), or answer ``status`` (such as 500) with an
+        error message, as the Hub does when it is down. Replaces what an earlier call asked."""
+        if times < 0 or (status != RESET and not 400 <= status <= 599):
+            raise ValueError(f"times ({times}) must be >= 0 and status ({status}) RESET or an HTTP error status")
+        with self._lock:
+            self._failures = _Failures(times, status, file)
+
+    def _take_failure(self, file: str | None) -> int | None:
+        """The status the request about ``file`` must fail with, counted; None: answer it."""
+        with self._lock:
+            failures = self._failures
+            if failures is None or failures.left == 0 or (failures.file is not None and failures.file != file):
+                return None
+            failures.left -= 1
+            return failures.status
 
     def _record(self, request: HubRequest) -> None:
         with self._lock:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from neuron_serving.plan.engines import CHECKPOINT_FILES
-from tests.harness.fake_hub import CLIENT_ENV_REMOVE, FakeHub, HubRepo
+from tests.harness.fake_hub import CLIENT_ENV_REMOVE, RESET, FakeHub, HubRepo, HubRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = ROOT / ".tools" / "hub" / "bin" / "huggingface-cli"
@@ -238,3 +238,59 @@ def test_hf_transfer_downloads_large_files_in_ranges(cli: Path, tmp_path: Path) 
     assert result.returncode == 0, result.stderr
     assert (out / "model.safetensors").read_bytes() == big
     assert [r for r in requests if r.server == "cdn" and r.status == 206]
+
+
+def content_sent(requests: list[HubRequest]) -> list[str]:
+    """The repo files whose content was sent, once per time it was: GETs answered 200 or 206."""
+    return sorted(r.file for r in requests if r.method == "GET" and r.status in (200, 206) and r.file is not None)
+
+
+@pytest.mark.parametrize("status", [RESET, 500])
+def test_a_hub_that_fails_the_first_call_fails_the_download_and_the_next_download_succeeds(
+    cli: Path, tmp_path: Path, status: int,
+) -> None:
+    """The client does not retry the first call of a download (``model_info``, hf_api.py at v0.34.4): one reset
+    connection or one 500 fails the whole ``huggingface-cli download``; that is the boot script's to retry."""
+    repo = HubRepo(REPO_ID)
+    repo.commit(llama_files())
+    out = tmp_path / "model.src"
+    args = (REPO_ID, "--local-dir", str(out), "--include", *INCLUDE)
+    with FakeHub([repo]) as hub:
+        hub.fail(2, status=status)
+        first, second, third = (download(hub, tmp_path, *args) for _ in range(3))
+        requests = hub.requests
+
+    assert first.returncode != 0 and second.returncode != 0
+    assert ("ConnectionError" if status == RESET else "500 Server Error") in first.stderr
+    assert [r.status for r in requests[:2]] == [status, status]
+    assert third.returncode == 0, third.stderr
+    assert files_under(out) == {"config.json", "generation_config.json", "model-00001-of-00002.safetensors",
+                                "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+                                "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"}
+
+
+def test_a_download_run_again_into_the_same_local_dir_fetches_only_the_files_it_lacks(
+    cli: Path, tmp_path: Path,
+) -> None:
+    """What makes the boot script's retries resume: a run that failed on one file leaves the others complete
+    in --local-dir with their metadata (.cache/huggingface/download/), and the next run into that directory
+    HEADs each file and skips those whose etag matches (file_download.py ``_hf_hub_download_to_local_dir``)."""
+    repo = HubRepo(REPO_ID)
+    files = llama_files()
+    repo.commit(files)
+    out = tmp_path / "model.src"
+    args = (REPO_ID, "--local-dir", str(out), "--include", *INCLUDE)
+    broken = "model-00002-of-00002.safetensors"
+    with FakeHub([repo]) as hub:
+        hub.fail(1, file=broken)
+        first = download(hub, tmp_path, *args)
+        sent_first = content_sent(hub.requests)
+        hub.clear()
+        second = download(hub, tmp_path, *args)
+        sent_second = content_sent(hub.requests)
+
+    assert first.returncode != 0
+    assert broken not in sent_first and "model-00001-of-00002.safetensors" in sent_first
+    assert second.returncode == 0, second.stderr
+    assert sent_second == [broken]
+    assert (out / broken).read_bytes() == files[broken]

@@ -151,6 +151,10 @@ characters)."""
 DEFAULT_PULL_ATTEMPTS = 5
 """Image pulls tried before the boot fails; the waits between them grow 10, 20, 40, 80 s."""
 
+DOWNLOAD_ATTEMPTS = 5
+"""Downloads of the checkpoint or of an export (Hugging Face Hub, S3) tried before the export step
+gives up, each going on from the one before; the waits between them grow as the image pull's."""
+
 HEREDOC_END = "EOF"
 """The terminator of the quoted heredocs that embed rendered files in the boot script."""
 
@@ -568,6 +572,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
             role=options.export_role,
             wait_seconds=options.export_wait_minutes * 60,
             poll_seconds=WAIT_POLL_SECONDS,
+            download_attempts=DOWNLOAD_ATTEMPTS,
         ),
         CHECK_EXPORT: _rendered("check-export.py.j2",
                                 expect=json.dumps(engine.export_expectations(plan, image), sort_keys=True)),
@@ -617,6 +622,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         driver_below=image.driver_below,
         runtime=image.neuron_runtime,
         pull_attempts=options.pull_attempts,
+        conditional_write=cache is not None and options.export_role != "wait",
         named_settings=named_settings,
         replicas=_replicas(plan),
         router_port=plan.router_port,

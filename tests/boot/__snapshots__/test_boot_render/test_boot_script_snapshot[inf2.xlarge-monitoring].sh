@@ -66,14 +66,24 @@ finish() {
 }
 report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
 hub() {
-  docker run --rm --entrypoint huggingface-cli -v "$exports:/models" "$IMAGE" \
-    download "$@" >>"$log" 2>&1
+  retry docker run --rm --entrypoint huggingface-cli -v "$exports:/models" "$IMAGE" \
+    download "$@"
+}
+retry() {
+  delay=10
+  for attempt in $(seq 5); do
+    "$@" >>"$log" 2>&1 && return
+    [ "$attempt" -lt 5 ] || return
+    echo "export-model: download failed (attempt $attempt of 5); retrying in ${delay}s" | tee -a "$log"
+    sleep "$delay"
+    delay=$((delay * 2))
+  done
 }
 model=meta-llama/Llama-3.2-1B-Instruct
 echo "export-model: downloading $model into $final.src; output in $log"
 hub "$model" --local-dir "/models/$key.src" \
   --include config.json generation_config.json 'model*.safetensors' model.safetensors.index.json tokenizer.json tokenizer_config.json special_tokens_map.json tokenizer.model --exclude 'original/*' ||
-  fail "could not download $model"
+  fail "could not download $model after 5 attempts"
 compgen -G "$final.src/*.safetensors" >/dev/null || fail "$model has no safetensors weights"
 args=()
 for d in $(seq 0 0); do args+=(--device "/dev/neuron$d"); done

@@ -84,8 +84,18 @@ finish() {
 }
 report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
 hub() {
-  docker run --rm --entrypoint huggingface-cli --env-file "$R"/etc/neuron-serving/hf-token.env -v "$exports:/models" "$IMAGE" \
-    download "$@" >>"$log" 2>&1
+  retry docker run --rm --entrypoint huggingface-cli --env-file "$R"/etc/neuron-serving/hf-token.env -v "$exports:/models" "$IMAGE" \
+    download "$@"
+}
+retry() {
+  delay=10
+  for attempt in $(seq 5); do
+    "$@" >>"$log" 2>&1 && return
+    [ "$attempt" -lt 5 ] || return
+    echo "export-model: download failed (attempt $attempt of 5); retrying in ${delay}s" | tee -a "$log"
+    sleep "$delay"
+    delay=$((delay * 2))
+  done
 }
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/host.env"
@@ -108,8 +118,8 @@ if aws s3 cp "$s3$cached/COMPLETE" "$final.from" >>"$log" 2>&1; then
   from=$s3$from/
   echo "export-model: downloading $from into $final; output in $log"
   report download-export "$from"
-  if ! aws s3 sync --only-show-errors "$from" "$final.tmp" >>"$log" 2>&1; then
-    why="could not be downloaded (see $log)"
+  if ! retry aws s3 sync --only-show-errors "$from" "$final.tmp"; then
+    why="could not be downloaded after 5 attempts (see $log)"
   elif bad=$(LC_ALL=C comm -3 <(tail -n +2 "$final.from" | LC_ALL=C sort) <(sums "$final.tmp")); [ -n "$bad" ]; then
     why="differs from the manifest in COMPLETE"
     printf 'export-model: %s %s; lines only in the manifest, and (indented) only in the download:\n%s\n' \
@@ -128,7 +138,7 @@ model=meta-llama/Llama-3.1-8B-Instruct revision=5f0b02c75b57c5855da9ae460ce51323
 echo "export-model: downloading $model into $final.src; output in $log"
 hub "$model" --revision "$revision" --local-dir "/models/$key.src" \
   --include config.json generation_config.json 'model*.safetensors' model.safetensors.index.json tokenizer.json tokenizer_config.json special_tokens_map.json tokenizer.model --exclude 'original/*' ||
-  fail "could not download $model at revision $revision"
+  fail "could not download $model at revision $revision after 5 attempts"
 compgen -G "$final.src/*.safetensors" >/dev/null || fail "$model has no safetensors weights"
 args=()
 for d in $(seq 0 0); do args+=(--device "/dev/neuron$d"); done
@@ -147,7 +157,9 @@ if ! { echo "$up" && sums "$final"; } >"$final.from" ||
   ! aws s3 sync --only-show-errors --exclude "${marker##*/}" "$final" "$s3$up/" >>"$log" 2>&1 ||
   ! aws s3api put-object --bucket "$CACHE_BUCKET" --key "$cached/COMPLETE" --body "$final.from" \
     --if-none-match '*' >>"$log" 2>&1; then
-  echo "export-model: not published (see $log)"
+  err=$(tail -n 1 "$log")
+  [[ $err != *PreconditionFailed* ]] || err="another host published first"
+  echo "export-model: not published: $err"
   aws s3 rm --recursive --only-show-errors "$s3$up/" >>"$log" 2>&1 || true
 fi
 EOF
@@ -454,7 +466,9 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
 }
 command -v docker >/dev/null || apt_install docker.io
-if ! command -v aws >/dev/null && ! snap install aws-cli --classic; then
+if ! command -v aws >/dev/null && ! snap install aws-cli --classic ||
+  [[ $(aws s3api put-object --generate-cli-skeleton) != *IfNoneMatch* ]]; then
+  ! command -v aws >/dev/null || log "$(aws --version) lacks --if-none-match: installing v2"
   command -v unzip >/dev/null || apt_install unzip
   awscli=$(mktemp -d)
   curl -fsSL -o "$awscli/awscliv2.zip" "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"

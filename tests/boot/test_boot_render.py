@@ -376,5 +376,5 @@ def test_a_warm_pool_hook_must_outlast_wait_ready_which_runs_without_heartbeats_
 
 def test_the_signal_unique_id_is_cut_to_the_api_limit() -> None:
     _, script = rendered("trn1.32xlarge-tp2-secret-arn-fleet")
-    assert f"| head -c {SIGNAL_ID_LIMIT})" in script
+    assert f"| head -c {SIGNAL_ID_LIMIT})" in embedded_files(script)[BOOT_STEPS]
     assert SIGNAL_ID_LIMIT == 64

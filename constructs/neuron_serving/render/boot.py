@@ -640,6 +640,9 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         start_monitoring=START_MONITORING,
         builder=options.export_role == "build",
         registry=registry,
+        signal_id_limit=SIGNAL_ID_LIMIT,
+        failed=FAILED,
+        export_model=EXPORT_MODEL,
     )
     files[BOOT_STEPS] = _rendered("boot-steps.sh.j2", **steps)
     script = render(
@@ -648,13 +651,6 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         stack_env=Unquoted("".join(f"{k}={shlex.quote(v)}\n" for k, v in stack_env.items() if v is not None)),
         bundle=Unquoted(_packed(bundle(files))),
         boot_steps=BOOT_STEPS,
-        signal=signal,
-        signal_id_limit=SIGNAL_ID_LIMIT,
-        hook=hook,
-        report=report,
-        failed=FAILED,
-        builder=options.export_role == "build",
-        export_model=EXPORT_MODEL,
     )
     return _without_comments(script, keep_header=True)
 

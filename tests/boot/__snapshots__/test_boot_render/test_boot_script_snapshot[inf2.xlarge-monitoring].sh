@@ -11,14 +11,9 @@ exec > >(tee -a "$logs/boot.log") 2>&1
 step=start why=
 log() { echo "$(date -u +%FT%TZ) neuron-serving: $*"; }
 die() { why=$*; log "ERROR: $*"; exit 1; }
-run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; "$bin/report-phase" "$1"; }
-bin=$R/opt/neuron-serving/bin
 on_exit() {
   local rc=$?
-  if [ "$rc" = 0 ]; then echo "done" >"$logs/status"; return; fi
-  echo "failed $step" >"$logs/status"
-  log "FAILED in step $step (exit $rc)"
-  "$bin/report-phase" failed "$step: ${why:-exit $rc}"
+  [ "$rc" = 0 ] || { echo "failed $step" >"$logs/status"; log "FAILED in step $step (exit $rc)"; }
 }
 trap on_exit EXIT
 trap 'why="command failed (exit $?) at line $LINENO: $BASH_COMMAND"; log "$why"' ERR
@@ -287,6 +282,15 @@ put /etc/neuron-serving/cloudwatch-agent.json.in 644 <<'EOF'
 EOF
 put /opt/neuron-serving/bin/boot-steps 644 <<'EOF'
 # shellcheck shell=bash
+run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; "$bin/report-phase" "$1"; }
+bin=$R/opt/neuron-serving/bin
+on_exit() {
+  local rc=$?
+  if [ "$rc" = 0 ]; then echo "done" >"$logs/status"; return; fi
+  echo "failed $step" >"$logs/status"
+  log "FAILED in step $step (exit $rc)"
+  "$bin/report-phase" failed "$step: ${why:-exit $rc}"
+}
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
 

@@ -11,27 +11,9 @@ exec > >(tee -a "$logs/boot.log") 2>&1
 step=start why=
 log() { echo "$(date -u +%FT%TZ) neuron-serving: $*"; }
 die() { why=$*; log "ERROR: $*"; exit 1; }
-run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; "$bin/report-phase" "$1"; }
-warm='' bin=$R/opt/neuron-serving/bin
-signal() {
-  aws cloudformation signal-resource --region "$REGION" --stack-name NeuronLlamaStack \
-    --logical-resource-id NeuronServingFleet --status "$1" --unique-id "$2" || log "no $1 signal taken"
-}
 on_exit() {
   local rc=$?
-  [ -z "${beat:-}" ] || kill "$beat" 2>/dev/null || true
-  if [ "$rc" = 0 ]; then echo "done" >"$logs/status"; return; fi
-  echo "failed $step" >"$logs/status"
-  log "FAILED in step $step (exit $rc)"
-  local lines=
-  set +eu
-  trap - ERR
-  [ "$step" != export-model ] || lines=$(tail -n 20 "$logs/export.log") why=$(grep . <<<"$lines" | tail -n 1)
-  printf 'neuron-serving: failed in step %s: %s\n%s\n' "$step" "${why:=exit $rc}" "$lines" | tee -a "$R/dev/console"
-  "$bin/report-phase" failed "$step: ${why:-exit $rc}"
-  [ -n "$warm" ] || signal FAILURE "$(echo -n "$INSTANCE_ID $step: $why" |
-    tr -cs '[:alnum:] ._:/()=,+-' ' ' | head -c 64)"
-  [ ! -x "$bin/complete-lifecycle" ] || "$bin/complete-lifecycle" ABANDON
+  [ "$rc" = 0 ] || { echo "failed $step" >"$logs/status"; log "FAILED in step $step (exit $rc)"; }
 }
 trap on_exit EXIT
 trap 'why="command failed (exit $?) at line $LINENO: $BASH_COMMAND"; log "$why"' ERR
@@ -426,6 +408,30 @@ put /etc/neuron-serving/cloudwatch-agent.json.in 644 <<'EOF'
 EOF
 put /opt/neuron-serving/bin/boot-steps 644 <<'EOF'
 # shellcheck shell=bash
+run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; "$bin/report-phase" "$1"; }
+warm='' bin=$R/opt/neuron-serving/bin
+signal() {
+  aws cloudformation signal-resource --region "$REGION" --stack-name NeuronLlamaStack \
+    --logical-resource-id NeuronServingFleet --status "$1" --unique-id "$2" || log "no $1 signal taken"
+}
+on_exit() {
+  local rc=$?
+  [ -z "${beat:-}" ] || kill "$beat" 2>/dev/null || true
+  if [ "$rc" = 0 ]; then echo "done" >"$logs/status"; return; fi
+  echo "failed $step" >"$logs/status"
+  log "FAILED in step $step (exit $rc)"
+  local lines="" full=""
+  set +eu
+  trap - ERR
+  [ "$step" != export-model ] || lines=$(tail -n 20 "$logs/export.log") why=$(grep . <<<"$lines" | tail -n 1)
+  full=$(df -P "$R/var/lib/neuron-serving" | awk 'NR==2 && $4 < 1048576 {print "disk full: " $6 " (" int($4/1024) " MiB free)"}')
+  [ -z "$full" ] || why="$full; ${why:-exit $rc}"
+  printf 'neuron-serving: failed in step %s: %s\n%s\n' "$step" "${why:=exit $rc}" "$lines" | tee -a "$R/dev/console"
+  "$bin/report-phase" failed "$step: ${why:-exit $rc}"
+  [ -n "$warm" ] || signal FAILURE "$(echo -n "$INSTANCE_ID $step: $why" |
+    tr -cs '[:alnum:] ._:/()=,+-' ' ' | head -c 64)"
+  [ ! -x "$bin/complete-lifecycle" ] || "$bin/complete-lifecycle" ABANDON
+}
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
 

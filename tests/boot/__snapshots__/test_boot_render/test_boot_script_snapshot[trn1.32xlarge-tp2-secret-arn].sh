@@ -11,12 +11,9 @@ exec > >(tee -a "$logs/boot.log") 2>&1
 step=start why=
 log() { echo "$(date -u +%FT%TZ) neuron-serving: $*"; }
 die() { why=$*; log "ERROR: $*"; exit 1; }
-run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; }
 on_exit() {
   local rc=$?
-  if [ "$rc" = 0 ]; then echo "done" >"$logs/status"; return; fi
-  echo "failed $step" >"$logs/status"
-  log "FAILED in step $step (exit $rc)"
+  [ "$rc" = 0 ] || { echo "failed $step" >"$logs/status"; log "FAILED in step $step (exit $rc)"; }
 }
 trap on_exit EXIT
 trap 'why="command failed (exit $?) at line $LINENO: $BASH_COMMAND"; log "$why"' ERR
@@ -193,6 +190,13 @@ put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'
 EOF
 put /opt/neuron-serving/bin/boot-steps 644 <<'EOF'
 # shellcheck shell=bash
+run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; }
+on_exit() {
+  local rc=$?
+  if [ "$rc" = 0 ]; then echo "done" >"$logs/status"; return; fi
+  echo "failed $step" >"$logs/status"
+  log "FAILED in step $step (exit $rc)"
+}
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
 

@@ -20,7 +20,7 @@ from tests.harness.aws import MOTO_SERVICES, AwsEmulator
 from tests.harness.dockerd import FakeDockerd
 from tests.harness.fake_hub import FakeHub, HubRepo
 from tests.twin.host import Twin, copy_console_tail
-from tests.twin.images import CHECKPOINT, TwinImage
+from tests.twin.images import CHECKPOINT, HUB_CLIS, TwinImage
 from tests.twin.imds import Imds
 from tests.twin.netns import NetNs
 from tests.twin.rootfs import TwinUnavailable, rootfs
@@ -32,12 +32,6 @@ ROLE = "NeuronLlamaStack-HostRole"
 _names = count()
 
 REPO = Path(__file__).resolve().parents[2]
-HUB_CLIS = {False: (REPO / ".tools/hub/bin/huggingface-cli", True),
-            True: (REPO / ".tools/optimum-neuron-0.4.5/bin/huggingface-cli", False)}
-"""The serving image's own huggingface-cli, and whether the image turns on hf_transfer, by whether the
-image is the vLLM one: huggingface-hub 0.34.4 with hf_transfer in the TGI 3.3.5 image, and
-optimum-neuron 0.4.5's in its vLLM image, without (tests/harness/requirements-hub.txt,
-requirements-optimum-neuron-0.4.5.txt; tests/boot/test_boot_export.py)."""
 
 
 @pytest.fixture(scope="session")
@@ -89,7 +83,9 @@ class World:
         # Downloads are the image's real huggingface-cli against the world's Hub, which holds the model.
         if model_id not in self.hub.repos:
             self.hub.add(HubRepo(model_id)).commit({name: text.encode() for name, text in CHECKPOINT.items()})
-        cli, hf_transfer = HUB_CLIS["optimum-neuron-vllm" in user_data]
+        # The image's own huggingface-cli, and whether the image turns hf_transfer on (test_boot_export).
+        path, hf_transfer = HUB_CLIS["vllm" if "optimum-neuron-vllm" in user_data else "tgi"]
+        cli = REPO / path
         if not cli.exists():
             pytest.fail(f"{cli} is missing: scripts/test makes it")
         behaviour.inner.use_hub(self.hub, cli, workdir / "hf-home", hf_transfer=hf_transfer)

@@ -96,6 +96,25 @@ for n in sorted(int(re.sub(r"\\D", "", d)) for d in glob.glob("/dev/neuron[0-9]*
 print(rule)
 """
 
+NEURON_MONITOR = """\
+#!/usr/bin/python3 -S
+# Stand-in for neuron-monitor of aws-neuronx-tools 2.29.22.0 (aws-neuron-sdk v2.29.1,
+# tools/neuron-sys-tools/neuron-monitor-user-guide.rst): `neuron-monitor -c CONFIG` prints one JSON
+# report a line every `period` of the config. The report is one recorded for the publisher's tests
+# (tests/monitor/monitor_fixtures/neuron-monitor-first.json), shipped beside this script.
+import json, sys, time
+argv = sys.argv[1:]
+period = 5.0
+if "-c" in argv:
+    period = float(str(json.load(open(argv[argv.index("-c") + 1])).get("period", "5s")).rstrip("s"))
+report = json.dumps(json.load(open("/opt/aws/neuron/share/twin/neuron-monitor-report.json")), separators=(",", ":"))
+while True:
+    time.sleep(period)
+    print(report, flush=True)
+"""
+
+MONITOR_REPORT = (REPO / "tests/monitor/monitor_fixtures/neuron-monitor-first.json").read_text()
+
 DLAMI_PACKAGES: list[dict[str, object]] = [
     # What the Neuron DLAMI ships, per its documentation: "Neuron driver, EFA, and Neuron tools"
     # (aws-neuron-sdk v2.29.1 dlami/index.rst, deploy/environments/dlami.rst), at the versions of the
@@ -105,8 +124,9 @@ DLAMI_PACKAGES: list[dict[str, object]] = [
     {"name": "aws-neuronx-dkms", "version": "2.27.4.0", "arch": "all", "files": {},
      "description": "Stand-in for the Neuron driver (no kernel module: the twin's devices are files)"},
     {"name": "aws-neuronx-tools", "version": "2.29.22.0", "arch": "amd64",
-     "files": {"opt/aws/neuron/bin/neuron-ls": NEURON_LS},
-     "description": "Stand-in for the Neuron tools: neuron-ls only (/opt/aws/neuron/bin, as the package installs)"},
+     "files": {"opt/aws/neuron/bin/neuron-ls": NEURON_LS, "opt/aws/neuron/bin/neuron-monitor": NEURON_MONITOR,
+               "opt/aws/neuron/share/twin/neuron-monitor-report.json": MONITOR_REPORT},
+     "description": "Stand-in for the Neuron tools: neuron-ls and neuron-monitor (/opt/aws/neuron/bin)"},
 ]
 """Docker, the AWS CLI and the CloudWatch agent are not stated to be on the DLAMI: the boot installs
 them when missing, from Ubuntu's archive and AWS. The twin, whose network reaches neither, has
@@ -227,7 +247,7 @@ def _dlami_debs(directory: Path) -> Path:
             target = tree / path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
-            target.chmod(0o755)
+            target.chmod(0o755 if text.startswith("#!") else 0o644)
         (tree / "DEBIAN").mkdir(parents=True)
         (tree / "DEBIAN" / "control").write_text(
             f"Package: {package['name']}\nVersion: {package['version']}\nArchitecture: {package['arch']}\n"

@@ -109,3 +109,14 @@ def no_process_left_behind() -> Iterator[None]:
     if left:
         pytest.fail("the test left these processes running: " + "; ".join(
             f"{pid}: {command[:200]}" for pid, command in sorted(left.items())), pytrace=False)
+
+
+# --- Order: the host twin's boots first ------------------------------------------------------------------------
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The host twin's tests (tests/twin, up to three minutes each) run first: pytest-xdist hands out
+    its first tests in turn to each worker (LoadScheduling), so the long ones are spread over both
+    workers and overlap the many short ones, instead of ending the run on one worker."""
+    twin = Path(__file__).parent / "twin"
+    items.sort(key=lambda item: not item.path.is_relative_to(twin))

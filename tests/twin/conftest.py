@@ -4,10 +4,13 @@ namespace."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
@@ -134,9 +137,6 @@ def world(tmp_path: Path, twin_rootfs: Path) -> Iterator[World]:
 def request(url: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
             timeout: float = 30) -> tuple[int, bytes]:
     """One HTTP request from the test (inside the twin's namespace)."""
-    import json
-    import urllib.error
-
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **(headers or {})})
     try:
@@ -151,6 +151,3 @@ def failure_report(twin: Twin) -> str:
     boot = twin.path("/var/log/neuron-serving/boot.log")
     text = boot.read_text(errors="replace") if boot.exists() else "(no boot log)"
     return "\n".join(text.splitlines()[-40:]) + "\n--- console ---\n" + copy_console_tail(twin)
-
-
-Boot = Callable[..., Any]

@@ -30,10 +30,9 @@ a boot writes nothing to the cache and survives a reboot of the twin.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from tests.twin.netns import NetNs
@@ -197,7 +196,10 @@ class Twin:
             state = self.run("systemctl", "is-system-running").stdout.strip()
             return state in ("running", "degraded")
 
-        self._wait(settled, timeout, "the twin's systemd to finish starting (last state: {state})")
+        try:
+            self._wait(settled, timeout, "the twin's systemd to finish starting")
+        except TimeoutError as error:
+            raise TimeoutError(f"{error} (last state: {state})") from None
         return state
 
     def wait_boot_script(self, timeout: float = 240) -> str:
@@ -246,9 +248,8 @@ class Twin:
             self._mounted = False
 
     @staticmethod
-    def _wait(ready: object, timeout: float, what: str) -> None:
+    def _wait(ready: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
-        assert callable(ready)
         while not ready():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"waited {timeout:.0f}s for {what}")
@@ -261,7 +262,3 @@ def copy_console_tail(twin: Twin, lines: int = 60) -> str:
         return "\n".join(twin.console.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
-
-
-def rmtree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)

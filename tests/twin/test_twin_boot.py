@@ -25,22 +25,22 @@ SECURE = {"internet_facing": "true", "allowed_cidrs": "203.0.113.0/24", "api_key
           "certificate_arn": "arn:aws:acm:us-east-2:123456789012:certificate/0a1b2c3d-aaaa-bbbb-cccc-000000000000"}
 
 
+def stack_env(script: str, variable: str) -> str | None:
+    """A value of the user data's stack.env (as the stack renders it, shell-quoted or not)."""
+    found = re.search(rf"^{variable}=(\S+)$", script, re.M)
+    return None if found is None else found.group(1).strip("'")
+
+
 def stage(world: World, script: str) -> None:
     """What CloudFormation and the CDK's asset publishing make before an instance boots: the artifact
     cache bucket and the assets the user data downloads."""
-    cache = re.search(r"^CACHE_BUCKET=(\S+)$", script, re.M)
-    if cache is not None and cache.group(1).strip("'") not in world.aws.bucket_names():
-        world.aws.create_bucket(cache.group(1).strip("'"), versioned=True)
+    cache = stack_env(script, "CACHE_BUCKET")
+    if cache is not None and cache not in world.aws.bucket_names():
+        world.aws.create_bucket(cache, versioned=True)
     for variable, source in ASSETS.items():
-        found = re.search(rf"^{variable}=(\S+)$", script, re.M)
-        if found is not None:
-            world.aws.put_s3_uri(found.group(1).strip("'"), source.read_bytes())
-
-
-def stack_env(script: str, variable: str) -> str:
-    found = re.search(rf"^{variable}=(\S+)$", script, re.M)
-    assert found is not None, variable
-    return found.group(1).strip("'")
+        uri = stack_env(script, variable)
+        if uri is not None:
+            world.aws.put_s3_uri(uri, source.read_bytes())
 
 
 def completion(port: int, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
@@ -177,6 +177,7 @@ def test_an_internet_facing_stack_serves_api_keys_added_rotated_and_revoked_and_
     stage(world, script)
     alice, bob = api_keys.new_key(), api_keys.new_key()
     secret = stack_env(script, "API_KEYS_SECRET")
+    assert secret is not None
     world.aws.create_secret(secret, json.dumps({"alice": api_keys.stored(alice)}))
     twin, _, _ = boot(world, script, plan)
     assert twin.wait_boot_script(timeout=300) == "done", failure_report(twin)

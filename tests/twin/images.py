@@ -7,11 +7,11 @@ huggingface-cli against the loopback Hub). A replica container (one with a publi
 ``run-replica`` gives) runs the serving engine's server checks on what it was given, then serves:
 
 - TGI (text-generation-inference v3.3.5 neuron image): the launcher reads ``MODEL_ID``; the Neuron
-  backend requires ``HF_NUM_CORES``, ``HF_AUTO_CAST_TYPE``, ``MAX_BATCH_SIZE``, ``MAX_TOTAL_TOKENS``,
+  backend's settings are ``HF_NUM_CORES``, ``HF_AUTO_CAST_TYPE``, ``MAX_BATCH_SIZE``, ``MAX_TOTAL_TOKENS``,
   ``MAX_INPUT_TOKENS`` and ``MAX_BATCH_PREFILL_TOKENS`` (backends/neuron/server/text_generation_server/
-  tgi_env.py) and loads the export's ``neuron_config.json`` only if its degree, batch and sequence are
-  those (``check_env`` / ``lookup_compatible_cached_model``); each core needs its device (2 cores per
-  ``/dev/neuronN``). Then :class:`FakeTgi` on the published host port, in the twin's namespace.
+  tgi_env.py, ``tgi_env_vars``), and it serves the export's ``neuron_config.json`` only when
+  ``check_env_and_neuron_config_compatibility`` accepts it (:meth:`TwinImage._tgi_problem`). Then
+  :class:`FakeTgi` on the published host port, in the twin's namespace.
 - vLLM (optimum-neuron 0.4.5 image): ``optimum-cli neuron serve``'s checks as inside.py's
   :class:`VllmImage` makes them, then :class:`FakeVllm`.
 
@@ -92,18 +92,31 @@ class TwinImage:
 
     @staticmethod
     def _tgi_problem(env: dict[str, str], binds: list[Bind], devices: int) -> str | None:
+        # The boot gives every setting (TGI itself would guess the missing ones from the Hub cache and
+        # pick wrong: TGI #3299), so a missing one is refused here.
         missing = [k for k in TGI_REQUIRED if not env.get(k)]
         if missing:
-            return f"tgi_env: missing {', '.join(missing)}"
+            return f"tgi_env: {', '.join(missing)} not set"
         try:
             config = json.loads((host_path(binds, env["MODEL_ID"]) / "neuron_config.json").read_text())
         except (OSError, ValueError) as error:
             return f"No compatible neuron model found for {env['MODEL_ID']}: {error}"
-        wanted = {"tp_degree": int(env["HF_NUM_CORES"]), "batch_size": int(env["MAX_BATCH_SIZE"]),
-                  "sequence_length": int(env["MAX_TOTAL_TOKENS"])}
-        wrong = {k: (config.get(k), v) for k, v in wanted.items() if config.get(k) != v}
-        if wrong:
-            return f"The neuron model in {env['MODEL_ID']} is not compatible: {wrong}"
-        if int(env["HF_NUM_CORES"]) > 2 * devices:
-            return f"nrt_init: {env['HF_NUM_CORES']} NeuronCores requested, {2 * devices} visible"
+        # text-generation-inference v3.3.5 backends/neuron/server/text_generation_server/tgi_env.py,
+        # check_env_and_neuron_config_compatibility: the export's degree within the cores available
+        # (2 per /dev/neuronN, optimum-neuron's get_available_cores), its batch and sequence at least
+        # the settings', its degree at least HF_NUM_CORES, the same dtype, and a longer sequence than
+        # MAX_INPUT_TOKENS. The compiler version is checked only for Hub-cached exports.
+        dtypes = {"bf16": "bfloat16", "fp16": "float16"}
+        checks = {
+            "tp_degree within the available cores": config.get("tp_degree", 0) <= 2 * devices,
+            "batch_size >= MAX_BATCH_SIZE": config.get("batch_size", 0) >= int(env["MAX_BATCH_SIZE"]),
+            "sequence_length >= MAX_TOTAL_TOKENS": config.get("sequence_length", 0) >= int(env["MAX_TOTAL_TOKENS"]),
+            "tp_degree >= HF_NUM_CORES": config.get("tp_degree", 0) >= int(env["HF_NUM_CORES"]),
+            "dtype is HF_AUTO_CAST_TYPE": dtypes.get(config.get("torch_dtype", ""), config.get("torch_dtype"))
+            == dtypes.get(env["HF_AUTO_CAST_TYPE"], env["HF_AUTO_CAST_TYPE"]),
+            "sequence_length > MAX_INPUT_TOKENS": config.get("sequence_length", 0) > int(env["MAX_INPUT_TOKENS"]),
+        }
+        failed = [name for name, ok in checks.items() if not ok]
+        if failed:
+            return f"No compatible neuron model in {env['MODEL_ID']} ({', '.join(failed)}): {config}"
         return None

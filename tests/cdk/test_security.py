@@ -4,8 +4,6 @@ synthesis writes."""
 
 from __future__ import annotations
 
-import base64
-import gzip
 import json
 import re
 from pathlib import Path
@@ -27,7 +25,9 @@ from neuron_serving import (
 )
 from neuron_serving.cdk.endpoint import NeuronServingEndpoint
 from neuron_serving.plan.phases import PHASE_TAGS
+from neuron_serving.render.boot import unpacked
 from neuron_serving.render.router import KEYS_FILE
+from tests.harness.userdata import BUNDLE
 
 from .conftest import CERTIFICATE, FEATURE_FLAGS, service_authorization_reference, synthesize
 
@@ -40,8 +40,8 @@ OIDC = {"oidc_issuer": "https://idp.example.com", "oidc_client_id": "alb", "oidc
 
 def _split(script: str) -> tuple[str, str]:
     """The boot script without its compressed bundle, and the bundle's files decoded."""
-    bundle = script.split("base64 -d <<'EOF' | gunzip\n", 1)[1].split("EOF\n", 1)[0]
-    return script.replace(bundle, ""), gzip.decompress(base64.b64decode(bundle)).decode()
+    [bundle] = BUNDLE.findall(script)
+    return script.replace(bundle, ""), unpacked(bundle)
 
 
 def _router_config(template) -> str:

@@ -3,18 +3,18 @@ files it writes from quoted heredocs (userdata/bootstrap.sh.j2)."""
 
 from __future__ import annotations
 
-import base64
-import gzip
 import re
 
+from neuron_serving.render.boot import unpacked
+
 EMBEDDED_FILE = re.compile(r"^put (\S+) \d+ <<'EOF'\n(.*?)^EOF$", re.MULTILINE | re.DOTALL)
-BUNDLE = re.compile(r"^files=\$\(base64 -d <<'EOF' \| gunzip\n(.*?)^EOF\n\)$", re.MULTILINE | re.DOTALL)
+BUNDLE = re.compile(r"^files=\$\(python3 -c '[^\n]*' <<'EOF'\n(.*?)^EOF\n\)$", re.MULTILINE | re.DOTALL)
 
 
 def unbundled(script: str) -> str:
     """``script`` with its compressed bundle of files decoded in place, as the host evaluates it."""
     [blob] = BUNDLE.findall(script)
-    return script.replace(blob, gzip.decompress(base64.b64decode(blob)).decode())
+    return script.replace(blob, unpacked(blob))
 
 
 def embedded_files(script: str) -> dict[str, str]:

@@ -10,17 +10,41 @@ from pathlib import Path
 import pytest
 from routersim import MISSING_HAPROXY, Router, find_haproxy, router_launcher
 
+from tests.twin.rootfs import TwinUnavailable, rootfs
 
-@pytest.fixture(scope="session")
-def haproxy_bin() -> str:
-    """The HAProxy binary. Missing, it skips the router tests, or fails them when ``CI`` is set:
-    a CI job without HAProxy would otherwise pass without testing the router."""
-    found = find_haproxy()
+HAPROXY_BUILDS = ("2.4 jammy", "2.6 bookworm")
+"""Every router test runs on both: Ubuntu 22.04's HAProxy 2.4, the Neuron DLAMI's (from the host
+twin's rootfs, tests/twin/rootfs.py), and Debian 12's 2.6, this machine's."""
+
+
+@pytest.fixture(scope="session", params=HAPROXY_BUILDS)
+def haproxy_bin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The HAProxy binary of the build. Missing, it skips the router tests, or fails them when
+    ``CI`` is set: a CI job without HAProxy would otherwise pass without testing the router."""
+    try:
+        found = jammy_haproxy(tmp_path_factory.mktemp("jammy-haproxy")) if request.param == "2.4 jammy" \
+            else find_haproxy()
+    except TwinUnavailable as missing:
+        found, reason = None, f"Ubuntu 22.04's HAProxy comes from the host twin's rootfs: {missing}"
+    else:
+        reason = MISSING_HAPROXY
     if found is None:
         if os.environ.get("CI"):
-            pytest.fail(MISSING_HAPROXY)
-        pytest.skip(MISSING_HAPROXY)
+            pytest.fail(reason)
+        pytest.skip(reason)
     return found
+
+
+def jammy_haproxy(directory: Path) -> str:
+    """A launcher of the twin rootfs's /usr/sbin/haproxy (jammy-updates' package) through that
+    rootfs's own dynamic loader and libraries, so it runs here as Ubuntu built it, unchrooted."""
+    root = rootfs()
+    libs = root / "usr/lib/x86_64-linux-gnu"
+    launcher = directory / "haproxy"
+    launcher.write_text(f'#!/bin/sh\nexec "{libs}/ld-linux-x86-64.so.2" --library-path "{libs}" '
+                        f'"{root}/usr/sbin/haproxy" "$@"\n')
+    launcher.chmod(0o755)
+    return str(launcher)
 
 
 @pytest.fixture

@@ -104,6 +104,15 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def parse_request(self) -> bool:
+        # Both servers route on the path alone, whatever the query string: axum 0.7 matches
+        # ``uri().path()`` (TGI v3.3.5's router), Starlette the ASGI scope's ``path``, which holds
+        # no query (vLLM 0.11.0's FastAPI app). ``target`` keeps the request line's as sent.
+        parsed = super().parse_request()
+        self.target = self.path
+        self.path = self.path.partition("?")[0]
+        return parsed
+
     def do_GET(self) -> None:
         replica = self.server.replica
         if self.path == "/health":

@@ -162,9 +162,11 @@ class Router:
 
 
 def launch_router(haproxy: str, workdir: Path, replicas: int = 3, token_delay: float = 0.0,
-                 serving: Engine | None = None, **render_kwargs: Any) -> Router:
+                 serving: Engine | None = None, edit_config: Callable[[str], str] | None = None,
+                 **render_kwargs: Any) -> Router:
     """Fakes for every replica of an n-replica plan (of ``serving``'s kind: TGI by default), and
-    HAProxy in front of them (the config rendered for that engine), serving.
+    HAProxy in front of them (the config rendered for that engine), serving. ``edit_config``
+    changes the rendered config first: only to shorten a timeout a test waits for.
 
     The caller must ``stop()`` the result; if starting fails, everything started is stopped.
     """
@@ -175,6 +177,8 @@ def launch_router(haproxy: str, workdir: Path, replicas: int = 3, token_delay: f
     render_kwargs.setdefault("health_check_interval_ms", TEST_CHECK_INTERVAL_MS)
     serving = serving or engine("tgi")
     config = render_router_config(plan, serving, metrics_port=metrics_port, user=run_as_user(), **render_kwargs)
+    if edit_config is not None:
+        config = edit_config(config)
     config_path = workdir / f"haproxy-{base}.cfg"
     config_path.write_text(config)
     log_path = workdir / f"haproxy-{base}.log"

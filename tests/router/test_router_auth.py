@@ -19,7 +19,7 @@ from routersim import Router, generate, http_request, make_plan
 from neuron_serving.plan.engines import engine
 from neuron_serving.render.metrics import LOG_KINDS, MonitoringOptions
 from neuron_serving.render.monitoring import render_publisher_config
-from neuron_serving.render.router import NOT_FOUND_BODY, UNAUTHORIZED_BODY, render_router_config
+from neuron_serving.render.router import UNAUTHORIZED, not_found_message, render_router_config
 from neuron_serving.userdata import api_keys, publish_metrics
 from tests.harness.aws import AwsEmulator
 
@@ -61,8 +61,7 @@ def test_a_request_without_a_key_gets_401_with_a_json_error_and_a_bearer_challen
     assert resp.status == 401
     assert resp.headers["content-type"] == "application/json"
     assert resp.headers["www-authenticate"] == 'Bearer realm="neuron-serving"'
-    assert json.loads(resp.body) == json.loads(UNAUTHORIZED_BODY)
-    assert json.loads(resp.body)["error"]["code"] == "invalid_api_key"
+    assert json.loads(resp.body) == {"error": UNAUTHORIZED, "error_type": "unauthorized"}  # TGI's ErrorResponse
     assert resp.replica is None
     assert all(not fake.served for fake in router.replicas.values())
 
@@ -97,7 +96,8 @@ def test_health_is_public_and_every_non_api_route_is_404_even_with_a_key(secure_
     for path in ("/metrics", "/docs", "/api-doc/openapi.json", "/tokenize", "/", "/generate/../metrics",
                  "/v1/chat%2Fcompletions"):
         resp = router.request("GET", path, headers=bearer(ALICE))
-        assert (path, resp.status, json.loads(resp.body)) == (path, 404, json.loads(NOT_FOUND_BODY))
+        assert (path, resp.status, json.loads(resp.body)) == (
+            path, 404, {"error": not_found_message(engine("tgi")), "error_type": "not_found"})
     # Without a key, the same paths say nothing about which routes exist.
     assert router.request("GET", "/metrics").status == 401
 
@@ -107,8 +107,9 @@ def test_every_api_route_of_the_engine_reaches_a_replica_with_a_key(secure_route
     serving = engine(name)
     router = secure_router(ALICE, serving=serving)
 
-    for route in serving.api_routes:
-        resp = router.request("POST", route, {"prompt": "Hi", "max_tokens": 1, "inputs": "Hi"}, headers=bearer(ALICE))
+    for route, methods in serving.api_routes.items():
+        payload = {"prompt": "Hi", "max_tokens": 1, "inputs": "Hi"} if methods == ("POST",) else None
+        resp = router.request(methods[0], route, payload, headers=bearer(ALICE))
         assert resp.replica == "replica-0", (route, resp)
 
 

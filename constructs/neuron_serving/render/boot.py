@@ -42,7 +42,7 @@ builds; devices handed to docker stay the real ``/dev/neuronN``):
 
 User data is limited to 16 KB, so the templates' comments are left out of it (each rendered file
 keeps its ``#!`` line and shellcheck directives, the boot script its header), and the files
-travel as one gzip-compressed, base64-encoded :func:`bundle` of ``put`` commands that the boot
+travel as one LZMA-compressed, base85-encoded :func:`bundle` of ``put`` commands (:func:`packed`) that the boot
 script evaluates. Compressed at synth, the bundle cannot hold deploy-time values (CDK tokens such
 as the cache bucket's name): those, and every value the stack chooses (image, cache location,
 prebuilt export, lifecycle hook), are in ``/etc/neuron-serving/stack.env``, which the boot script
@@ -100,8 +100,8 @@ ships each replica's output. A failure there is logged as a warning and the boot
 from __future__ import annotations
 
 import base64
-import gzip
 import json
+import lzma
 import re
 import shlex
 from dataclasses import dataclass
@@ -649,7 +649,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         "bootstrap.sh.j2",
         description=Unquoted(_describe(plan)),
         stack_env=Unquoted("".join(f"{k}={shlex.quote(v)}\n" for k, v in stack_env.items() if v is not None)),
-        bundle=Unquoted(_packed(bundle(files))),
+        bundle=Unquoted(packed(bundle(files))),
         boot_steps=BOOT_STEPS,
     )
     return _without_comments(script, keep_header=True)
@@ -810,10 +810,20 @@ def _without_comments(text: str, *, keep_header: bool = False) -> str:
     )
 
 
-def _packed(text: str) -> str:
-    """``text`` gzip-compressed (with no timestamp, so renders are reproducible) and base64-encoded
-    in lines, for ``base64 -d | gunzip`` on the host."""
-    return base64.encodebytes(gzip.compress(text.encode(), compresslevel=9, mtime=0)).decode()
+def packed(text: str) -> str:
+    """``text`` LZMA-compressed and base85-encoded on one line, which the host's ``python3`` unpacks
+    (:func:`unpacked`; userdata/bootstrap.sh.j2). Against gzip and base64 lines, 12% of the user
+    data of the largest configurations: LZMA's ``.lzma`` format (its 13-byte header) compresses
+    these files 7% smaller than gzip -9, base85 carries 4 bytes in 5 characters where base64 needs
+    5.3, and one line has no line breaks. Base85's alphabet (RFC 1924) has no ``[``, so the text can
+    hold no CDK token, and no quote or backslash, which JSON would escape in the template."""
+    compressed = lzma.compress(text.encode(), format=lzma.FORMAT_ALONE, preset=9 | lzma.PRESET_EXTREME)
+    return base64.b85encode(compressed).decode() + "\n"
+
+
+def unpacked(blob: str) -> str:
+    """The text :func:`packed` packed: what the boot script's ``python3`` line computes."""
+    return lzma.decompress(base64.b85decode(blob.strip())).decode()
 
 
 def bundle(files: dict[str, str]) -> str:

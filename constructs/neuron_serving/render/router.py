@@ -7,7 +7,7 @@ and HAProxy's Debian and Ubuntu packages include a Prometheus exporter. The conf
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 
 from ..plan.engines import DEFAULT_ENGINE, Engine
 from ..plan.engines import engine as find_engine
@@ -55,14 +55,71 @@ REALM = "neuron-serving"
 """The realm of the ``WWW-Authenticate: Bearer`` challenge sent with a 401."""
 
 
-def _error(message: str, code: str) -> str:
-    # OpenAI's error shape, which OpenAI-compatible clients parse and show.
-    return json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": code}},
-                      separators=(",", ":"))
+HEADER_TIMEOUT_SECONDS = 30
+"""How long a client has to send a request's headers (``timeout http-request``): the body is
+streamed, never buffered, so only slow or stalled headers are cut, with a 408."""
+
+FORWARDED_HEADERS = ("host", "content-length", "content-type", "transfer-encoding", "expect", "accept")
+"""The only request headers a replica receives (with ``X-Forwarded-For``, which the router sets):
+what both engines' API reads of a request, its framing, and ``Expect``, without which a client
+waiting for ``100 Continue`` before a long prompt's body would wait its own timeout (curl: 1 s)."""
+
+UNAUTHORIZED = "Missing or unknown API key: send one Authorization header, Bearer <key>"
+HEALTH_UNAVAILABLE = "No replica of this host is serving"
+
+ROUTER_ERRORS: dict[int, str] = {
+    400: "Bad request: not a valid HTTP/1.1 request",
+    408: f"Request timeout: the headers did not arrive within {HEADER_TIMEOUT_SECONDS} s",
+    413: "Payload too large: an HTTP/1.0 GET, HEAD or DELETE with a body",
+    422: "Unprocessable request: a Transfer-Encoding other than chunked",
+    500: "Internal error in the router",
+    501: "Not implemented: a protocol upgrade with a body",
+    502: "Bad gateway: the replica closed the connection or answered with invalid HTTP",
+    503: "Service unavailable: no replica is serving, or none freed a batch slot for 5 minutes",
+    504: f"Gateway timeout: the replica sent nothing for {STREAM_TIMEOUT_SECONDS} s",
+}
+"""The message of each error HAProxy itself answers with this config (src/mux_h1.c, h1_handle_*_err,
+and src/http_ana.c at v2.4.0 and v2.8.0: 400, 408, 500 and 501 from the request parser, 413 and
+422 from 2.5's, 502, 503 and 504 from the backend). HAProxy's other built-in pages (403, 407,
+425...) answer rules and features this config does not have."""
+
+ERRORS_SINCE: dict[int, str] = {422: "2.5"}
+"""Statuses HAProxy 2.4 has no page for (src/http.c, ``http_err_codes``, at v2.4.0 and v2.5.0):
+their ``http-error`` stands in a ``.if version_atleast()`` block, so that Ubuntu 22.04's HAProxy
+2.4 accepts the config."""
 
 
-UNAUTHORIZED_BODY = _error("Missing or unknown API key: send Authorization: Bearer <key>", "invalid_api_key")
-NOT_FOUND_BODY = _error("Not found: this endpoint serves only its API routes", "not_found")
+@dataclass(frozen=True)
+class _ErrorPage:
+    status: int
+    body: str
+    since: str | None
+
+
+@dataclass(frozen=True)
+class _Route:
+    path: str
+    methods: tuple[str, ...]
+    method_not_allowed: str
+
+    @property
+    def allow(self) -> str:
+        return ", ".join(self.methods)
+
+
+def not_found_message(engine: Engine) -> str:
+    """What the router answers, with a 404, a path that is not one of ``engine``'s API routes."""
+    return f"Not found: this endpoint serves {', '.join(engine.api_routes)}"
+
+
+def method_not_allowed_message(path: str, methods: tuple[str, ...]) -> str:
+    """What the router answers, with a 405, a method ``path`` is not served with."""
+    return f"Method not allowed: {path} accepts {' and '.join(methods)}"
+
+
+def error_pages(engine: Engine) -> dict[int, str]:
+    """The body of each error HAProxy itself answers, in ``engine``'s style."""
+    return {status: engine.error_body(status, message) for status, message in ROUTER_ERRORS.items()}
 
 
 def render_router_config(
@@ -114,9 +171,13 @@ def render_router_config(
     :param log_target: where HAProxy sends its log lines: a syslog socket, or ``stdout format
         raw`` (as in tests). Default: :data:`LOG_TARGET`.
 
-    Every request but ``/health`` is answered 404 unless its path is one of the engine's
-    ``api_routes``; the replicas never receive a client's ``Authorization`` header or the load
-    balancer's OIDC tokens.
+    ``GET`` or ``HEAD /health`` is answered by the router itself (200, or 503 when no replica
+    serves); every other request is answered 404 unless its path is one of the engine's
+    ``api_routes``, and 405 unless its method is one that route is served with. A replica receives
+    only the :data:`FORWARDED_HEADERS` and an ``X-Forwarded-For`` of the client the load balancer
+    saw; a client never sees a replica's ``Server`` header. Every error the router answers itself
+    is a JSON error in the engine's style (:meth:`Engine.error_body`), and the request log holds
+    no query string.
 
     Raises :class:`~neuron_serving.plan.ServingConfigError` naming each bad argument.
     """
@@ -149,7 +210,7 @@ def render_router_config(
     problems.raise_if_any()
 
     in_flight = len(plan.replicas) * max_concurrent_per_replica
-    return render(
+    return _single_quotable(render(
         TEMPLATE,
         replicas=plan.replicas,
         engine=engine.title,
@@ -161,6 +222,7 @@ def render_router_config(
         check_inter_ms=health_check_interval_ms,
         check_fastinter_ms=health_check_interval_ms // 5,
         stream_timeout_s=STREAM_TIMEOUT_SECONDS,
+        header_timeout_s=HEADER_TIMEOUT_SECONDS,
         keep_alive_timeout_s=STREAM_TIMEOUT_SECONDS + KEEP_ALIVE_MARGIN_SECONDS,
         user=user,
         api_keys=api_keys,
@@ -169,10 +231,15 @@ def render_router_config(
         load_balancer_authentication=load_balancer_authentication,
         log_target=log_target,
         realm=REALM,
-        unauthorized=UNAUTHORIZED_BODY,
-        not_found=NOT_FOUND_BODY,
-        public_routes=engine.api_routes,
-    )
+        errors=[_ErrorPage(status, body, ERRORS_SINCE.get(status)) for status, body in error_pages(engine).items()],
+        unauthorized=engine.error_body(401, UNAUTHORIZED),
+        not_found=engine.error_body(404, not_found_message(engine)),
+        health_unavailable=engine.error_body(503, HEALTH_UNAVAILABLE),
+        health_method_not_allowed=engine.error_body(405, method_not_allowed_message("/health", ("GET", "HEAD"))),
+        routes=[_Route(path, methods, engine.error_body(405, method_not_allowed_message(path, methods)))
+                for path, methods in engine.api_routes.items()],
+        forwarded_headers=FORWARDED_HEADERS,
+    ))
 
 
 def _is_int(value: object) -> bool:
@@ -181,3 +248,12 @@ def _is_int(value: object) -> bool:
 
 def _has_space_or_quote(text: str) -> bool:
     return any(c.isspace() or c in "'\"" for c in text)
+
+
+def _single_quotable(config: str) -> str:
+    """``config``, whose single-quoted HAProxy arguments (the JSON bodies) hold no quote of their
+    own: HAProxy has no escape inside single quotes (configuration manual 2.4, section 2.2)."""
+    for number, line in enumerate(config.splitlines(), 1):
+        if not line.lstrip().startswith("#") and line.count("'") % 2:
+            raise ValueError(f"router config line {number} has an unpaired single quote: {line.strip()[:120]}")
+    return config

@@ -272,8 +272,9 @@ class Engine(ABC):
     plan's batch size and queues the rest itself)."""
     health_path: str = "/health"
     """The route that answers 200 once the replica can generate."""
-    api_routes: tuple[str, ...]
-    """The routes clients use to generate, for documentation and the router."""
+    api_routes: Mapping[str, tuple[str, ...]]
+    """The routes clients use, each with the methods the engine serves it with, for documentation
+    and the router, which forwards nothing else (any other method on a route: 405)."""
     metrics: ReplicaMetrics
     """The Prometheus names of each replica's ``/metrics`` behind the published metrics."""
     unused_settings: tuple[str, ...] = ()
@@ -355,6 +356,11 @@ class Engine(ABC):
         slug = "".join(c if c.isalnum() else "-" for c in plan.model_id.split("/")[-1].lower())
         return (f"{KEY_FORMAT}-{self.name}-{slug}-tp{plan.degree}-b{plan.batch_size}-s{plan.sequence_length}"
                 f"-{plan.dtype}-{digest}")
+
+    @abstractmethod
+    def error_body(self, status: int, message: str) -> str:
+        """The JSON body the engine answers an error of HTTP ``status`` with, carrying ``message``:
+        the router answers its own errors in it, so a client parses one shape whatever refused it."""
 
     @abstractmethod
     def export_arguments(self, plan: ServingPlan, image: ServingImage, source: str, output: str) -> tuple[str, ...]:

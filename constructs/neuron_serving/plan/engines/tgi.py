@@ -9,6 +9,8 @@ replica gets all of them explicitly (:func:`tgi_settings`).
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
+from types import MappingProxyType
 
 from ..layout import Replica, ServingPlan
 from .base import (
@@ -74,8 +76,17 @@ class Tgi(Engine):
     # The TGI Neuron image listens on port 80 (its PORT default).
     container_port = 80
     max_concurrent_requests = MAX_CONCURRENT_REQUESTS
-    # text-generation-inference v3.3.5 router/src/server.rs: the routes of its OpenAPI document.
-    api_routes = ("/generate", "/generate_stream", "/v1/chat/completions", "/v1/completions", "/info")
+    # text-generation-inference v3.3.5 router/src/server.rs: the routes of its OpenAPI document,
+    # with the method each is registered with (``.route("/generate", post(generate))``...). Its
+    # router is axum 0.7 (router/Cargo.toml), whose ``get`` also answers HEAD, without the body
+    # (docs.rs axum 0.7, axum::routing::method_routing::get).
+    api_routes = MappingProxyType({
+        "/generate": ("POST",),
+        "/generate_stream": ("POST",),
+        "/v1/chat/completions": ("POST",),
+        "/v1/completions": ("POST",),
+        "/info": ("GET", "HEAD"),
+    })
     # router/src/server.rs at v3.3.5: GET /info answers the ``Info`` of router/src/lib.rs, whose
     # model_id vLLM never serves (vLLM 0.11.0 has no /info route: vllm/entrypoints/openai/api_server.py).
     probe = EngineProbe("/info", "model_id")
@@ -96,6 +107,13 @@ class Tgi(Engine):
             "TimePerOutputToken": "tgi_request_mean_time_per_token_duration",
         },
     )
+
+    def error_body(self, status: int, message: str) -> str:
+        # text-generation-inference v3.3.5 router/src/lib.rs, ``ErrorResponse``: {error, error_type},
+        # the type a snake_case word (router/src/infer/mod.rs, ``InferError::error_type``:
+        # "validation", "overloaded"...); here the status's phrase, such as "not_found".
+        kind = HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+        return json.dumps({"error": message, "error_type": kind}, separators=(",", ":"))
 
     def export_arguments(self, plan: ServingPlan, image: ServingImage, source: str, output: str) -> tuple[str, ...]:
         # optimum-neuron v0.3.0 optimum/exporters/neuron/__main__.py: from a local directory the

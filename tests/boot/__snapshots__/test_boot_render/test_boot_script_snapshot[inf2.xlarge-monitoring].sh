@@ -33,7 +33,7 @@ LOG_GROUP_ROUTER=/neuron-serving/NeuronLlamaStack/router
 LOG_GROUP_METRICS=/neuron-serving/NeuronLlamaStack/metrics
 PUBLISHER=s3://assets/publish_metrics.py
 EOF
-files=$(base64 -d <<'EOF' | gunzip
+files=$(python3 -c 'import base64,lzma,sys;sys.stdout.write(lzma.decompress(base64.b85decode(sys.stdin.read().strip())).decode())' <<'EOF'
 put /opt/neuron-serving/bin/export-model 755 <<'EOF'
 #!/bin/bash
 set -euo pipefail

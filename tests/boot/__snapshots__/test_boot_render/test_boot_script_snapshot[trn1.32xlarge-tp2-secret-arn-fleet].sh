@@ -38,7 +38,7 @@ LOG_GROUP_ROUTER='${Token[TOKEN.203]}'
 LOG_GROUP_METRICS='${Token[TOKEN.204]}'
 PUBLISHER='s3://${Token[TOKEN.210]}/${Token[TOKEN.211]}.py'
 EOF
-files=$(base64 -d <<'EOF' | gunzip
+files=$(python3 -c 'import base64,lzma,sys;sys.stdout.write(lzma.decompress(base64.b85decode(sys.stdin.read().strip())).decode())' <<'EOF'
 put /opt/neuron-serving/bin/export-model 755 <<'EOF'
 #!/bin/bash
 set -euo pipefail

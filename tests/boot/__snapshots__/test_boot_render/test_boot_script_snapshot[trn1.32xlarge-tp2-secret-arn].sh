@@ -28,7 +28,7 @@ put /etc/neuron-serving/stack.env 644 <<'EOF'
 IMAGE=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
 HF_TOKEN_SECRET=arn:aws:secretsmanager:eu-west-1:123456789012:secret:neuron-serving/hf-token-AbCdEf
 EOF
-files=$(base64 -d <<'EOF' | gunzip
+files=$(python3 -c 'import base64,lzma,sys;sys.stdout.write(lzma.decompress(base64.b85decode(sys.stdin.read().strip())).decode())' <<'EOF'
 put /opt/neuron-serving/bin/export-model 755 <<'EOF'
 #!/bin/bash
 set -euo pipefail

@@ -25,7 +25,8 @@ def haproxy_bin() -> str:
 
 @pytest.fixture
 def start_router(haproxy_bin: str, tmp_path: Path) -> Iterator[Callable[..., Router]]:
-    """``start_router(replicas=3, token_delay=0.0, **render_kwargs)``: a serving router and its fakes.
+    """``start_router(replicas=3, token_delay=0.0, serving=None, record=False, **render_kwargs)``: a serving
+    router and its fakes (behind recording relays with ``record``).
 
     ``render_kwargs`` go to ``render_router_config``; the health check interval defaults to the
     tests' short one. Whatever the outcome, everything started is stopped after the test.

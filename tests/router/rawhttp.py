@@ -10,8 +10,14 @@ the last chunk, or when the connection closes; 1xx, 204 and 304 responses have n
 
 from __future__ import annotations
 
+import contextlib
+import json
 import socket
+import sys
+import threading
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 TIMEOUT = 5.0
@@ -317,3 +323,52 @@ def h2_request(port: int, method: str, path: str, headers: list[tuple[str, str]]
                 break
             buffer += chunk
     return H2Answer(tuple(frames))
+
+
+def siege(port: int, data: bytes, count: int, concurrency: int, slow: int) -> dict[str, object]:
+    """Open ``slow`` connections that trickle a request's headers (a line each every half second,
+    never the end), then send ``data`` ``count`` times, each on a new connection, ``concurrency``
+    at once. Returns how many answers had each status (``statuses``; 0: none, the connection
+    closed or timed out first) and how many slow connections the router still held open at the end
+    (``slow_open``). Meant to run in a process of its own (``python -c``), so that its threads do
+    not slow down a client measuring the router from the test's process."""
+    trickling = [RawConnection(port) for _ in range(slow)]
+    for conn in trickling:
+        conn.send(b"POST /metrics HTTP/1.1\r\n")
+    stop = threading.Event()
+
+    def trickle() -> None:
+        line = 0
+        while not stop.wait(0.5):
+            line += 1
+            for conn in trickling:
+                # The router may cut a slow connection: the others keep trickling.
+                with contextlib.suppress(OSError):
+                    conn.send(f"X-Slow-{line}: {'a' * 10}\r\n".encode())
+
+    def one(_: int) -> int:
+        try:
+            answer = exchange(port, data)
+        except OSError:
+            return 0
+        return answer.statuses[0] if answer.statuses else 0
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        with ThreadPoolExecutor(concurrency) as pool:
+            statuses = Counter(pool.map(one, range(count)))
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    slow_open = sum(not conn.is_closed_by_peer(timeout=0.01) for conn in trickling)
+    for conn in trickling:
+        conn.close()
+    return {"statuses": dict(statuses), "slow_open": slow_open}
+
+
+if __name__ == "__main__":
+    # python rawhttp.py PORT REQUEST_HEX COUNT CONCURRENCY SLOW: siege's result as JSON.
+    port_arg, data_arg, count_arg, concurrency_arg, slow_arg = sys.argv[1:]
+    print(json.dumps(siege(int(port_arg), bytes.fromhex(data_arg), int(count_arg), int(concurrency_arg),
+                           int(slow_arg))))

@@ -91,7 +91,10 @@ def _one(data: bytes, responses: bool, eof: bool) -> tuple[Message, bytes]:
     rest = data[end + 4:]
     codings = [c.strip().lower() for k, v in headers if k == "transfer-encoding" for c in v.split(",")]
     lengths = {v for k, v in headers if k == "content-length"}
-    status = int(start_line.split(b" ", 2)[1]) if responses else 0
+    try:
+        status = int(start_line.split(b" ", 2)[1]) if responses else 0
+    except (IndexError, ValueError) as error:
+        raise Malformed(f"bad status line {start_line!r}") from error
     if responses and (100 <= status < 200 or status in (204, 304)):
         body = b""
     elif codings:
@@ -115,6 +118,7 @@ def _one(data: bytes, responses: bool, eof: bool) -> tuple[Message, bytes]:
 
 
 def _dechunk(data: bytes) -> tuple[bytes, bytes]:
+    """A chunked body at the start of ``data`` (RFC 9112 section 7.1), and the bytes after it."""
     body = b""
     while True:
         end = data.find(b"\r\n")
@@ -127,14 +131,20 @@ def _dechunk(data: bytes) -> tuple[bytes, bytes]:
             raise Malformed(f"bad chunk size {data[:end]!r}") from error
         data = data[end + 2:]
         if size == 0:
-            # Trailer fields, then the empty line.
-            trailer_end = data.find(b"\r\n") if data.startswith(b"\r\n") else data.find(b"\r\n\r\n")
-            if trailer_end < 0:
-                raise Incomplete
-            return body, data[trailer_end + (2 if data.startswith(b"\r\n") else 4):]
+            break
         if len(data) < size + 2:
             raise Incomplete
+        if data[size:size + 2] != b"\r\n":
+            raise Malformed(f"chunk of {size} bytes not followed by CRLF: {data[:size + 2]!r}")
         body, data = body + data[:size], data[size + 2:]
+    # The trailer section: field lines, then an empty line.
+    while True:
+        end = data.find(b"\r\n")
+        if end < 0:
+            raise Incomplete
+        line, data = data[:end], data[end + 2:]
+        if not line:
+            return body, data
 
 
 @dataclass
@@ -196,6 +206,23 @@ class RawConnection:
                 self._closed = True
         responses, self._framed = self._framed[:count], self._framed[count:]
         return Exchange(responses, self._closed and not self._framed, self._pending)
+
+    def receive(self, timeout: float = TIMEOUT) -> bytes:
+        """Every byte that arrives until the router closes or ``timeout`` seconds pass, unframed:
+        for answers that are not HTTP/1.1."""
+        deadline = time.monotonic() + timeout
+        data, self._pending = self._pending, b""
+        while not self._closed and (remaining := deadline - time.monotonic()) > 0:
+            self.sock.settimeout(remaining)
+            try:
+                chunk = self.sock.recv(65536)
+            except TimeoutError:
+                break
+            except ConnectionResetError:
+                chunk = b""
+            data += chunk
+            self._closed = not chunk
+        return data
 
     def is_closed_by_peer(self, timeout: float = 1.0) -> bool:
         """Whether the router closes the connection within ``timeout`` seconds (bytes it sends

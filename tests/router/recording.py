@@ -11,6 +11,7 @@ is a second request in the byte stream whether or not the fake would have answer
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import threading
 
@@ -102,7 +103,8 @@ class RecordingRelay:
             with self._lock:
                 self._received.append(record)
                 self._sockets.update((client, upstream))
-            done = threading.Barrier(2, action=lambda c=client, u=upstream: self._close(c, u))
+            # Both directions ended: close both sockets.
+            done = threading.Barrier(2, action=functools.partial(self._close, client, upstream))
             for source, sink, rec in ((client, upstream, record), (upstream, client, None)):
                 threading.Thread(target=self._pump, args=(source, sink, rec, done), daemon=True).start()
 

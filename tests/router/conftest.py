@@ -4,6 +4,8 @@ replicas (see routersim.py), and always stop both when the test ends."""
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -35,6 +37,16 @@ def haproxy_bin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     return found
 
 
+@pytest.fixture(scope="session")
+def haproxy_version(haproxy_bin: str) -> tuple[int, int]:
+    """Major and minor version of the HAProxy build under test (``haproxy -v``), for the few
+    answers that differ between 2.4 and 2.6 (each test cites the source behind the difference)."""
+    out = subprocess.run([haproxy_bin, "-v"], capture_output=True, text=True, check=True, timeout=30).stdout
+    found = re.search(r"version (\d+)\.(\d+)", out)
+    assert found, out
+    return int(found.group(1)), int(found.group(2))
+
+
 def jammy_haproxy(directory: Path) -> str:
     """A launcher of the twin rootfs's /usr/sbin/haproxy (jammy-updates' package) through that
     rootfs's own dynamic loader and libraries, so it runs here as Ubuntu built it, unchrooted."""
@@ -49,7 +61,8 @@ def jammy_haproxy(directory: Path) -> str:
 
 @pytest.fixture
 def start_router(haproxy_bin: str, tmp_path: Path) -> Iterator[Callable[..., Router]]:
-    """``start_router(replicas=3, token_delay=0.0, **render_kwargs)``: a serving router and its fakes.
+    """``start_router(replicas=3, token_delay=0.0, serving=None, record=False, **render_kwargs)``: a serving
+    router and its fakes (behind recording relays with ``record``).
 
     ``render_kwargs`` go to ``render_router_config``; the health check interval defaults to the
     tests' short one. Whatever the outcome, everything started is stopped after the test.

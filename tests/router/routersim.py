@@ -14,13 +14,14 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_tgi import FakeTgi
 from fake_vllm import FakeVllm
+from recording import RecordingRelay
 
 from benchmarks.router import free_port_block
 from neuron_serving.plan import ServingPlan, ServingRequest, plan_serving
@@ -107,6 +108,8 @@ class Router:
     process: subprocess.Popen[bytes]
     metrics_port: int
     log_path: Path
+    recorders: dict[str, RecordingRelay] = field(default_factory=dict)
+    """With ``record``, each replica's recording relay, by replica name."""
 
     @property
     def port(self) -> int:
@@ -157,21 +160,26 @@ class Router:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=5)
+        for recorder in self.recorders.values():
+            recorder.stop()
         for fake in self.replicas.values():
             fake.stop()
 
 
 def launch_router(haproxy: str, workdir: Path, replicas: int = 3, token_delay: float = 0.0,
-                 serving: Engine | None = None, edit_config: Callable[[str], str] | None = None,
-                 **render_kwargs: Any) -> Router:
+                 serving: Engine | None = None, record: bool = False,
+                 edit_config: Callable[[str], str] | None = None, **render_kwargs: Any) -> Router:
     """Fakes for every replica of an n-replica plan (of ``serving``'s kind: TGI by default), and
     HAProxy in front of them (the config rendered for that engine), serving. ``edit_config``
     changes the rendered config first: only to shorten a timeout a test waits for.
 
+    With ``record``, each fake listens on a port of its own behind a :class:`RecordingRelay` on the
+    replica's port, which records every byte the router sends it (``Router.recorders``).
+
     The caller must ``stop()`` the result; if starting fails, everything started is stopped.
     """
-    # Ports: the router, one per replica, then metrics.
-    base = free_port_block(replicas + 2)
+    # Ports: the router, one per replica, then metrics; with record, then one per fake.
+    base = free_port_block(replicas + 2 + (replicas if record else 0))
     plan = make_plan(replicas, router_port=base, first_replica_port=base + 1)
     metrics_port = base + replicas + 1
     render_kwargs.setdefault("health_check_interval_ms", TEST_CHECK_INTERVAL_MS)
@@ -184,19 +192,26 @@ def launch_router(haproxy: str, workdir: Path, replicas: int = 3, token_delay: f
     log_path = workdir / f"haproxy-{base}.log"
 
     fake = FakeVllm if serving.name == "vllm" else FakeTgi
-    fakes = {r.name: fake(r.name, r.port, token_delay) for r in plan.replicas}
+    fake_ports = {r.name: metrics_port + 1 + i if record else r.port for i, r in enumerate(plan.replicas)}
+    fakes = {r.name: fake(r.name, fake_ports[r.name], token_delay) for r in plan.replicas}
+    recorders = {r.name: RecordingRelay(r.port, fake_ports[r.name], serving.health_path)
+                 for r in plan.replicas} if record else {}
     router: Router | None = None
     try:
         for fake in fakes.values():
             fake.start()
+        for recorder in recorders.values():
+            recorder.start()
         with log_path.open("wb") as log:
             process = subprocess.Popen([haproxy, "-db", "-f", str(config_path)],
                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        router = Router(plan, fakes, process, metrics_port, log_path)
+        router = Router(plan, fakes, process, metrics_port, log_path, recorders)
         _wait_until_serving(router)
     except BaseException:
         if router is not None:
             router.stop()
+        for recorder in recorders.values():
+            recorder.stop()
         for fake in fakes.values():
             fake.stop()
         raise
@@ -205,7 +220,7 @@ def launch_router(haproxy: str, workdir: Path, replicas: int = 3, token_delay: f
 
 @contextlib.contextmanager
 def router_launcher(haproxy: str, workdir: Path) -> Iterator[Callable[..., Router]]:
-    """``launch(replicas=3, token_delay=0.0, serving=None, **render_kwargs)``: :func:`launch_router`
+    """``launch(replicas=3, token_delay=0.0, serving=None, record=False, **render_kwargs)``: :func:`launch_router`
     in ``workdir``; every router launched (HAProxy and its fakes) is stopped when the block ends,
     however it ends."""
     started: list[Router] = []

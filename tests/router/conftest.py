@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from routersim import MISSING_HAPROXY, Router, find_haproxy, router_launcher
 
+from neuron_serving.plan.engines import Engine, engine
 from tests.twin.rootfs import TwinUnavailable, rootfs
 
 HAPROXY_BUILDS = ("2.4 jammy", "2.6 bookworm")
@@ -69,3 +70,17 @@ def start_router(haproxy_bin: str, tmp_path: Path) -> Iterator[Callable[..., Rou
     """
     with router_launcher(haproxy_bin, tmp_path) as launch:
         yield launch
+
+
+@pytest.fixture(params=["tgi", "vllm"])
+def serving(request: pytest.FixtureRequest) -> Engine:
+    """Each engine in turn, for the tests that hold for both."""
+    return engine(request.param)
+
+
+@pytest.fixture
+def keys_dir(tmp_path: Path) -> Path:
+    """A directory for a router's key file and runtime API socket."""
+    path = tmp_path / "keys"
+    path.mkdir()
+    return path

@@ -191,19 +191,10 @@ class RawConnection:
             if len(self._framed) >= count or self._closed:
                 break
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            chunk = self._recv(remaining) if remaining > 0 else None
+            if chunk is None:
                 break
-            self.sock.settimeout(remaining)
-            try:
-                chunk = self.sock.recv(65536)
-            except TimeoutError:
-                break
-            except ConnectionResetError:
-                chunk = b""
-            if chunk:
-                self._pending += chunk
-            else:
-                self._closed = True
+            self._pending += chunk
         responses, self._framed = self._framed[:count], self._framed[count:]
         return Exchange(responses, self._closed and not self._framed, self._pending)
 
@@ -213,32 +204,31 @@ class RawConnection:
         deadline = time.monotonic() + timeout
         data, self._pending = self._pending, b""
         while not self._closed and (remaining := deadline - time.monotonic()) > 0:
-            self.sock.settimeout(remaining)
-            try:
-                chunk = self.sock.recv(65536)
-            except TimeoutError:
+            chunk = self._recv(remaining)
+            if chunk is None:
                 break
-            except ConnectionResetError:
-                chunk = b""
             data += chunk
-            self._closed = not chunk
         return data
 
     def is_closed_by_peer(self, timeout: float = 1.0) -> bool:
         """Whether the router closes the connection within ``timeout`` seconds (bytes it sends
         meanwhile are kept for the next read)."""
-        if self._closed:
-            return True
+        if not self._closed:
+            self._pending += self._recv(timeout) or b""
+        return self._closed
+
+    def _recv(self, timeout: float) -> bytes | None:
+        """What arrives within ``timeout`` seconds: ``None`` if nothing did, ``b""`` (and the
+        connection marked closed) once the router closed or reset it."""
         self.sock.settimeout(timeout)
         try:
             chunk = self.sock.recv(65536)
         except TimeoutError:
-            return False
+            return None
         except ConnectionResetError:
             chunk = b""
-        self._pending += chunk
-        self._closed = not chunk
-        return self._closed
+        self._closed = self._closed or not chunk
+        return chunk
 
     def close(self) -> None:
         self.sock.close()

@@ -22,26 +22,13 @@ from rawhttp import H2_PREFACE, RawConnection, exchange, h2_request, request
 from recording import RecordingRelay
 from routersim import Router
 
-from neuron_serving.plan.engines import Engine, engine
+from neuron_serving.plan.engines import Engine
 from neuron_serving.userdata import api_keys
 
 StartRouter = Callable[..., Router]
 KEY, OTHER = api_keys.new_key(), api_keys.new_key()
 BODY = b'{"inputs": "Hi", "parameters": {"max_new_tokens": 1}, "prompt": "Hi", "max_tokens": 1}'
 """A generation request both fakes answer: TGI's fields and OpenAI's (each ignores the other's)."""
-
-
-@pytest.fixture(params=["tgi", "vllm"])
-def serving(request: pytest.FixtureRequest) -> Engine:
-    return engine(request.param)
-
-
-@pytest.fixture
-def keys_dir(tmp_path: Path) -> Path:
-    """The router's key file and runtime API socket."""
-    path = tmp_path / "keys"
-    path.mkdir()
-    return path
 
 
 @pytest.fixture

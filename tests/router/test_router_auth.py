@@ -29,13 +29,6 @@ ALICE, BOB = api_keys.new_key(), api_keys.new_key()
 
 
 @pytest.fixture
-def keys_dir(tmp_path: Path) -> Path:
-    path = tmp_path / "keys"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def secure_router(start_router: StartRouter, keys_dir: Path) -> Callable[..., Router]:
     """A router with API keys whose key file holds the digests of ``keys`` when it starts, logging
     every request line to its log file."""

@@ -19,7 +19,7 @@ import pytest
 from rawhttp import Message, RawConnection, request
 from routersim import Router, generate, make_plan
 
-from neuron_serving.plan.engines import Engine, engine
+from neuron_serving.plan.engines import Engine
 from neuron_serving.render.router import (
     FORWARDED_HEADERS,
     HEALTH_UNAVAILABLE,
@@ -33,7 +33,6 @@ from neuron_serving.userdata import api_keys
 
 StartRouter = Callable[..., Router]
 ALICE, BOB = api_keys.new_key(), api_keys.new_key()
-ENGINES = [engine("tgi"), engine("vllm")]
 AUTHORIZATION = f"Authorization: Bearer {ALICE}"
 
 
@@ -41,26 +40,17 @@ def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def _engine_id(serving: Engine) -> str:
-    return serving.name
-
-
-@pytest.fixture(params=ENGINES, ids=_engine_id)
-def serving(request: pytest.FixtureRequest) -> Engine:
-    return request.param  # type: ignore[no-any-return]
-
-
 @pytest.fixture
-def secure(start_router: StartRouter, tmp_path: Path, serving: Engine) -> Callable[..., Router]:
+def secure(start_router: StartRouter, keys_dir: Path, serving: Engine) -> Callable[..., Router]:
     """``secure(**kwargs)``: a one-replica router of ``serving`` holding ALICE's key, logging to its
-    log file, its runtime socket in ``tmp_path``."""
+    log file, its key file and runtime socket in ``keys_dir``."""
 
     def start(**kwargs: Any) -> Router:
-        keys = tmp_path / "api-keys.sha256"
+        keys = keys_dir / "api-keys.sha256"
         keys.write_text(api_keys.keys_file_text([api_keys.digest(ALICE)]))
         kwargs.setdefault("replicas", 1)
         return start_router(serving=serving, api_keys=True, keys_file=str(keys),
-                            runtime_socket=str(tmp_path / "admin.sock"), log_target="stdout format raw", **kwargs)
+                            runtime_socket=str(keys_dir / "admin.sock"), log_target="stdout format raw", **kwargs)
 
     return start
 
@@ -454,10 +444,10 @@ def test_a_replicas_server_header_never_reaches_the_client(secure, serving) -> N
 
 
 def test_the_runtime_socket_refuses_show_errors_so_a_key_in_a_malformed_request_stays_unread(
-    secure, serving, tmp_path: Path,
+    secure, serving, keys_dir: Path,
 ) -> None:
     router = secure()
-    socket_path = str(tmp_path / "admin.sock")
+    socket_path = str(keys_dir / "admin.sock")
 
     response, _ = answer(router.port, f"POST /generate HTTP/1.1\r\nHost: router\r\nAuthorization: Bearer {ALICE}\r\n"
                                       "Content-Length: 1\r\nContent-Length: 2\r\n\r\nxx".encode())
@@ -466,4 +456,4 @@ def test_the_runtime_socket_refuses_show_errors_so_a_key_in_a_malformed_request_
     assert response.status == 400
     assert ALICE not in shown and "Permission denied" in shown, shown
     # The level the socket has is enough for the key sync's commands.
-    assert api_keys.digest(ALICE) in api_keys._runtime(socket_path, f"show acl {tmp_path / 'api-keys.sha256'}")
+    assert api_keys.digest(ALICE) in api_keys._runtime(socket_path, f"show acl {keys_dir / 'api-keys.sha256'}")

@@ -14,6 +14,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs import Construct
 
+from ..plan.engines import DEFAULT_ENGINE
 from ..plan.layout import ServingPlan
 from .artifact_cache import NeuronArtifactCache
 from .boot_script import NeuronBootScript
@@ -46,7 +47,7 @@ class NeuronExportBuilder(Construct):
         (:func:`~neuron_serving.plan.layout.builder_plan`): same export, the builder's devices.
     :param artifact_cache: where the export goes, and where the serving hosts look.
     :param machine_image: the serving hosts' AMI (the same Neuron driver).
-    :param engine: the serving engine. Default: ``tgi``.
+    :param engine: the serving engine. Default: :data:`~neuron_serving.plan.engines.DEFAULT_ENGINE`.
     :param image: the serving image (the export's compiler). Default: the engine's.
     :param hf_token_secret: for gated models. Default: none.
     :param model_revision: the Hub revision to export. Default: none.
@@ -61,7 +62,7 @@ class NeuronExportBuilder(Construct):
         plan: ServingPlan,
         artifact_cache: NeuronArtifactCache,
         machine_image: ec2.IMachineImage,
-        engine: str = "tgi",
+        engine: str = DEFAULT_ENGINE,
         image: str | None = None,
         hf_token_secret: secretsmanager.ISecret | None = None,
         model_revision: str | None = None,

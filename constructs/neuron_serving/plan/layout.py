@@ -100,7 +100,7 @@ class MemoryEstimate:
 
 @dataclass(frozen=True)
 class Replica:
-    """One TGI container: its contiguous devices, their cores, its host port and process tag."""
+    """One serving container: its contiguous devices, their cores, its host port and process tag."""
 
     index: int
     devices: tuple[int, ...]

@@ -82,8 +82,6 @@ PHASES = (
 """Every phase, in the order a boot goes through them (a host skips those it has no use for)."""
 
 PHASE_NAMES = tuple(phase.name for phase in PHASES)
-FINAL = frozenset({READY, FAILED, WARMED})
-"""Phases a host stays in until something else happens to it."""
 
 
 def find_phase(name: str) -> Phase | None:

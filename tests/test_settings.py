@@ -161,3 +161,46 @@ def test_bad_objective_settings_name_the_key(context, expected):
 def test_constraints_no_degree_meets_fail_naming_the_constraint():
     with pytest.raises(ServingConfigError, match=r"max_itl_ms \(0.5\) cannot be met on inf2.48xlarge"):
         _settings(**LLAMA_31_48XL, objective="latency", max_itl_ms="0.5")
+
+
+def test_alarm_thresholds_out_of_range_are_refused_by_the_settings_all_at_once():
+    with pytest.raises(ServingConfigError) as err:
+        StackSettings(alarm_5xx_percent=500, alarm_disk_percent=-3, alarm_p99_latency_seconds=0)
+    assert err.value.problems == (
+        "alarm_5xx_percent (500) must be a number above 0 and at most 100",
+        "alarm_p99_latency_seconds (0) must be a number above 0 and at most 3600",
+        "alarm_disk_percent (-3) must be a number above 0 and at most 100",
+    )
+
+
+def test_fleet_sizes_warm_pool_and_scaling_targets_are_refused_by_the_settings_all_at_once():
+    with pytest.raises(ServingConfigError) as err:
+        StackSettings(fleet="asg", min_capacity=3, max_capacity=1, desired_capacity=9, warm_pool=True,
+                      target_requests_per_minute=0)
+    assert err.value.problems == (
+        "min_capacity (3) must be <= max_capacity (1)",
+        "desired_capacity (9) must lie between min_capacity (3) and max_capacity (1)",
+        "warm_pool (True) needs max_capacity of at least 2 (got 1): a single instance has nothing to warm",
+        "target_requests_per_minute (0) must be at least 1",
+    )
+
+
+def test_internet_facing_without_certificate_nor_cidrs_reports_both():
+    with pytest.raises(ServingConfigError) as err:
+        StackSettings(internet_facing=True)
+    assert [p.split(" (")[0] for p in err.value.problems] == ["certificate_arn", "allowed_cidrs"]
+    assert "allowed_cidrs ([]) must list who may connect when internet_facing is true" in str(err.value)
+
+
+def test_internet_facing_into_an_existing_vpc_without_cidrs_names_allowed_cidrs_once():
+    with pytest.raises(ServingConfigError) as err:
+        StackSettings(internet_facing=True, certificate_arn=CERTIFICATE, vpc_id="vpc-0123456789abcdef0",
+                      availability_zones=("us-east-1a",), private_subnet_ids=("subnet-0123456789abcdef0",),
+                      public_subnet_ids=("subnet-0123456789abcdef1",))
+    assert [p.split(" (")[0] for p in err.value.problems] == ["allowed_cidrs"]
+
+
+def test_the_boot_timeout_range_is_worded_once_for_the_setting():
+    with pytest.raises(ServingConfigError, match=r"^boot_timeout_minutes \(900\) must be 1 to 720 minutes "
+                                                 r"\(CloudFormation waits at most 12 hours for signals\)$"):
+        StackSettings(boot_timeout_minutes=900)

@@ -3,8 +3,9 @@ bad inputs a fleet can be given."""
 
 import json
 
+import jsii
 import pytest
-from aws_cdk import App, Stack
+from aws_cdk import App, CfnParameter, Duration, IStableNumberProducer, Lazy, Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
@@ -14,8 +15,10 @@ from neuron_serving import (
     NeuronServingEndpoint,
     NeuronServingFleet,
     NeuronServingLaunchTemplate,
+    NeuronServingMonitoring,
     ReadinessSignal,
     ServingConfigError,
+    WarmPoolHook,
     neuron_dlami,
 )
 from neuron_serving.cdk.artifact_cache import CACHE_OBJECT_ACTIONS
@@ -314,3 +317,81 @@ def test_a_fleet_refuses_a_boot_script_that_never_signals():
     host = _own_host(stack, vpc, plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge")))
     with pytest.raises(ServingConfigError, match=r"^launch_template \('Own/Host'\) must carry a boot script"):
         NeuronServingFleet(stack, "Fleet", vpc=vpc, launch_template=host)
+
+
+@jsii.implements(IStableNumberProducer)
+class Producer:
+    """A number known only when the app synthesizes (``Lazy.number``)."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def produce(self) -> float:
+        return self.value
+
+
+# --- the construct alone names its own props --------------------------------------------------------
+
+def _signalling_host(stack, vpc, **boot_props):
+    plan = plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge"))
+    return plan, _own_host(stack, vpc, plan, signal=ReadinessSignal(stack_name=stack.stack_name,
+                                                                    logical_id="ServingFleet"), **boot_props)
+
+
+def test_a_fleet_alone_reports_every_size_problem_at_once():
+    stack, vpc = _own_stack()
+    _, host = _signalling_host(stack, vpc)
+    with pytest.raises(ServingConfigError) as err:
+        NeuronServingFleet(stack, "Fleet", vpc=vpc, launch_template=host, min_capacity=3, max_capacity=1,
+                           desired_capacity=9)
+    assert err.value.problems == ("min_capacity (3) must be <= max_capacity (1)",
+                                  "desired_capacity (9) must lie between min_capacity (3) and max_capacity (1)")
+
+
+def test_a_fleet_alone_names_its_launch_template_when_its_warm_pool_hook_has_no_room():
+    stack, vpc = _own_stack()
+    _, host = _signalling_host(stack, vpc, warm_pool_hook=WarmPoolHook(hook_name="Warm", group_name="Own-Fleet"))
+    with pytest.raises(ServingConfigError, match=r"^launch_template \('Own/Host'\) has a boot script with a "
+                                                 r"warm_pool_hook, which needs max_capacity of at least 2 \(got 1\)"):
+        NeuronServingFleet(stack, "Fleet", vpc=vpc, launch_template=host, min_capacity=1, max_capacity=1)
+
+
+def test_scaling_on_in_flight_requests_names_target_per_replica():
+    stack, vpc = _own_stack()
+    plan, host = _signalling_host(stack, vpc)
+    fleet = _fronted_fleet(stack, vpc, plan, host)
+    with pytest.raises(ServingConfigError, match=r"^target_per_replica \(0\) must be above 0$"):
+        fleet.scale_on_in_flight_requests(NeuronServingMonitoring(stack, "Monitoring"), target_per_replica=0)
+
+
+def test_a_schedule_is_named_by_the_methods_own_argument():
+    stack, vpc = _own_stack()
+    plan, host = _signalling_host(stack, vpc)
+    with pytest.raises(ServingConfigError, match=r"^scale_up \('daily'\) must be a cron expression"):
+        _fronted_fleet(stack, vpc, plan, host).scale_on_schedule(scale_down="0 20 * * *", scale_up="daily")
+
+
+def test_token_capacities_are_checked_when_the_app_synthesizes():
+    stack, vpc = _own_stack()
+    _, host = _signalling_host(stack, vpc)
+    # A token's value is unknown when the fleet is built; a Lazy one is known at synth.
+    NeuronServingFleet(stack, "Fleet", vpc=vpc, launch_template=host, min_capacity=3,
+                       max_capacity=Token.as_number(Lazy.number(Producer(1))))
+    with pytest.raises(Exception, match=r"min_capacity \(3\) must be <= max_capacity \(1\)"):
+        Template.from_stack(stack)
+
+
+def test_a_capacity_cloudformation_resolves_at_deploy_is_left_to_cloudformation():
+    stack, vpc = _own_stack()
+    _, host = _signalling_host(stack, vpc)
+    size = CfnParameter(stack, "Size", type="Number", default=2).value_as_number
+    fleet = NeuronServingFleet(stack, "Fleet", vpc=vpc, launch_template=host, max_capacity=size)
+    assert fleet.node.validate() == []
+
+
+def test_a_boot_script_alone_names_boot_timeout_with_the_settings_range():
+    stack, _ = _own_stack()
+    plan = plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge"))
+    with pytest.raises(ServingConfigError, match=r"^boot_timeout \('900 minutes'\) must be 1 to 720 minutes "
+                                                 r"\(CloudFormation waits at most 12 hours for signals\)$"):
+        NeuronBootScript(stack, "Boot", plan=plan, boot_timeout=Duration.minutes(900))

@@ -271,3 +271,39 @@ def test_with_api_keys_the_dashboard_shows_failed_syncs_beside_the_refused_reque
 def test_the_api_key_sync_alarm_threshold_is_a_whole_number_of_at_least_one():
     with pytest.raises(ServingConfigError, match=r"^api_key_sync_failures \(0\) must be a whole number of at least 1"):
         AlarmThresholds(api_key_sync_failures=0)
+
+
+def test_alarm_thresholds_alone_name_their_own_props_all_at_once():
+    with pytest.raises(ServingConfigError) as err:
+        AlarmThresholds(error_rate_percent=500, disk_percent=-3)
+    assert err.value.problems == ("error_rate_percent (500) must be a number above 0 and at most 100",
+                                  "disk_percent (-3) must be a number above 0 and at most 100")
+
+
+def test_a_token_threshold_is_checked_when_the_app_synthesizes():
+    from aws_cdk import App, Lazy, Stack, Token
+
+    from neuron_serving import NeuronServingMonitoring
+
+    from .test_fleet import Producer
+    stack = Stack(App(), "Own")
+    NeuronServingMonitoring(stack, "Monitoring", thresholds=AlarmThresholds(
+        error_rate_percent=Token.as_number(Lazy.number(Producer(500)))))
+    with pytest.raises(Exception, match=r"error_rate_percent \(500\) must be a number above 0 and at most 100"):
+        stack.node.root.synth()
+
+
+def test_the_monitoring_construct_accepts_the_retention_days_the_settings_list_and_no_table_of_its_own():
+    from aws_cdk import App, Stack
+    from aws_cdk.assertions import Template
+
+    from neuron_serving import NeuronServingMonitoring
+    from neuron_serving.cdk import monitoring
+    from neuron_serving.settings import LOG_RETENTION_DAYS
+    assert not hasattr(monitoring, "RETENTION_DAYS")
+    stack = Stack(App(), "Own")
+    NeuronServingMonitoring(stack, "Monitoring", log_retention_days=LOG_RETENTION_DAYS[-1])
+    Template.from_stack(stack).resource_properties_count_is("AWS::Logs::LogGroup", {"RetentionInDays": 3653},
+                                                            len(LOG_KINDS))
+    with pytest.raises(ServingConfigError, match=r"^log_retention_days \(13\) must be one of 1, 3, 5"):
+        NeuronServingMonitoring(stack, "Other", log_retention_days=13)

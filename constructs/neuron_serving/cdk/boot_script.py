@@ -18,7 +18,7 @@ from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan
 from ..plan.phases import PHASE_TAGS
 from ..plan.registry import EcrRegistry, parse_registry
-from ..plan.timing import MAX_CLOUDFORMATION_MINUTES, boot_minutes, readiness_seconds
+from ..plan.timing import boot_minutes, boot_timeout_problem, readiness_seconds
 from ..plan.volume import VolumePerformance, volume_performance
 from ..render.boot import (
     BootOptions,
@@ -158,11 +158,9 @@ class NeuronBootScript(Construct):
         self.boot_timeout: Duration = boot_timeout or Duration.minutes(
             boot_minutes(plan, throughput=self.root_volume.throughput, exports=prebuilt_export is None)
         )
-        if not 1 <= self.boot_timeout.to_minutes() <= MAX_CLOUDFORMATION_MINUTES:
-            raise ServingConfigError([
-                problem("boot_timeout_minutes", self.boot_timeout.to_minutes(), f"must be 1 to "
-                        f"{MAX_CLOUDFORMATION_MINUTES} (CloudFormation waits at most 12 hours for signals)")
-            ])
+        minutes = self.boot_timeout.to_minutes()
+        if (wrong := boot_timeout_problem(minutes)) is not None:
+            raise ServingConfigError([problem("boot_timeout", f"{minutes:g} minutes", wrong)])
         # wait-ready gives up within the boot timeout (the signal's, the fleet's pause), so a slow
         # load fails with its reason instead of at CloudFormation's timeout.
         self.ready_seconds: int = min(readiness_seconds(plan, self.root_volume.throughput),

@@ -16,11 +16,12 @@ from aws_cdk import aws_wafv2 as wafv2
 
 from constructs import Construct
 
-from ..plan.errors import Problems
+from ..plan.errors import Problems, problem
 from ..render.router import STREAM_TIMEOUT_SECONDS
-from ..settings import RATE_LIMIT_RANGE
+from ..settings import limits
 from .buckets import log_bucket
 from .scanners import skip_checkov
+from .validation import check_props
 
 DEFAULT_IDLE_TIMEOUT = Duration.seconds(300)
 RATE_LIMIT_WINDOW_SECONDS = 300
@@ -120,10 +121,9 @@ class NeuronServingEndpoint(Construct):
         if oidc is not None and certificate is None:
             problems.add("certificate", None, "is required with oidc: a load balancer signs users in on an HTTPS "
                          "listener only")
-        low, high = RATE_LIMIT_RANGE
-        if rate_limit is not None and not low <= rate_limit <= high:
-            problems.add("rate_limit", rate_limit, f"must be {low} to {high} requests per 5 minutes "
-                         "(AWS WAF's rate-based rule limits)")
+        if rate_limit is not None:
+            problems.add_all(check_props(self, [rate_limit], lambda value: [] if (wrong := limits.rate_limit(value))
+                                         is None else [problem("rate_limit", value, wrong)]))
         networks = []
         for cidr in allowed_cidrs:
             try:

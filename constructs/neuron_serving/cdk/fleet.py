@@ -16,8 +16,10 @@ from constructs import Construct
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.shapes import cron
 from ..plan.timing import boot_minutes
+from ..settings import limits
 from .instance import NeuronServingLaunchTemplate
 from .monitoring import NeuronServingMonitoring
+from .validation import check_props
 
 ASSUMED_REQUEST_SECONDS = 20
 """Average request duration behind the default scaling target: a batch slot serves about three
@@ -59,8 +61,8 @@ class NeuronServingFleet(Construct):
         *,
         vpc: ec2.IVpc,
         launch_template: NeuronServingLaunchTemplate,
-        min_capacity: int = 1,
-        max_capacity: int = 2,
+        min_capacity: int = limits.DEFAULT_MIN_CAPACITY,
+        max_capacity: int = limits.DEFAULT_MAX_CAPACITY,
         desired_capacity: int | None = None,
         vpc_subnets: ec2.SubnetSelection | None = None,
         health_check_grace: Duration | None = None,
@@ -71,22 +73,13 @@ class NeuronServingFleet(Construct):
         boot_script = launch_template.boot_script
         hook = boot_script.warm_pool_hook
         problems = Problems()
-        if max_capacity < 1:
-            problems.add("max_capacity", max_capacity, "must be at least 1")
-        if min_capacity < 0:
-            problems.add("min_capacity", min_capacity, "must be at least 0")
-        elif min_capacity > max_capacity:
-            problems.add("min_capacity", min_capacity, f"must be <= max_capacity ({max_capacity})")
-        if desired_capacity is not None and not min_capacity <= desired_capacity <= max_capacity:
-            problems.add(
-                "desired_capacity", desired_capacity,
-                f"must lie between min_capacity ({min_capacity}) and max_capacity ({max_capacity})",
-            )
-        if hook is not None and max_capacity < 2:
-            problems.add(
-                "warm_pool", True,
-                f"needs max_capacity of at least 2 (got {max_capacity}): a single instance has nothing to warm",
-            )
+        problems.add_all(check_props(self, [min_capacity, max_capacity, desired_capacity], _capacity_problems))
+        if hook is not None:
+            problems.add_all(check_props(
+                self, [max_capacity],
+                lambda high: [] if (wrong := limits.warm_pool_capacity(high)) is None else [problem(
+                    "launch_template", launch_template.node.path,
+                    f"has a boot script with a warm_pool_hook, which {wrong}")]))
         if boot_script.signal is None:
             problems.add("launch_template", launch_template.node.path,
                          "must carry a boot script with a signal: the fleet waits for each host to serve")
@@ -181,8 +174,10 @@ class NeuronServingFleet(Construct):
             if target_requests_per_minute is not None
             else len(plan.replicas) * plan.batch_size * 60 // ASSUMED_REQUEST_SECONDS
         )
-        if target < 1:
-            raise ServingConfigError([problem("target_requests_per_minute", target, "must be at least 1")])
+        problems = check_props(self, [target], lambda value: [] if (wrong := limits.requests_per_minute(value))
+                               is None else [problem("target_requests_per_minute", value, wrong)])
+        if problems:
+            raise ServingConfigError(problems)
         policy = self.auto_scaling_group.scale_on_request_count(
             "RequestsPerHost", target_requests_per_minute=target
         )
@@ -204,8 +199,10 @@ class NeuronServingFleet(Construct):
             queued.
         """
         target = float(self.plan.batch_size) if target_per_replica is None else target_per_replica
-        if not target > 0:
-            raise ServingConfigError([problem("target_in_flight_requests", target, "must be above 0")])
+        problems = check_props(self, [target], lambda value: [] if (wrong := limits.in_flight_requests(value))
+                               is None else [problem("target_per_replica", value, wrong)])
+        if problems:
+            raise ServingConfigError(problems)
         self.auto_scaling_group.scale_to_track_metric(
             "InFlightPerReplica",
             metric=monitoring.metric("InFlightRequests", statistic="Average"),
@@ -228,7 +225,7 @@ class NeuronServingFleet(Construct):
         """Scale to zero on ``scale_down`` and back to ``min_capacity`` on ``scale_up``: cron
         expressions (minute hour day month weekday, UTC)."""
         problems = Problems()
-        for name, expression in (("scale_down_schedule", scale_down), ("scale_up_schedule", scale_up)):
+        for name, expression in (("scale_down", scale_down), ("scale_up", scale_up)):
             if (shape := cron(expression.strip())) is not None:
                 problems.add(name, expression, shape)
         problems.raise_if_any()
@@ -244,3 +241,8 @@ class NeuronServingFleet(Construct):
             min_capacity=self.min_capacity,
             desired_capacity=max(self.min_capacity, 1),
         )
+
+
+def _capacity_problems(min_capacity: int, max_capacity: int, desired_capacity: int | None) -> list[str]:
+    return [problem(name, value, allowed)
+            for name, value, allowed in limits.capacity_problems(min_capacity, max_capacity, desired_capacity)]

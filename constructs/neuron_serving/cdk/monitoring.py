@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Aws, CfnOutput, Duration, Stack
+from aws_cdk import Aws, CfnOutput, Duration, Stack, Token
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
@@ -20,6 +20,7 @@ from ..plan.engines import DEFAULT_ENGINE, Engine
 from ..plan.engines import engine as find_engine
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.layout import ServingPlan
+from ..plan.shapes import email
 from ..render.boot import API_KEYS_UNIT
 from ..render.metrics import (
     API_KEY_SYNC_FAILURES,
@@ -32,19 +33,20 @@ from ..render.metrics import (
     MonitoringOptions,
     metric,
 )
+from ..settings import limits
 from .scanners import LOG_GROUP_KEY_REASON, skip_checkov
+from .validation import check_props
 
-RETENTION_DAYS = {
-    1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 5: logs.RetentionDays.FIVE_DAYS,
-    7: logs.RetentionDays.ONE_WEEK, 14: logs.RetentionDays.TWO_WEEKS, 30: logs.RetentionDays.ONE_MONTH,
-    60: logs.RetentionDays.TWO_MONTHS, 90: logs.RetentionDays.THREE_MONTHS, 120: logs.RetentionDays.FOUR_MONTHS,
-    150: logs.RetentionDays.FIVE_MONTHS, 180: logs.RetentionDays.SIX_MONTHS, 365: logs.RetentionDays.ONE_YEAR,
-    400: logs.RetentionDays.THIRTEEN_MONTHS, 545: logs.RetentionDays.EIGHTEEN_MONTHS,
-    731: logs.RetentionDays.TWO_YEARS, 1096: logs.RetentionDays.THREE_YEARS, 1827: logs.RetentionDays.FIVE_YEARS,
-    2192: logs.RetentionDays.SIX_YEARS, 2557: logs.RetentionDays.SEVEN_YEARS, 2922: logs.RetentionDays.EIGHT_YEARS,
-    3288: logs.RetentionDays.NINE_YEARS, 3653: logs.RetentionDays.TEN_YEARS,
-}
-"""The retention periods CloudWatch Logs accepts, in days."""
+_THRESHOLD_RANGES = (
+    ("error_rate_percent", limits.PERCENT_RANGE),
+    ("p99_latency_seconds", limits.LATENCY_SECONDS_RANGE),
+    ("disk_percent", limits.PERCENT_RANGE),
+)
+"""The thresholds' props and their ranges (those of the ``alarm_*`` settings)."""
+
+
+def _threshold_problems(name: str, value: object, low: float, high: float) -> list[str]:
+    return [] if limits.in_range(value, low, high) else [problem(name, value, limits.above_at_most(low, high))]
 
 DASHBOARD_REPLICA_METRICS = ("InFlightRequests", "BatchSize", "QueueSize", "QueueDuration", "RequestDuration",
                              "TimePerOutputToken", "GeneratedTokens", "Requests", "RequestFailures")
@@ -75,22 +77,20 @@ class AlarmThresholds:
         Default: 1.
     """
 
-    error_rate_percent: float = 5.0
-    p99_latency_seconds: float = 60.0
-    disk_percent: float = 85.0
+    error_rate_percent: float = limits.DEFAULT_ERROR_RATE_PERCENT
+    p99_latency_seconds: float = limits.DEFAULT_P99_LATENCY_SECONDS
+    disk_percent: float = limits.DEFAULT_DISK_PERCENT
     execution_errors: int = 1
     uncorrected_ecc_events: int = 1
     api_key_sync_failures: int = 1
 
     def __post_init__(self) -> None:
         problems = Problems()
-        for setting, value, low, high in (
-            ("alarm_5xx_percent", self.error_rate_percent, 0, 100),
-            ("alarm_p99_latency_seconds", self.p99_latency_seconds, 0, 3600),
-            ("alarm_disk_percent", self.disk_percent, 0, 100),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not low < value <= high:
-                problems.add(setting, value, f"must be a number above {low} and at most {high}")
+        for name, (low, high) in _THRESHOLD_RANGES:
+            value = getattr(self, name)
+            # A token's value is known at synth only: NeuronServingMonitoring checks it then.
+            if not Token.is_unresolved(value):
+                problems.add_all(_threshold_problems(name, value, low, high))
         for setting, count in (("execution_errors", self.execution_errors),
                                ("uncorrected_ecc_events", self.uncorrected_ecc_events),
                                ("api_key_sync_failures", self.api_key_sync_failures)):
@@ -126,7 +126,7 @@ class NeuronServingMonitoring(Construct):
         *,
         service: str | None = None,
         namespace: str = DEFAULT_NAMESPACE,
-        log_retention_days: int = 14,
+        log_retention_days: int = limits.DEFAULT_LOG_RETENTION_DAYS,
         alarm_topic: sns.ITopic | None = None,
         alarm_email: str | None = None,
         thresholds: AlarmThresholds | None = None,
@@ -134,23 +134,28 @@ class NeuronServingMonitoring(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
+        self.thresholds = thresholds or AlarmThresholds()
         problems = Problems()
-        if log_retention_days not in RETENTION_DAYS:
-            problems.add("log_retention_days", log_retention_days,
-                         f"must be one of {', '.join(map(str, RETENTION_DAYS))}")
-        if alarm_email is not None and (alarm_email.count("@") != 1 or any(c.isspace() for c in alarm_email)
-                                        or not all(alarm_email.split("@"))):
-            problems.add("alarm_email", alarm_email, "must be one e-mail address")
+        if (retention := limits.log_retention(log_retention_days)) is not None:
+            problems.add("log_retention_days", log_retention_days, retention)
+        if alarm_email is not None and (wrong := email(alarm_email)) is not None:
+            problems.add("alarm_email", alarm_email, wrong)
+        for name, (low, high) in _THRESHOLD_RANGES:
+            problems.add_all(check_props(self, [getattr(self.thresholds, name)],
+                                         lambda value, n=name, lo=low, hi=high: _threshold_problems(n, value, lo, hi)))
         problems.raise_if_any()
         self.service: str = service or stack.stack_name
         self.namespace = namespace
-        self.thresholds = thresholds or AlarmThresholds()
-        self.log_groups: dict[str, logs.LogGroup] = {
-            kind: logs.LogGroup(self, f"{kind.capitalize()}Logs", retention=RETENTION_DAYS[log_retention_days])
-            for kind in LOG_KINDS
-        }
-        for group in self.log_groups.values():
+        self.log_groups: dict[str, logs.LogGroup] = {}
+        for kind in LOG_KINDS:
+            # The days themselves, as CloudWatch Logs takes them: the accepted values are listed
+            # once (settings.limits), and RetentionDays' members carry only names in Python.
+            group = logs.LogGroup(self, f"{kind.capitalize()}Logs", retention=logs.RetentionDays.INFINITE)
+            cfn_group = group.node.default_child
+            assert isinstance(cfn_group, logs.CfnLogGroup)
+            cfn_group.retention_in_days = log_retention_days
             skip_checkov(group, "CKV_AWS_158", LOG_GROUP_KEY_REASON)
+            self.log_groups[kind] = group
         self.boot_options = MonitoringOptions(
             service=self.service,
             log_groups={kind: group.log_group_name for kind, group in self.log_groups.items()},

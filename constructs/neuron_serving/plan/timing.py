@@ -33,6 +33,13 @@ READY_MARGIN = 1.5
 MAX_CLOUDFORMATION_MINUTES = 12 * 60
 """CloudFormation waits at most 12 hours for resource signals."""
 
+
+def boot_timeout_problem(minutes: float) -> str | None:
+    """What a boot timeout of ``minutes`` must be, or ``None`` when it is one CloudFormation waits for."""
+    if 1 <= minutes <= MAX_CLOUDFORMATION_MINUTES:
+        return None
+    return f"must be 1 to {MAX_CLOUDFORMATION_MINUTES} minutes (CloudFormation waits at most 12 hours for signals)"
+
 SECONDS_PER_TOKEN_CEILING = 0.1
 """An upper bound on time per output token for a served model under full batch load (published
 inf2 figures are 20 to 50 ms); it sizes how long one generation may run."""

@@ -3,6 +3,7 @@
 one pass."""
 
 from .fields import Setting
+from .limits import LOG_RETENTION_DAYS, RATE_LIMIT_RANGE
 from .presets import PRESETS, Preset
 from .stack_settings import (
     CONSTRAINT_KEYS,
@@ -10,9 +11,7 @@ from .stack_settings import (
     DEFAULT_MODEL_ID,
     FLEET_KINDS,
     FLEET_ONLY_KEYS,
-    LOG_RETENTION_DAYS,
     OIDC_KEYS,
-    RATE_LIMIT_RANGE,
     SETTING_NAMES,
     SETTINGS,
     StackSettings,

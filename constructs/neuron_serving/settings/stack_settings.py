@@ -17,9 +17,11 @@ from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.layout import ServingPlan, ServingRequest, builder_plan, compile_memory_problem, plan_serving
 from ..plan.performance import DEFAULT_WORKLOAD, OBJECTIVES, Constraints, Workload, recommend
 from ..plan.registry import ecr_registry_problem
-from ..plan.timing import MAX_CLOUDFORMATION_MINUTES
+from ..plan.timing import boot_timeout_problem
 from ..plan.volume import GP3_IOPS, GP3_THROUGHPUT_MIB_S, volume_performance
+from . import limits
 from .fields import Setting, definitions, setting, type_problem
+from .limits import LOG_RETENTION_DAYS
 from .names import unknown_problems
 from .sources import layered
 
@@ -35,16 +37,6 @@ CONSTRAINT_KEYS = ("max_itl_ms", "max_ttft_ms", "min_tokens_per_second")
 OIDC_KEYS = ("oidc_issuer", "oidc_client_id", "oidc_client_secret", "oidc_authorization_endpoint",
              "oidc_token_endpoint", "oidc_user_info_endpoint")
 """What the load balancer's OIDC sign-in needs: all of them, or none."""
-
-RATE_LIMIT_RANGE = (10, 2_000_000_000)
-"""An AWS WAF rate-based rule's limit: 10 to 2e9 requests per evaluation window (WAFV2 API,
-RateBasedStatement.Limit, min 10 and max 2000000000 in botocore 1.43.11
-data/wafv2/2019-07-29/service-2.json)."""
-
-LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
-                      3288, 3653)
-"""The retention periods CloudWatch Logs accepts, in days (CloudWatch Logs API Reference,
-PutRetentionPolicy, retentionInDays)."""
 
 FLEET_KINDS = ("instance", "asg")
 FLEET_ONLY_KEYS = ("min_capacity", "max_capacity", "desired_capacity", "warm_pool", "scale_down_schedule",
@@ -259,8 +251,8 @@ class StackSettings:
     # The fleet
     fleet: str = setting("instance", """`instance` (one EC2 instance) or `asg` (an Auto Scaling fleet over the
         private subnets of both AZs).""", check=_choice(*FLEET_KINDS))
-    min_capacity: int = setting(1, "Fleet size, lowest (`fleet=asg` only).")
-    max_capacity: int = setting(2, "Fleet size, highest (`fleet=asg` only).")
+    min_capacity: int = setting(limits.DEFAULT_MIN_CAPACITY, "Fleet size, lowest (`fleet=asg` only).")
+    max_capacity: int = setting(limits.DEFAULT_MAX_CAPACITY, "Fleet size, highest (`fleet=asg` only).")
     desired_capacity: int | None = setting(None, "Fleet size at creation (`fleet=asg` only).",
                                            shown="`min_capacity`")
     target_in_flight_requests: float | None = setting(None, """The average in-flight requests per replica
@@ -275,16 +267,17 @@ class StackSettings:
         to `min_capacity`.""", check=shapes.cron)
 
     # Logs and alarms
-    log_retention_days: int = setting(14, f"""Retention of the hosts' log groups: one of
+    log_retention_days: int = setting(limits.DEFAULT_LOG_RETENTION_DAYS, f"""Retention of the hosts' log groups: one of
         {', '.join(map(str, LOG_RETENTION_DAYS))} (the values CloudWatch Logs accepts).""")
     alarm_email: str | None = setting(None, "An address subscribed to the alarm topic. It must confirm the "
                                       "subscription.", check=shapes.email)
     alarm_topic_arn: str | None = setting(None, """An existing SNS topic for the alarms (an organisation's
         on-call topic) instead of the stack's own.""", shown="a new topic", check=shapes.topic_arn)
-    alarm_5xx_percent: float = setting(5.0, "The 5xx alarm's threshold, percent of requests; see "
-                                       "[Monitoring](#monitoring).")
-    alarm_p99_latency_seconds: float = setting(60.0, "The p99 latency alarm's threshold, seconds.")
-    alarm_disk_percent: float = setting(85.0, "The disk alarm's threshold, percent used.")
+    alarm_5xx_percent: float = setting(limits.DEFAULT_ERROR_RATE_PERCENT, "The 5xx alarm's threshold, percent "
+                                       "of requests; see [Monitoring](#monitoring).")
+    alarm_p99_latency_seconds: float = setting(limits.DEFAULT_P99_LATENCY_SECONDS, "The p99 latency alarm's "
+                                               "threshold, seconds.")
+    alarm_disk_percent: float = setting(limits.DEFAULT_DISK_PERCENT, "The disk alarm's threshold, percent used.")
 
     def __post_init__(self) -> None:
         problems = Problems()
@@ -383,13 +376,12 @@ class StackSettings:
         self._check_endpoint(problems)
         self._check_network(problems)
         self._check_fleet(problems)
-        if self.log_retention_days not in LOG_RETENTION_DAYS:
-            problems.add("log_retention_days", self.log_retention_days,
-                         f"must be one of {', '.join(map(str, LOG_RETENTION_DAYS))}")
+        self._check_alarms(problems)
+        if (retention := limits.log_retention(self.log_retention_days)) is not None:
+            problems.add("log_retention_days", self.log_retention_days, retention)
         timeout = self.boot_timeout_minutes
-        if timeout is not None and not 1 <= timeout <= MAX_CLOUDFORMATION_MINUTES:
-            problems.add("boot_timeout_minutes", timeout, f"must be 1 to {MAX_CLOUDFORMATION_MINUTES} "
-                         "(CloudFormation waits at most 12 hours for signals)")
+        if timeout is not None and (wrong := boot_timeout_problem(timeout)) is not None:
+            problems.add("boot_timeout_minutes", timeout, wrong)
         for key, value in self.tags.items():
             if not _TAG_KEY.fullmatch(key) or key.lower().startswith("aws:"):
                 problems.add("tags", key, "has a key that is not 1-128 letters, digits, spaces and _.:/=+-@, or "
@@ -435,6 +427,9 @@ class StackSettings:
             problems.add("certificate_arn", None, "is required when internet_facing is true: an internet-facing "
                          "endpoint serves HTTPS only (HTTP redirects to it), so prompts and keys never cross the "
                          "internet in clear text; give an ACM certificate ARN of the endpoint's domain")
+        if self.internet_facing and not self.allowed_cidrs:
+            problems.add("allowed_cidrs", [], "must list who may connect when internet_facing is true (an "
+                         "unauthenticated LLM endpoint is never opened to everyone by default)")
         if self.internet_facing and not self.api_keys and not given:
             problems.add("api_keys", False, "cannot be false when internet_facing is true unless browser users "
                          "sign in with oidc_*: an internet-facing endpoint never serves anyone who is not "
@@ -451,10 +446,8 @@ class StackSettings:
             problems.add("image_registry_pull_through", True, "applies only with image_registry")
         if self.api_keys_secret and not self.api_keys:
             problems.add("api_keys_secret", self.api_keys_secret, "applies only with api_keys=true")
-        low, high = RATE_LIMIT_RANGE
-        if self.rate_limit is not None and not low <= self.rate_limit <= high:
-            problems.add("rate_limit", self.rate_limit, f"must be {low} to {high} requests per client IP per "
-                         "5 minutes (AWS WAF's rate-based rule limits)")
+        if self.rate_limit is not None and (wrong := limits.rate_limit(self.rate_limit)) is not None:
+            problems.add("rate_limit", self.rate_limit, wrong)
 
     def _check_network(self, problems: Problems) -> None:
         attached = ("availability_zones", "private_subnet_ids", "public_subnet_ids")
@@ -475,7 +468,8 @@ class StackSettings:
             if zones and subnets and len(subnets) % len(zones):
                 problems.add(key, list(subnets), f"must hold a multiple of {len(zones)} subnets, one per "
                              "availability_zones entry in the same order")
-        if not self.allowed_cidrs:
+        # An internet-facing endpoint without them is reported once, by _check_endpoint.
+        if not self.allowed_cidrs and not self.internet_facing:
             problems.add("allowed_cidrs", None, "is required with vpc_id: the stack cannot read an imported VPC's "
                          "CIDR without a lookup; give the networks that may reach the endpoint")
 
@@ -485,6 +479,14 @@ class StackSettings:
                 if getattr(self, key) != _DEFAULTS[key]:
                     problems.add(key, getattr(self, key), "applies to fleet=asg only; add -c fleet=asg")
             return
+        for key, value, allowed in limits.capacity_problems(self.min_capacity, self.max_capacity,
+                                                            self.desired_capacity):
+            problems.add(key, value, allowed)
+        if self.warm_pool and (wrong := limits.warm_pool_capacity(self.max_capacity)) is not None:
+            problems.add("warm_pool", True, wrong)
+        if self.target_requests_per_minute is not None and (
+                wrong := limits.requests_per_minute(self.target_requests_per_minute)) is not None:
+            problems.add("target_requests_per_minute", self.target_requests_per_minute, wrong)
         if bool(self.scale_down_schedule) != bool(self.scale_up_schedule):
             missing = "scale_up_schedule" if self.scale_down_schedule else "scale_down_schedule"
             problems.add(missing, None, "is required with the other schedule: a fleet scaled to zero must know "
@@ -492,8 +494,16 @@ class StackSettings:
         if self.target_in_flight_requests is not None and self.target_requests_per_minute is not None:
             problems.add("target_in_flight_requests", self.target_in_flight_requests,
                          "cannot be combined with target_requests_per_minute: choose one scaling signal")
-        if self.target_in_flight_requests is not None and self.target_in_flight_requests <= 0:
-            problems.add("target_in_flight_requests", self.target_in_flight_requests, "must be above 0")
+        if self.target_in_flight_requests is not None and (
+                wrong := limits.in_flight_requests(self.target_in_flight_requests)) is not None:
+            problems.add("target_in_flight_requests", self.target_in_flight_requests, wrong)
+
+    def _check_alarms(self, problems: Problems) -> None:
+        for key, (low, high) in (("alarm_5xx_percent", limits.PERCENT_RANGE),
+                                 ("alarm_p99_latency_seconds", limits.LATENCY_SECONDS_RANGE),
+                                 ("alarm_disk_percent", limits.PERCENT_RANGE)):
+            if not limits.in_range(getattr(self, key), low, high):
+                problems.add(key, getattr(self, key), limits.above_at_most(low, high))
 
     @property
     def builder(self) -> ServingPlan | None:

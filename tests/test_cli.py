@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from neuron_serving.cli import main
+from neuron_serving.plan.instances import INSTANCES
 
 LLAMA_8B = ["plan", "--model", "meta-llama/Meta-Llama-3.1-8B-Instruct", "--instance-type", "inf2.48xlarge"]
 HEADER = ["degree", "replicas", "idle", "cores", "GiB/core", "of", "fits", "TTFT", "s", "ITL1", "ms", "ITL", "ms",
@@ -156,3 +157,17 @@ def test_the_console_script_is_installed_and_does_not_start_the_cdk_runtime_nor_
         capture_output=True, text=True, check=True,
     )
     assert result.stdout.splitlines()[-1] == "False False False"
+
+
+def test_json_output_of_any_instance_type_compares_them_all_in_the_ops_commands_format(capsys):
+    assert main(["plan", "--model", "llama-3.1-8b", "--instance-type", "any", "--objective", "cost",
+                 "--output", "json"]) == 0
+    out = capsys.readouterr().out
+    document = json.loads(out)
+    # Written as every operator command writes its document (ops/output.Printer), so one parser reads them all.
+    assert out == json.dumps(document, indent=2, sort_keys=True) + "\n"
+    compared = [entry["instance_type"] for entry in document["instance_types"]]
+    ruled_out = [entry["instance_type"] for entry in document["ruled_out"]]
+    assert len(compared) == 7 and sorted(compared + ruled_out) == sorted(INSTANCES)
+    assert document["recommendation"]["instance_type"] == "inf2.xlarge"
+    assert "needs about 34 GiB" in document["recommendation"]["cannot_compile"]

@@ -393,3 +393,32 @@ def test_help_documents_the_permissions_and_the_remaining_race(capsys):
     for words in ("secretsmanager:PutSecretValue", "cloudformation:DescribeStacks", "run it again",
                   "a change landing in the", "instant between that check and the write is overwritten"):
         assert words in text
+
+
+# --- --output json -------------------------------------------------------------------------------------------------
+
+
+def test_list_as_json_names_each_key_and_how_it_is_stored_never_a_value(emulator, capsys):
+    arn = emulator.create_secret(SECRET, json.dumps({"ci": OTHER_DIGEST, "legacy": RAW_KEY, "short": "tooshort"}))
+    code, out, err = run(capsys, "list", "--secret", SECRET, "--output", "json")
+    assert code == 0, err
+    assert json.loads(out) == {
+        "secret": arn,
+        "keys": [{"name": "ci", "stored": "digest"}, {"name": "legacy", "stored": "key"}],
+        "ignored": parse_secret(secret_text(emulator))[1],
+    }
+    for value in (OTHER_DIGEST[7:], RAW_KEY, "tooshort"):
+        assert value not in out + err
+
+
+def test_create_as_json_holds_the_one_time_key_and_revoke_as_json_holds_none(emulator, secret, capsys):
+    code, out, err = run(capsys, "create", "ci", "--output", "json")
+    assert code == 0, err
+    created = json.loads(out)
+    key = created.pop("key")
+    assert created == {"action": "create", "name": "ci", "secret": secret}
+    assert entries(emulator) == {"existing": OTHER_DIGEST, "ci": stored(key)} and key not in err
+    code, out, err = run(capsys, "revoke", "ci", "--output", "json")
+    assert code == 0, err
+    assert json.loads(out) == {"action": "revoke", "name": "ci", "secret": secret}
+    assert entries(emulator) == {"existing": OTHER_DIGEST}

@@ -91,3 +91,15 @@ def test_every_package_of_the_library_is_in_the_wheel(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     packages = {str(p.parent.relative_to(PACKAGE.parent)) for p in PACKAGE.rglob("__init__.py")}
     assert packages and {p for p in packages if f"{p}/__init__.py" not in names} == set()
+
+
+def test_the_cli_commands_in_ops_use_only_the_pure_layers_and_only_the_cli_imports_them():
+    pure = {"plan", "settings", "render", "userdata"}
+    for path in (PACKAGE / "ops").glob("*.py"):
+        upward = {name for name in _imports(path) if name.startswith("..")}
+        assert {name[2:].split(".")[0] for name in upward} <= pure, path
+        assert not any(name.startswith("neuron_serving.") for name in _imports(path)), path
+    importers = [path for path in (*PACKAGE.rglob("*.py"), *(ROOT / "userdata").rglob("*.py"))
+                 if PACKAGE / "ops" not in path.parents and path != PACKAGE / "cli.py"
+                 and any(name.startswith((".ops", "..ops", "neuron_serving.ops")) for name in _imports(path))]
+    assert importers == []

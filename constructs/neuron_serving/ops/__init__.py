@@ -1,4 +1,5 @@
-"""The operator's commands of the ``neuron-serving`` CLI that talk to AWS (with boto3) or to a
-deployed endpoint: ``preflight``, ``status``, ``logs`` and ``smoke``, on the shared pieces of
+"""The commands of the ``neuron-serving`` CLI, one module each with a ``register()``: ``plan`` (the
+plan layer's layouts and predictions, no AWS), ``api-key``, ``preflight``, ``status``, ``logs``,
+``smoke`` and ``bench`` (with boto3, or against a deployed endpoint), on the shared pieces of
 :mod:`.aws` (calls whose failures become sentences) and :mod:`.output` (tables, progress and
-``--output json``). Nothing here is imported by the CDK constructs."""
+``--output json``). Only :mod:`neuron_serving.cli` imports this package; the CDK constructs never do."""

@@ -76,6 +76,13 @@ class Printer:
             table.add_row(*cells)
         return table
 
+    def plain(self, *lines: str) -> None:
+        """Lines written as they are: no wrapping at the console's width, no markup, no emoji. For
+        output that lays itself out (``plan``'s table) or that a script captures whole (a new API key)."""
+        for line in lines:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
     def print(self, *things: Any) -> None:
         """Text for people (rich renderables or strings, whose ``[`` is taken literally)."""
         for thing in things:

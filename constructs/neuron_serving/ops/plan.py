@@ -1,0 +1,287 @@
+"""``neuron-serving plan --model M --instance-type T``: every tensor-parallel degree the instance
+accepts, with the replicas it gives, whether the model fits, and the performance model's predictions
+(:mod:`neuron_serving.plan.performance`); ``--objective latency|throughput|cost`` and limits recommend
+a layout, and ``--output json`` prints the same as one JSON document (see :func:`plan_document`).
+
+Pure Python on the plan layer: no AWS call, no CDK.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from ..plan.errors import Problems, ServingConfigError
+from ..plan.instances import INSTANCES
+from ..plan.layout import (
+    GIB,
+    DegreeOption,
+    ServingPlan,
+    ServingRequest,
+    compile_memory_problem,
+    degree_options,
+    plan_serving,
+)
+from ..plan.performance import (
+    DEFAULT_WORKLOAD,
+    OBJECTIVES,
+    Constraints,
+    Prediction,
+    Recommendation,
+    Workload,
+    candidates,
+    compare_instances,
+    recommend,
+)
+from ..settings import DEFAULT_INSTANCE_TYPE, DEFAULT_MODEL_ID
+from .output import Printer, output_option
+
+EXIT_BAD_INPUT = 2
+"""``plan``'s exit status for input it refuses, as argparse's own for a bad option."""
+
+ANY_INSTANCE = "any"
+"""``--instance-type any``: recommend across every instance type of the catalog."""
+
+
+def register(commands: Any) -> None:
+    """Add ``plan`` to the CLI's subcommands (``commands``, from ``add_subparsers``)."""
+    plan = commands.add_parser(
+        "plan", parents=[output_option()], help="show every valid tensor-parallel degree for a model and instance",
+        description="Every tensor-parallel degree the instance accepts, with its replicas, memory and predicted "
+                    "latency, throughput and cost; an objective recommends one. With --output json, one document "
+                    "described in neuron_serving.ops.plan.plan_document.")
+    plan.add_argument("--model", default=DEFAULT_MODEL_ID, help="Hugging Face model id or catalog name")
+    plan.add_argument("--instance-type", default=DEFAULT_INSTANCE_TYPE,
+                      help=f"a Neuron instance type, or {ANY_INSTANCE!r} with --objective to compare them all")
+    plan.add_argument("--batch-size", type=int, default=ServingRequest.batch_size)
+    plan.add_argument("--sequence-length", type=int, default=ServingRequest.sequence_length)
+    plan.add_argument("--max-input-tokens", type=int, default=None)
+    plan.add_argument("--dtype", default=ServingRequest.dtype)
+    plan.add_argument("--model-config", default=None, help="path to config.json for a model outside the catalog")
+    plan.add_argument("--objective", choices=OBJECTIVES, default=None,
+                      help="recommend the layout with the lowest inter-token latency, the most tokens per second, "
+                           "or the lowest cost per token (default: the smallest degree that fits)")
+    plan.add_argument("--max-itl-ms", type=float, default=None,
+                      help="with --objective: highest inter-token latency at full batch, milliseconds")
+    plan.add_argument("--max-ttft-ms", type=float, default=None,
+                      help="with --objective: highest time to first token, milliseconds")
+    plan.add_argument("--min-tokens-per-second", type=float, default=None,
+                      help="with --objective: fewest output tokens per second of the instance at saturation")
+    plan.add_argument("--input-tokens", type=int, default=DEFAULT_WORKLOAD.input_tokens,
+                      help="prompt tokens per request of the workload the predictions are for")
+    plan.add_argument("--output-tokens", type=int, default=DEFAULT_WORKLOAD.output_tokens,
+                      help="generated tokens per request of the workload the predictions are for")
+    plan.set_defaults(run=command)
+
+
+def command(args: argparse.Namespace) -> int:
+    """Run ``plan``: the table as text, or the JSON document of :func:`plan_document`; bad input, and an
+    objective that can recommend nothing, are one line on stderr and exit status :data:`EXIT_BAD_INPUT`."""
+    printer = Printer(args.output)
+    try:
+        request, workload, constraints = _plan_inputs(args)
+        document = plan_document(request, workload, args.objective, constraints)
+    except ServingConfigError as err:
+        print(f"neuron-serving: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if printer.json:
+        printer.document(document)
+    else:
+        printer.plain(_plan_text(request, workload, document))
+    return 0
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    # Right-aligned columns split by spaces, not Printer.table's: rich draws rules between the columns,
+    # and readers of this table (people pasting it, scripts) split its rows on whitespace.
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows)
+
+
+_COLUMNS = ("degree", "replicas", "idle cores", "GiB/core", "of", "fits",
+            "TTFT s", "ITL1 ms", "ITL ms", "tok/s", "$/Mtok")
+
+
+def _prediction_cells(prediction: Prediction | None) -> list[str]:
+    if prediction is None:
+        return ["-"] * 5
+    return [
+        f"{prediction.ttft_s:.2f}",
+        f"{prediction.itl_batch1_s * 1e3:.1f}",
+        f"{prediction.itl_full_batch_s * 1e3:.1f}",
+        f"{prediction.tokens_per_second_instance:.0f}",
+        f"{prediction.usd_per_million_tokens:.2f}",
+    ]
+
+
+def _replicas(count: int) -> str:
+    return f"{count} replica" + ("" if count == 1 else "s")
+
+
+def _plan_inputs(args: argparse.Namespace) -> tuple[ServingRequest, Workload, Constraints]:
+    request = ServingRequest(
+        model_id=args.model,
+        instance_type=args.instance_type,
+        batch_size=args.batch_size,
+        sequence_length=args.sequence_length,
+        max_input_tokens=args.max_input_tokens,
+        dtype=args.dtype,
+        model_config=args.model_config,
+    )
+    workload = Workload(args.input_tokens, args.output_tokens)
+    constraints = Constraints(args.max_itl_ms, args.max_ttft_ms, args.min_tokens_per_second)
+    return request, workload, constraints
+
+
+def plan_document(request: ServingRequest, workload: Workload, objective: str | None,
+                  constraints: Constraints) -> dict[str, Any]:
+    """What ``neuron-serving plan --output json`` prints. Keys (times in seconds, memory in GiB):
+
+    - ``request``: ``model_id``, ``instance_type`` (or ``"any"``), ``batch_size``,
+      ``sequence_length``, ``max_input_tokens``, ``dtype``;
+    - ``workload``: ``input_tokens``, ``output_tokens``;
+    - ``objective``: ``latency``, ``throughput``, ``cost`` or null;
+    - ``constraints``: ``max_itl_ms``, ``max_ttft_ms``, ``min_tokens_per_second`` (null: none);
+    - ``degrees`` (one instance type): per degree the instance accepts, ``degree``, ``replicas``,
+      ``idle_cores``, ``memory_gib`` (needed per core), ``available_gib``, ``fits``, and
+      ``prediction`` (null when it does not fit);
+    - ``instance_types`` (``any``): per instance type that can serve the model, its
+      ``instance_type``, ``hourly_usd``, ``degree``, ``replicas`` and ``prediction``;
+      ``ruled_out``: ``[{"instance_type", "why"}]`` for the others;
+    - ``rejected``: ``[{"degree", "why"}]``, the degrees an objective ruled out;
+    - ``recommendation``: ``instance_type``, ``hourly_usd``, ``degree``, ``replicas``, ``layout``,
+      ``reason`` and ``prediction`` of the recommended layout (without an objective: the smallest
+      degree that fits), or null when nothing fits;
+    - ``no_layout``: why nothing fits, or null.
+
+    A ``prediction`` holds :class:`~neuron_serving.plan.performance.Prediction`'s fields: ``degree``,
+    ``replicas``, ``ttft_s``, ``itl_batch1_s``, ``itl_full_batch_s``, ``tokens_per_second_replica``,
+    ``tokens_per_second_instance``, ``requests_per_second_instance``, ``usd_per_million_tokens``.
+
+    Raises :class:`ServingConfigError` for bad input (limits or ``any`` without an objective among
+    them), and when an objective can recommend nothing.
+    """
+    if objective is None:
+        problems = Problems()
+        for name, limit in constraints.limits():
+            problems.add(name, limit, "needs --objective, which chooses among the layouts")
+        if request.instance_type == ANY_INSTANCE:
+            problems.add("instance_type", ANY_INSTANCE, "needs --objective, which chooses among the layouts")
+        problems.raise_if_any()
+    document: dict[str, Any] = {
+        "request": {
+            "model_id": request.model_id,
+            "instance_type": request.instance_type,
+            "batch_size": request.batch_size,
+            "sequence_length": request.sequence_length,
+            "max_input_tokens": request.effective_max_input_tokens,
+            "dtype": request.dtype,
+        },
+        "workload": {"input_tokens": workload.input_tokens, "output_tokens": workload.output_tokens},
+        "objective": objective,
+        "constraints": {name: getattr(constraints, name)
+                        for name in ("max_itl_ms", "max_ttft_ms", "min_tokens_per_second")},
+    }
+    if request.instance_type == ANY_INSTANCE and objective is not None:
+        compared = compare_instances(request, objective, constraints, workload)
+        document["instance_types"] = [
+            {"instance_type": r.plan.instance.name, "hourly_usd": r.plan.instance.hourly_usd,
+             "degree": r.plan.degree, "replicas": len(r.plan.replicas), "prediction": asdict(r.prediction)}
+            for r in compared.per_instance
+        ]
+        document["ruled_out"] = [{"instance_type": name, "why": why} for name, why in compared.ruled_out]
+        return _recommended(document, compared.best)
+    options = degree_options(request)
+    workload.check_fits(request)
+    predicted = {plan.degree: prediction for plan, prediction in candidates(request, workload)}
+    document["degrees"] = [_degree_entry(option, predicted.get(option.degree)) for option in options]
+    if objective is not None:
+        return _recommended(document, recommend(request, objective, constraints, workload))
+    try:
+        default = plan_serving(request)
+    except ServingConfigError as err:
+        return {**document, "rejected": [], "recommendation": None, "no_layout": str(err)}
+    chosen = _layout_entry(default, predicted[default.degree], "the smallest degree that fits: the most replicas")
+    return {**document, "rejected": [], "recommendation": chosen, "no_layout": None}
+
+
+def _degree_entry(option: DegreeOption, prediction: Prediction | None) -> dict[str, Any]:
+    return {
+        "degree": option.degree,
+        "replicas": option.replicas,
+        "idle_cores": option.idle_cores,
+        "memory_gib": round(option.memory.total / GIB, 2),
+        "available_gib": round(option.memory.available / GIB, 2),
+        "fits": option.memory.fits,
+        "prediction": None if prediction is None else asdict(prediction),
+    }
+
+
+def _layout_entry(plan: ServingPlan, prediction: Prediction, reason: str) -> dict[str, Any]:
+    return {
+        "instance_type": plan.instance.name,
+        "hourly_usd": plan.instance.hourly_usd,
+        "degree": plan.degree,
+        "replicas": len(plan.replicas),
+        "layout": plan.describe(),
+        "reason": reason,
+        "prediction": asdict(prediction),
+        # The host serves this layout, but compiles it only with enough memory: else a prebuilt export.
+        "cannot_compile": compile_memory_problem(plan),
+    }
+
+
+def _recommended(document: dict[str, Any], recommendation: Recommendation) -> dict[str, Any]:
+    return {
+        **document,
+        # Degrees whose memory does not fit are in the listing already; these are the objective's.
+        "rejected": [{"degree": degree, "why": why}
+                     for degree, why in recommendation.rejected if not why.startswith("does not fit")],
+        "recommendation": _layout_entry(recommendation.plan, recommendation.prediction, recommendation.reason),
+        "no_layout": None,
+    }
+
+
+def _plan_text(request: ServingRequest, workload: Workload, document: dict[str, Any]) -> str:
+    where = "any instance type" if request.instance_type == ANY_INSTANCE else (
+        f"{request.instance_type} (about ${INSTANCES[request.instance_type].hourly_usd:.2f}/h on demand)")
+    lines = [
+        f"{request.model_id} on {where}: batch {request.batch_size}, sequence {request.sequence_length}, "
+        f"input <= {request.effective_max_input_tokens}, {request.dtype}",
+        f"predicted for {workload.input_tokens} input and {workload.output_tokens} output tokens per request "
+        "(prompts are padded to the sequence length; tok/s and $/Mtok: output tokens, at saturation)",
+    ]
+    if "instance_types" in document:
+        rows = [["instance type", "$/h", "degree", "replicas", *_COLUMNS[6:]]]
+        for entry in document["instance_types"]:
+            rows.append([entry["instance_type"], f"{entry['hourly_usd']:.2f}", str(entry["degree"]),
+                         str(entry["replicas"]), *_prediction_cells(Prediction(**entry["prediction"]))])
+        lines.append(_table(rows))
+        lines += [f"ruled out: {entry['instance_type']}: {entry['why']}" for entry in document["ruled_out"]]
+    else:
+        rows = [list(_COLUMNS)]
+        for entry in document["degrees"]:
+            prediction = entry["prediction"]
+            rows.append([
+                str(entry["degree"]), str(entry["replicas"]), str(entry["idle_cores"]),
+                f"{entry['memory_gib']:.1f}", f"{entry['available_gib']:.0f}", "yes" if entry["fits"] else "no",
+                *_prediction_cells(None if prediction is None else Prediction(**prediction)),
+            ])
+        lines.append(_table(rows))
+    lines += [f"ruled out: degree {entry['degree']}: {entry['why']}" for entry in document["rejected"]]
+    chosen = document["recommendation"]
+    if chosen is None:
+        lines.append(f"no layout: {document['no_layout']}")
+    elif document["objective"] is None:
+        lines.append(f"default (smallest degree that fits): {chosen['degree']} -> {chosen['layout']}")
+    else:
+        on = f"{chosen['instance_type']}, " if request.instance_type == ANY_INSTANCE else ""
+        lines.append(f"recommended: {on}degree {chosen['degree']} ({_replicas(chosen['replicas'])}): "
+                     f"{chosen['reason']}")
+        lines.append(f"layout: {chosen['layout']}")
+    if chosen is not None and chosen.get("cannot_compile"):
+        lines.append(f"note: {chosen['cannot_compile']}")
+    return "\n".join(lines)

@@ -105,3 +105,34 @@ def test_the_replica_environment_turns_off_vllms_usage_reports_and_route_probe_a
                                "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [False, "127.0.0.1", True]
+
+
+# The router answers its own errors in vLLM's ErrorResponse (neuron_serving.plan.engines.vllm, error_body):
+# checked against the models of the vLLM 0.11.0 the tools venv installs, as its api_server's
+# http_exception_handler builds one (type: the status's phrase; code: the status).
+ERROR_CHECK = """
+import json, sys
+from http import HTTPStatus
+from vllm.entrypoints.openai.protocol import ErrorInfo, ErrorResponse
+bodies = json.load(sys.stdin)
+print(json.dumps([ErrorResponse(error=ErrorInfo(message=json.loads(body)["error"]["message"],
+                                                type=HTTPStatus(int(status)).phrase, code=int(status))
+                                ).model_dump_json() for status, body in bodies]))
+"""
+
+
+def test_the_routers_vllm_errors_are_what_vllm_0_11_0s_own_models_write(tmp_path: Path) -> None:
+    from neuron_serving.plan.engines import engine
+    from neuron_serving.render.router import UNAUTHORIZED, error_pages
+
+    if not PYTHON.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{PYTHON} is missing: scripts/test makes it")
+        pytest.skip(f"{PYTHON} is missing: scripts/test makes it")
+    vllm = engine("vllm")
+    bodies = [*error_pages(vllm).items(), (401, vllm.error_body(401, UNAUTHORIZED))]
+    done = subprocess.run([str(PYTHON), "-c", ERROR_CHECK], input=json.dumps(bodies), capture_output=True, text=True,
+                          check=False, timeout=300, env={**os.environ, "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [json.loads(w) for w in written] == [json.loads(body) for _, body in bodies]

@@ -8,11 +8,13 @@ import re
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from routersim import MISSING_HAPROXY, Router, find_haproxy, router_launcher
 
 from neuron_serving.plan.engines import Engine, engine
+from neuron_serving.userdata import api_keys
 from tests.twin.rootfs import TwinUnavailable, rootfs
 
 HAPROXY_BUILDS = ("2.4 jammy", "2.6 bookworm")
@@ -84,3 +86,18 @@ def keys_dir(tmp_path: Path) -> Path:
     path = tmp_path / "keys"
     path.mkdir()
     return path
+
+
+@pytest.fixture
+def secure_router(start_router: Callable[..., Router], keys_dir: Path) -> Callable[..., Router]:
+    """``secure_router(*keys, **kwargs)``: a router with API keys whose key file (in ``keys_dir``,
+    beside its runtime socket) holds the digests of ``keys`` when it starts, one replica unless
+    ``kwargs`` say otherwise, logging every request line to its log file."""
+
+    def start(*keys: str, **kwargs: Any) -> Router:
+        (keys_dir / "api-keys.sha256").write_text(api_keys.keys_file_text([api_keys.digest(k) for k in keys]))
+        kwargs.setdefault("replicas", 1)
+        return start_router(api_keys=True, keys_file=str(keys_dir / "api-keys.sha256"),
+                            runtime_socket=str(keys_dir / "admin.sock"), log_target="stdout format raw", **kwargs)
+
+    return start

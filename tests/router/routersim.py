@@ -94,6 +94,11 @@ def http_request(port: int, method: str, path: str, payload: dict[str, Any] | No
         conn.close()
 
 
+def bearer(key: str) -> dict[str, str]:
+    """The ``Authorization`` header that carries ``key``."""
+    return {"Authorization": f"Bearer {key}"}
+
+
 def generate(max_new_tokens: int = 1) -> dict[str, Any]:
     """A TGI ``/generate`` request body."""
     return {"inputs": "Hello", "parameters": {"max_new_tokens": max_new_tokens}}

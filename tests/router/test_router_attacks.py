@@ -25,19 +25,15 @@ from routersim import Router
 from neuron_serving.plan.engines import Engine
 from neuron_serving.userdata import api_keys
 
-StartRouter = Callable[..., Router]
 KEY, OTHER = api_keys.new_key(), api_keys.new_key()
 BODY = b'{"inputs": "Hi", "parameters": {"max_new_tokens": 1}, "prompt": "Hi", "max_tokens": 1}'
 """A generation request both fakes answer: TGI's fields and OpenAI's (each ignores the other's)."""
 
 
 @pytest.fixture
-def router(start_router: StartRouter, serving: Engine, keys_dir: Path) -> Router:
+def router(secure_router: Callable[..., Router], serving: Engine) -> Router:
     """One replica behind a recording relay; ``KEY`` and ``OTHER`` are the keys in force."""
-    (keys_dir / "api-keys.sha256").write_text(api_keys.keys_file_text([api_keys.digest(k) for k in (KEY, OTHER)]))
-    return start_router(replicas=1, serving=serving, record=True, api_keys=True,
-                        keys_file=str(keys_dir / "api-keys.sha256"), runtime_socket=str(keys_dir / "admin.sock"),
-                        log_target="stdout format raw")
+    return secure_router(KEY, OTHER, serving=serving, record=True)
 
 
 def recorder(router: Router) -> RecordingRelay:

@@ -9,12 +9,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from routersim import Router, generate, http_request, make_plan
+from routersim import bearer, generate, http_request, make_plan
 
 from neuron_serving.plan.engines import engine
 from neuron_serving.render.metrics import LOG_KINDS, MonitoringOptions
@@ -23,27 +22,8 @@ from neuron_serving.render.router import UNAUTHORIZED, not_found_message, render
 from neuron_serving.userdata import api_keys, publish_metrics
 from tests.harness.aws import AwsEmulator
 
-StartRouter = Callable[..., Router]
 SYNC = Path(api_keys.__file__)
 ALICE, BOB = api_keys.new_key(), api_keys.new_key()
-
-
-@pytest.fixture
-def secure_router(start_router: StartRouter, keys_dir: Path) -> Callable[..., Router]:
-    """A router with API keys whose key file holds the digests of ``keys`` when it starts, logging
-    every request line to its log file."""
-
-    def start(*keys: str, **kwargs: Any) -> Router:
-        (keys_dir / "api-keys.sha256").write_text(api_keys.keys_file_text([api_keys.digest(k) for k in keys]))
-        kwargs.setdefault("replicas", 1)
-        return start_router(api_keys=True, keys_file=str(keys_dir / "api-keys.sha256"),
-                            runtime_socket=str(keys_dir / "admin.sock"), log_target="stdout format raw", **kwargs)
-
-    return start
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 def test_a_request_without_a_key_gets_401_with_a_json_error_and_a_bearer_challenge(secure_router) -> None:

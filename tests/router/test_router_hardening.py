@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from rawhttp import Message, RawConnection, request
-from routersim import Router, generate, make_plan
+from routersim import Router, bearer, generate, make_plan
 
 from neuron_serving.plan.engines import Engine
 from neuron_serving.render.router import (
@@ -31,26 +31,18 @@ from neuron_serving.render.router import (
 )
 from neuron_serving.userdata import api_keys
 
-StartRouter = Callable[..., Router]
 ALICE, BOB = api_keys.new_key(), api_keys.new_key()
 AUTHORIZATION = f"Authorization: Bearer {ALICE}"
 
 
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
-
 
 @pytest.fixture
-def secure(start_router: StartRouter, keys_dir: Path, serving: Engine) -> Callable[..., Router]:
-    """``secure(**kwargs)``: a one-replica router of ``serving`` holding ALICE's key, logging to its
-    log file, its key file and runtime socket in ``keys_dir``."""
+def secure(secure_router: Callable[..., Router], serving: Engine) -> Callable[..., Router]:
+    """``secure(**kwargs)``: a one-replica router of ``serving`` holding ALICE's key (conftest's
+    ``secure_router``)."""
 
     def start(**kwargs: Any) -> Router:
-        keys = keys_dir / "api-keys.sha256"
-        keys.write_text(api_keys.keys_file_text([api_keys.digest(ALICE)]))
-        kwargs.setdefault("replicas", 1)
-        return start_router(serving=serving, api_keys=True, keys_file=str(keys),
-                            runtime_socket=str(keys_dir / "admin.sock"), log_target="stdout format raw", **kwargs)
+        return secure_router(ALICE, serving=serving, **kwargs)
 
     return start
 
@@ -64,7 +56,7 @@ def generation(serving: Engine) -> tuple[str, bytes]:
 
 def http(method: str, path: str, *headers: str, body: bytes = b"") -> bytes:
     """The bytes of one request (rawhttp.request), its headers written ``"Name: value"``."""
-    return request(method, path, [tuple(h.split(": ", 1)) for h in headers], body)  # type: ignore[misc]
+    return request(method, path, [(name, value) for name, _, value in (h.partition(": ") for h in headers)], body)
 
 
 def answer(port: int, data: bytes, timeout: float = 5.0) -> tuple[Message, bool]:
@@ -95,11 +87,17 @@ def test_a_key_in_the_query_string_is_refused_and_the_log_holds_the_path_without
     refused = router.request("POST", f"{route}?api_key={ALICE}&x=1", json.loads(body))
     served = router.request("POST", f"{route}?api_key={ALICE}", json.loads(body), headers=bearer(ALICE))
     absolute, _ = answer(router.port, http("POST", f"http://router{route}?key={ALICE}", body=body))
+    # HAProxy writes a request's line when its stream ends, which may follow the answer: wait for
+    # the three lines before stopping it.
+    line = f'"POST {route} HTTP/1.1"'
+    deadline = time.monotonic() + 5
+    while router.log_path.read_text().count(line) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
     router.stop()
 
     assert (refused.status, served.status, absolute.status) == (401, 200, 401)
     log = router.log_path.read_text()
-    assert log.count(f'"POST {route} HTTP/1.1"') == 3, log
+    assert log.count(line) == 3, log
     assert ALICE not in log and "api_key" not in log and "?" not in log.replace("%3F", "")
 
 

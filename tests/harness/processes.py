@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,11 @@ class ChildProcess:
 def children_of(parent: int) -> list[ChildProcess]:
     """Every process whose parent is ``parent``, zombies included."""
     found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    # Listed, then each read on its own: a process may exit between the two, and pathlib's glob
+    # raises for a /proc/PID that vanished under it (ProcessLookupError, ESRCH, which Python 3.11's
+    # pathlib does not ignore), where a read below is simply skipped.
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        stat = Path("/proc", pid, "stat")
         with contextlib.suppress(OSError, IndexError):
             # pid (comm) state ppid ...; comm may contain spaces, so split after its last ")".
             state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]

@@ -224,7 +224,7 @@ class Metrics(NamedTuple):
 
     def record_failure(self, reason: str) -> None:
         """Append one EMF line: :data:`FAILURE_METRIC` = 1 per ``Service`` and per ``InstanceId``
-        (the catalog's dimension sets, ``neuron_serving.render.metrics``), with the reason as a
+        (the catalog's dimension sets, ``neuron_serving.plan.metrics``), with the reason as a
         property (Amazon CloudWatch User Guide, "Specification: Embedded metric format")."""
         event = {
             "_aws": {"Timestamp": int(time.time() * 1000), "CloudWatchMetrics": [{

@@ -6,7 +6,7 @@ environment (the ``Service`` and ``InstanceId`` dimension values). ``NEURON_SERV
 on a host, prefixes every file read or written (the config, the output, the disk measured), so
 tests can run the script against a directory; the neuron-monitor command line is not prefixed.
 
-The config, rendered at synth from the metric catalog (``neuron_serving.render.metrics``), names
+The config, rendered at synth from the metric catalog (``neuron_serving.plan.metrics``), names
 the namespace, the interval, the output file, the neuron-monitor command line, each replica's
 name and loopback port, ``replica_metrics`` (the serving engine's Prometheus names behind the
 replica metrics: ``neuron_serving.plan.engines``, ``ReplicaMetrics.to_json``), the router's

@@ -25,9 +25,9 @@ import pytest
 from inside import ServingImage, export_files
 
 from neuron_serving.plan import ServingPlan, ServingRequest, plan_serving
+from neuron_serving.plan.metrics import MonitoringOptions
 from neuron_serving.plan.phases import DETAIL_TAG, PHASE_TAG
 from neuron_serving.render.boot import ReadinessSignal, WarmPoolHook
-from neuron_serving.render.metrics import MonitoringOptions
 from tests.harness.dockerd import FakeDockerd
 
 STUBS = Path(__file__).parent / "stubs"

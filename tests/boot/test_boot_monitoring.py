@@ -38,8 +38,8 @@ from test_boot_render import embedded_files
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.engines.tgi import TGI
+from neuron_serving.plan.metrics import AGENT_KEY_FINGERPRINT
 from neuron_serving.render.boot import RUN_REPLICA, START_MONITORING, BootOptions, render_boot_script
-from neuron_serving.render.metrics import AGENT_KEY_FINGERPRINT
 from neuron_serving.render.monitoring import (
     AGENT_CONFIG,
     NEURON_MONITOR_CONFIG,

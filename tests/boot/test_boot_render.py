@@ -27,6 +27,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from neuron_serving.plan import ServingConfigError, ServingPlan
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
 from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5
+from neuron_serving.plan.metrics import MonitoringOptions
 from neuron_serving.plan.timing import readiness_seconds
 from neuron_serving.plan.volume import default_throughput
 from neuron_serving.render.boot import (
@@ -41,7 +42,6 @@ from neuron_serving.render.boot import (
     check_user_data_size,
     render_boot_script,
 )
-from neuron_serving.render.metrics import MonitoringOptions
 from tests.harness.userdata import EMBEDDED_FILE, embedded_files, unbundled
 
 CONFIGS: dict[str, tuple[Callable[[], ServingPlan], str | None]] = {

@@ -15,8 +15,8 @@ import pytest
 from bootsim import MARKER, PUBLISHER_SOURCE, Host, install_agent
 from test_boot_render import embedded_files
 
+from neuron_serving.plan.metrics import AGENT_KEY_FINGERPRINT
 from neuron_serving.render.boot import CHECK_EXPORT, START_MONITORING
-from neuron_serving.render.metrics import AGENT_KEY_FINGERPRINT
 from tests.cdk.conftest import synthesized
 from tests.harness.aws import ACCOUNT_ID, AwsEmulator
 

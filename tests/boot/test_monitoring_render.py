@@ -13,7 +13,7 @@ from bootsim import MONITORING, make_plan
 
 from neuron_serving.plan import ServingConfigError, ServingPlan
 from neuron_serving.plan.engines.tgi import TGI
-from neuron_serving.render.metrics import (
+from neuron_serving.plan.metrics import (
     API_KEY_SYNC_FAILURES,
     EMF_LOG,
     INTERVAL_SECONDS,

@@ -7,7 +7,7 @@ import pytest
 from aws_cdk.assertions import Match
 
 from neuron_serving import AlarmThresholds, ServingConfigError
-from neuron_serving.render.metrics import API_KEY_SYNC_FAILURES, DEFAULT_NAMESPACE, LOG_KINDS
+from neuron_serving.plan.metrics import API_KEY_SYNC_FAILURES, DEFAULT_NAMESPACE, LOG_KINDS
 
 from .conftest import synthesize
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from neuron_serving.render.metrics import DEFAULT_NAMESPACE, METRICS
+from neuron_serving.plan.metrics import DEFAULT_NAMESPACE, METRICS
 from neuron_serving.render.monitoring import render_publisher_config
 from neuron_serving.userdata import api_keys
 

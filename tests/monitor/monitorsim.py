@@ -20,7 +20,7 @@ from typing import Any
 from emf_spec import check_event, metric_values
 
 from neuron_serving.plan.engines import ENGINES, Engine
-from neuron_serving.render.metrics import DEFAULT_NAMESPACE, EMF_LOG, INTERVAL_SECONDS, published_metrics
+from neuron_serving.plan.metrics import DEFAULT_NAMESPACE, EMF_LOG, INTERVAL_SECONDS, published_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLISHER = REPO / "userdata" / "publish_metrics.py"

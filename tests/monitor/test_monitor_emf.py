@@ -28,7 +28,7 @@ from monitorsim import (
     report,
 )
 
-from neuron_serving.render.metrics import DEFAULT_NAMESPACE, METRICS, PUBLISHER_SOURCES
+from neuron_serving.plan.metrics import DEFAULT_NAMESPACE, METRICS, PUBLISHER_SOURCES
 
 pm = load_publisher()
 

@@ -27,7 +27,7 @@ from monitorsim import (
     make_config,
 )
 
-from neuron_serving.render.metrics import EMF_LOG, METRICS, PUBLISHER_SOURCES
+from neuron_serving.plan.metrics import EMF_LOG, METRICS, PUBLISHER_SOURCES
 from tests.harness.processes import children_of
 
 CONFIG = "/etc/neuron-serving/metrics.json"

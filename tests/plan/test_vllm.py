@@ -138,7 +138,7 @@ def test_a_vllm_digest_without_the_tag_is_refused_asking_for_the_vllm_tag():
 
 
 def test_each_engine_has_a_source_for_every_replica_metric_of_the_catalog():
-    from neuron_serving.render.metrics import METRICS
+    from neuron_serving.plan.metrics import METRICS
     replica = {m.name for m in METRICS if m.source == "replica"}
     for e in ENGINES.values():
         assert set(e.metrics.published) == replica, e.name

@@ -16,7 +16,7 @@ import pytest
 from routersim import bearer, generate, http_request, make_plan
 
 from neuron_serving.plan.engines import engine
-from neuron_serving.render.metrics import LOG_KINDS, MonitoringOptions
+from neuron_serving.plan.metrics import LOG_KINDS, MonitoringOptions
 from neuron_serving.render.monitoring import render_publisher_config
 from neuron_serving.render.router import UNAUTHORIZED, not_found_message, render_router_config
 from neuron_serving.userdata import api_keys, publish_metrics

@@ -14,7 +14,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from ..plan.errors import Problems, ServingConfigError, problem
-from ..plan.shapes import cron
+from ..plan.identifiers import cron
 from ..plan.timing import boot_minutes
 from ..settings import limits
 from .instance import NeuronServingLaunchTemplate

@@ -19,10 +19,9 @@ from constructs import Construct
 from ..plan.engines import DEFAULT_ENGINE, Engine
 from ..plan.engines import engine as find_engine
 from ..plan.errors import Problems, ServingConfigError, problem
+from ..plan.identifiers import email
 from ..plan.layout import ServingPlan
-from ..plan.shapes import email
-from ..render.boot import API_KEYS_UNIT
-from ..render.metrics import (
+from ..plan.metrics import (
     API_KEY_SYNC_FAILURES,
     DEFAULT_NAMESPACE,
     ERROR_TYPE,
@@ -33,6 +32,7 @@ from ..render.metrics import (
     MonitoringOptions,
     metric,
 )
+from ..render.boot import API_KEYS_UNIT
 from ..settings import limits
 from .scanners import LOG_GROUP_KEY_REASON, skip_checkov
 from .validation import check_props
@@ -102,7 +102,7 @@ class AlarmThresholds:
 class NeuronServingMonitoring(Construct):
     """What a Neuron serving deployment shows: its logs, one dashboard, alarms on an SNS topic.
 
-    Hosts publish the metrics of :mod:`neuron_serving.render.metrics` (replicas, router, Neuron
+    Hosts publish the metrics of :mod:`neuron_serving.plan.metrics` (replicas, router, Neuron
     Monitor, host) and ship their logs when their boot script gets :attr:`boot_options`, and
     their role :meth:`grant_publish`. :meth:`watch` then adds the dashboard rows and alarms for an
     endpoint, with or without a fleet. Works the same for one instance, a fleet, or a user's own

@@ -39,7 +39,7 @@ from ..plan.timing import boot_minutes, longest_generation_seconds
 from ..render.boot import ReadinessSignal, WarmPoolHook
 from ..render.router import STREAM_TIMEOUT_SECONDS
 from ..settings import SETTING_NAMES, StackSettings, settings_docstring
-from ..settings.names import unknown_problems
+from ..settings.suggestions import unknown_problems
 from .artifact_cache import NeuronArtifactCache
 from .boot_script import NeuronBootScript
 from .buckets import LOG_BUCKET_REASON, log_bucket

@@ -48,7 +48,7 @@ class EcrRegistry:
 
 
 def ecr_registry_problem(value: str) -> str | None:
-    """A shape check (:mod:`~neuron_serving.plan.shapes`): ``None`` for an ECR registry."""
+    """A shape check (:mod:`~neuron_serving.plan.identifiers`): ``None`` for an ECR registry."""
     if _REGISTRY.fullmatch(value):
         return None
     return ("must be a private ECR registry, <12-digit account>.dkr.ecr.<region>.amazonaws.com, optionally "

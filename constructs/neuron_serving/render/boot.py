@@ -91,7 +91,7 @@ refused call is logged and the boot goes on. The phases before the AWS CLI is in
 (``check-devices``, ``install-tools``) are reported only on images that have it, and
 ``metadata`` never is (``host.env`` does not exist yet).
 
-**Monitoring.** With :class:`~neuron_serving.render.metrics.MonitoringOptions`, a step right
+**Monitoring.** With :class:`~neuron_serving.plan.metrics.MonitoringOptions`, a step right
 after the tools are installed starts the CloudWatch agent, which ships the boot's logs, the
 router's log and the publisher's EMF file, and the metrics publisher; docker's awslogs driver
 ships each replica's output. A failure there is logged as a warning and the boot goes on.
@@ -118,12 +118,12 @@ from ..plan.engines import (
 from ..plan.engines import engine as find_engine
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.layout import Replica, ServingPlan, compile_memory_problem
+from ..plan.metrics import EMF_LOG, LOG_KINDS, MonitoringOptions
 from ..plan.phases import DETAIL_TAG, FAILED, PHASE_NAMES, PHASE_TAG, READY, SINCE_TAG, TAG_VALUE_LIMIT, WARMED
 from ..plan.registry import ecr_registry_problem, parse_registry
 from ..plan.timing import readiness_seconds
 from ..plan.volume import default_throughput
 from ..userdata.api_keys import METRICS_FILE as API_KEYS_METRICS_FILE
-from .metrics import EMF_LOG, LOG_KINDS, MonitoringOptions
 from .monitoring import (
     AGENT_CONFIG_TEMPLATE,
     AGENT_LOG_KINDS,

@@ -3,7 +3,7 @@ neuron-monitor's config, and the CloudWatch agent's, which only ships files.
 
 The publisher (``userdata/publish_metrics.py``, which the host fetches from S3) starts
 neuron-monitor with :func:`render_neuron_monitor_config`, scrapes every replica and the router,
-and appends EMF lines to :data:`~neuron_serving.render.metrics.EMF_LOG` as
+and appends EMF lines to :data:`~neuron_serving.plan.metrics.EMF_LOG` as
 :func:`render_publisher_config` tells it. With API keys, ``api-keys sync`` (``userdata/api_keys.py``)
 appends one EMF line to its own file for each run that fails. The CloudWatch agent
 (:func:`render_agent_config`) ships those files, the boot logs and the router's log; docker's
@@ -21,8 +21,8 @@ import json
 
 from ..plan.engines import Engine
 from ..plan.layout import ServingPlan
+from ..plan.metrics import EMF_LOG, INTERVAL_SECONDS, MonitoringOptions, published_metrics
 from ..userdata.api_keys import METRICS_FILE as API_KEYS_METRICS_FILE
-from .metrics import EMF_LOG, INTERVAL_SECONDS, MonitoringOptions, published_metrics
 from .router import ROUTER_METRICS_PORT
 
 PUBLISHER = "/opt/neuron-serving/bin/publish-metrics"

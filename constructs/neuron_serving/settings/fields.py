@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..plan.shapes import Check
+from ..plan.identifiers import Check
 
 METADATA_KEY = "neuron_serving.setting"
 

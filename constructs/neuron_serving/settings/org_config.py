@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..plan.errors import Problems
-from .names import unknown_problems
+from .suggestions import unknown_problems
 from .values import read
 
 SUFFIXES = (".yaml", ".yml", ".json")

@@ -10,9 +10,9 @@ from typing import Any
 
 from ..plan.errors import Problems, ServingConfigError
 from .fields import Setting
-from .names import OWN_CONTEXT_KEYS, is_cdk_key, unknown_problems
 from .org_config import read_config_file
 from .presets import PRESETS
+from .suggestions import OWN_CONTEXT_KEYS, is_cdk_key, unknown_problems
 from .values import read
 
 

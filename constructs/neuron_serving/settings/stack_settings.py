@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..plan import shapes
+from ..plan import identifiers
 from ..plan.engines import DEFAULT_ENGINE, ENGINES
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.layout import ServingPlan, ServingRequest, builder_plan, compile_memory_problem, plan_serving
@@ -22,8 +22,8 @@ from ..plan.volume import GP3_IOPS, GP3_THROUGHPUT_MIB_S, volume_performance
 from . import limits
 from .fields import Setting, definitions, setting, type_problem
 from .limits import LOG_RETENTION_DAYS
-from .names import unknown_problems
 from .sources import layered
+from .suggestions import unknown_problems
 
 DEFAULT_MODEL_ID = "NousResearch/Meta-Llama-3-8B-Instruct"
 """Llama 3 8B Instruct as published by Meta, mirrored without the gate: no token needed."""
@@ -87,13 +87,13 @@ def _name_prefix(value: str) -> str | None:
     return "must start with a letter and hold at most 32 letters, digits and hyphens"
 
 
-def _between(low: int, high: int, what: str) -> shapes.Check:
+def _between(low: int, high: int, what: str) -> identifiers.Check:
     def check(value: object) -> str | None:
         return None if isinstance(value, int) and low <= value <= high else f"must be {low} to {high} {what}"
     return check
 
 
-def _choice(*allowed: str) -> shapes.Check:
+def _choice(*allowed: str) -> identifiers.Check:
     def check(value: str) -> str | None:
         return None if value in allowed else f"must be one of {', '.join(allowed)}"
     return check
@@ -155,7 +155,7 @@ class StackSettings:
         of the catalog).""")
     hf_token_secret: str | None = setting(None, """Name or ARN of a Secrets Manager secret that holds a Hugging
         Face token, for gated models. It is read on the host; the token never appears in user data or the
-        template.""", check=shapes.secret)
+        template.""", check=identifiers.secret)
     image: str | None = setting(None, """The serving image. The export runs inside it, so compiler versions
         match. Only images whose tools the library knows are accepted (today one per engine), because the export's
         flags, the model types and the export's layout come from its optimum-neuron version. Pin one by digest with
@@ -176,11 +176,11 @@ class StackSettings:
         launch (no lookup at synth). See [The Neuron driver and the image's
         runtime](#the-neuron-driver-and-the-images-runtime): parameters that track the newest driver are refused
         with both images.""", shown="the image's: `/aws/service/neuron/dlami/base/ubuntu-22.04/latest/image_id`",
-        check=shapes.ssm_parameter)
-    ami_id: str | None = setting(None, "A pinned AMI instead of the parameter.", check=shapes.ami_id)
+        check=identifiers.ssm_parameter)
+    ami_id: str | None = setting(None, "A pinned AMI instead of the parameter.", check=identifiers.ami_id)
     prebuilt_export: str | None = setting(None, """Serve an existing export instead of compiling:
         `s3://bucket/prefix` or `hf://org/repo` (a Hugging Face repository of a Neuron export).""",
-        check=shapes.export_location)
+        check=identifiers.export_location)
     builder_instance_type: str | None = setting(None, """The instance type of the builder: a one-off
         instance that exports the model into the artifact cache, then terminates, for serving hosts too
         small to compile it (Llama 3 8B on inf2.xlarge). Those hosts wait for its export and never
@@ -209,18 +209,18 @@ class StackSettings:
     allowed_cidrs: tuple[str, ...] = setting((), """Who may connect: comma-separated, or a JSON list.""",
                                              shown="the VPC CIDR", check=_cidr)
     certificate_arn: str | None = setting(None, """An ACM certificate: adds an HTTPS listener (TLS 1.2+) and
-        redirects HTTP to it. Required when internet-facing.""", check=shapes.certificate_arn)
+        redirects HTTP to it. Required when internet-facing.""", check=identifiers.certificate_arn)
     api_keys: bool | None = setting(None, """Clients must send `Authorization: Bearer <key>`; see [Managing API
         keys](#managing-api-keys). An internet-facing endpoint cannot turn them off unless browsers sign in with
         `oidc_*`.""", shown="`true` when internet-facing, else `false`")
     api_keys_secret: str | None = setting(None, """Name or ARN of an existing secret of keys instead of the
-        stack's (output `ApiKeysSecretArn`).""", shown="a new secret", check=shapes.secret)
+        stack's (output `ApiKeysSecretArn`).""", shown="a new secret", check=identifiers.secret)
     oidc_issuer: str | None = setting(None, """Browser sign-in at the HTTPS listener with an OpenID Connect
         provider (a Cognito user pool is one): the issuer URL. All six `oidc_*` settings but `oidc_scope`, or none.
         Requests with `Authorization: Bearer` skip the sign-in and need a key.""", check=_https)
     oidc_client_id: str | None = setting(None, "The OIDC client id.")
     oidc_client_secret: str | None = setting(None, """Name of the Secrets Manager secret holding the OIDC client
-        secret (resolved by CloudFormation at deploy time, never in the template).""", check=shapes.secret)
+        secret (resolved by CloudFormation at deploy time, never in the template).""", check=identifiers.secret)
     oidc_authorization_endpoint: str | None = setting(None, "The OIDC authorization endpoint.", check=_https)
     oidc_token_endpoint: str | None = setting(None, "The OIDC token endpoint.", check=_https)
     oidc_user_info_endpoint: str | None = setting(None, "The OIDC user info endpoint.", check=_https)
@@ -231,13 +231,13 @@ class StackSettings:
     # The network, names and permissions (an organisation's config file sets these for every stack)
     vpc_id: str | None = setting(None, """An existing VPC instead of a new one (no lookup: give its
         `private_subnet_ids` and their `availability_zones`, and `allowed_cidrs`).""", shown="a new VPC",
-        check=shapes.vpc_id)
+        check=identifiers.vpc_id)
     availability_zones: tuple[str, ...] = setting((), """With `vpc_id`: the Availability Zones of the subnets, in
-        the order of `private_subnet_ids` (and of `public_subnet_ids`).""", check=shapes.availability_zone)
+        the order of `private_subnet_ids` (and of `public_subnet_ids`).""", check=identifiers.availability_zone)
     private_subnet_ids: tuple[str, ...] = setting((), """With `vpc_id`: subnets with egress for the hosts (and an
-        internal load balancer).""", check=shapes.subnet_id)
+        internal load balancer).""", check=identifiers.subnet_id)
     public_subnet_ids: tuple[str, ...] = setting((), """With `vpc_id` and `internet_facing`: subnets for the
-        load balancer.""", check=shapes.subnet_id)
+        load balancer.""", check=identifiers.subnet_id)
     name_prefix: str | None = setting(None, """Put in front of the stack's name (a `stack_name` given in code
         too), and so of every name CloudFormation gives its resources (roles, log groups, the dashboard).""",
         check=_name_prefix)
@@ -262,17 +262,17 @@ class StackSettings:
     warm_pool: bool = setting(False, """Keep stopped hosts that already hold the image and the export, so a
         scale-out skips both (`fleet=asg`, needs `max_capacity` >= 2).""")
     scale_down_schedule: str | None = setting(None, """Cron expression (5 fields, UTC) that scales the fleet to
-        zero. Give both schedules or neither.""", check=shapes.cron)
+        zero. Give both schedules or neither.""", check=identifiers.cron)
     scale_up_schedule: str | None = setting(None, """Cron expression (5 fields, UTC) that scales the fleet back
-        to `min_capacity`.""", check=shapes.cron)
+        to `min_capacity`.""", check=identifiers.cron)
 
     # Logs and alarms
     log_retention_days: int = setting(limits.DEFAULT_LOG_RETENTION_DAYS, f"""Retention of the hosts' log groups: one of
         {', '.join(map(str, LOG_RETENTION_DAYS))} (the values CloudWatch Logs accepts).""")
     alarm_email: str | None = setting(None, "An address subscribed to the alarm topic. It must confirm the "
-                                      "subscription.", check=shapes.email)
+                                      "subscription.", check=identifiers.email)
     alarm_topic_arn: str | None = setting(None, """An existing SNS topic for the alarms (an organisation's
-        on-call topic) instead of the stack's own.""", shown="a new topic", check=shapes.topic_arn)
+        on-call topic) instead of the stack's own.""", shown="a new topic", check=identifiers.topic_arn)
     alarm_5xx_percent: float = setting(limits.DEFAULT_ERROR_RATE_PERCENT, "The 5xx alarm's threshold, percent "
                                        "of requests; see [Monitoring](#monitoring).")
     alarm_p99_latency_seconds: float = setting(limits.DEFAULT_P99_LATENCY_SECONDS, "The p99 latency alarm's "

@@ -203,7 +203,7 @@ class MetricSource:
 @dataclass(frozen=True)
 class ReplicaMetrics:
     """The engine's Prometheus names behind the catalog's replica metrics
-    (:mod:`neuron_serving.render.metrics`, source ``replica``).
+    (:mod:`neuron_serving.plan.metrics`, source ``replica``).
 
     :param queued: gauges of requests waiting for a batch slot (``QueueSize``).
     :param running: gauges of requests in the running batch (``BatchSize``).

@@ -23,9 +23,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..plan.engines import Engine
-from ..plan.errors import Problems
 from ..userdata.api_keys import FAILURE_METRIC
+from .engines import Engine
+from .errors import Problems
 
 DEFAULT_NAMESPACE = "NeuronServing"
 """CloudWatch namespace of every metric below, unless the monitoring construct is given another."""

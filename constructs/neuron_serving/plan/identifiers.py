@@ -1,4 +1,4 @@
-"""The shapes of the identifiers a configuration names: ARNs, AMI and VPC ids, S3 URIs, cron
+"""The identifiers a configuration names: ARNs, AMI and VPC ids, S3 URIs, cron
 expressions. Each check returns ``None`` for a value of the right shape, else what is allowed, in
 the house wording (``setting (value) <what is allowed>``, see :func:`~.errors.problem`), so a typo
 stops synthesis instead of a deployment an hour later.

@@ -19,8 +19,8 @@ HEADER = """# API reference
 
 Generated from the docstrings by `python scripts/api_reference.py`; do not edit by hand. Every name
 here is importable from `neuron_serving`. For a guided tour, see [the platform-team
-guide](platform-teams.md); for the settings as a table, the README's
-[Configuration](../README.md#configuration).
+guide](platform-teams.md); for the settings as a table,
+[Configuration](configuration.md).
 """
 
 

@@ -1,5 +1,6 @@
 """Settings from code, presets and an organisation's config file; typos and identifier shapes caught
-at synth, every problem at once; the README's table generated from the definitions."""
+at synth, every problem at once; the configuration table (docs/configuration.md) generated from the
+definitions."""
 
 import json
 from pathlib import Path
@@ -239,11 +240,11 @@ def test_an_imported_vpc_needs_its_subnets_zones_and_the_allowed_networks():
     assert [p.split(" ", 1)[0] for p in error.value.problems] == ["availability_zones", "allowed_cidrs"]
 
 
-# -- the README ------------------------------------------------------------------------------------
+# -- the configuration page ------------------------------------------------------------------------
 
-def test_the_readme_configuration_table_is_generated_from_the_definitions():
-    readme = (ROOT / "README.md").read_text()
-    assert with_table(readme) == readme, "run: python -m neuron_serving.settings.table README.md"
+def test_the_configuration_table_is_generated_from_the_definitions():
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    assert with_table(page) == page, "run: python -m neuron_serving.settings.table docs/configuration.md"
     for definition in SETTINGS:
         assert f"| `{definition.name}` | {definition.default_text} |" in configuration_table()
 

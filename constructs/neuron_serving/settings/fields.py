@@ -1,8 +1,8 @@
 """One definition per setting: a :class:`StackSettings` field made with :func:`setting`, whose name is
 the context key and the keyword argument, whose annotation is its type, and whose metadata holds
 its documentation, its documented default and its shape check. Everything else (reading
-``-c key=value``, checking types of values given in code, the docstrings, the README's
-configuration table) is derived from these fields.
+``-c key=value``, checking types of values given in code, the docstrings, the configuration
+table in docs/configuration.md) is derived from these fields.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _kind(hint: object) -> tuple[str, bool]:
 
 
 def show(value: Any) -> str:
-    """A value as the README shows it."""
+    """A value as the configuration table (docs/configuration.md) shows it."""
     if value is None:
         return "none"
     if isinstance(value, bool):

@@ -117,7 +117,7 @@ class StackSettings:
         weights it was built from. Without it, the first export of the default branch is what the cache serves.""")
     model_config: str | None = setting(None, """Path to a `config.json`, for a model outside the catalog. The
         architecture must be one the engine's image exports and serves (see
-        [Choosing a serving engine](#choosing-a-serving-engine)); anything else stops synthesis naming
+        [Choosing a serving engine](engines.md)); anything else stops synthesis naming
         `model_id`.""")
     instance_type: str = setting(DEFAULT_INSTANCE_TYPE, """inf2.xlarge, inf2.8xlarge, inf2.24xlarge,
         inf2.48xlarge, trn1.2xlarge, trn1.32xlarge or trn1n.32xlarge.""")
@@ -125,10 +125,10 @@ class StackSettings:
         degree whose memory estimate fits, which gives the most replicas, unless `objective` is set.""",
                                           shown="`auto`", kind="degree")
     objective: str | None = setting(None, """With `tensor_parallel=auto`, choose the degree with the
-        [performance model](#choosing-a-layout-the-performance-model): `latency` (lowest time per token at full
-        batch; within 5% of it, shortest time to first token), `throughput` (most output tokens per second per
-        instance) or `cost` (lowest price per million output tokens). The stack's `ServingPlan` output says which
-        degree and why.""", check=_choice(*OBJECTIVES))
+        [performance model](performance-model.md#choosing-a-layout-the-performance-model): `latency` (lowest
+        time per token at full batch; within 5% of it, shortest time to first token), `throughput` (most output
+        tokens per second per instance) or `cost` (lowest price per million output tokens). The stack's
+        `ServingPlan` output says which degree and why.""", check=_choice(*OBJECTIVES))
     max_itl_ms: float | None = setting(None, """With `objective`: the highest inter-token latency at full
         batch, in milliseconds, the chosen degree must reach. When no degree does, synthesis stops naming the
         setting and the best figure any degree reaches.""")
@@ -174,8 +174,9 @@ class StackSettings:
         (`ecr:CreateRepository`, `ecr:BatchImportUpstreamImage` on that repository).""")
     dlami_parameter: str | None = setting(None, """Public SSM parameter of the Neuron DLAMI, resolved at each
         launch (no lookup at synth). See [The Neuron driver and the image's
-        runtime](#the-neuron-driver-and-the-images-runtime): parameters that track the newest driver are refused
-        with both images.""", shown="the image's: `/aws/service/neuron/dlami/base/ubuntu-22.04/latest/image_id`",
+        runtime](operations.md#the-neuron-driver-and-the-images-runtime): parameters that track the newest driver
+        are refused with both images.""",
+        shown="the image's: `/aws/service/neuron/dlami/base/ubuntu-22.04/latest/image_id`",
         check=identifiers.ssm_parameter)
     ami_id: str | None = setting(None, "A pinned AMI instead of the parameter.", check=identifiers.ami_id)
     prebuilt_export: str | None = setting(None, """Serve an existing export instead of compiling:
@@ -211,8 +212,8 @@ class StackSettings:
     certificate_arn: str | None = setting(None, """An ACM certificate: adds an HTTPS listener (TLS 1.2+) and
         redirects HTTP to it. Required when internet-facing.""", check=identifiers.certificate_arn)
     api_keys: bool | None = setting(None, """Clients must send `Authorization: Bearer <key>`; see [Managing API
-        keys](#managing-api-keys). An internet-facing endpoint cannot turn them off unless browsers sign in with
-        `oidc_*`.""", shown="`true` when internet-facing, else `false`")
+        keys](security.md#managing-api-keys). An internet-facing endpoint cannot turn them off unless browsers
+        sign in with `oidc_*`.""", shown="`true` when internet-facing, else `false`")
     api_keys_secret: str | None = setting(None, """Name or ARN of an existing secret of keys instead of the
         stack's (output `ApiKeysSecretArn`).""", shown="a new secret", check=identifiers.secret)
     oidc_issuer: str | None = setting(None, """Browser sign-in at the HTTPS listener with an OpenID Connect
@@ -274,7 +275,7 @@ class StackSettings:
     alarm_topic_arn: str | None = setting(None, """An existing SNS topic for the alarms (an organisation's
         on-call topic) instead of the stack's own.""", shown="a new topic", check=identifiers.topic_arn)
     alarm_5xx_percent: float = setting(limits.DEFAULT_ERROR_RATE_PERCENT, "The 5xx alarm's threshold, percent "
-                                       "of requests; see [Monitoring](#monitoring).")
+                                       "of requests; see [Monitoring](monitoring.md).")
     alarm_p99_latency_seconds: float = setting(limits.DEFAULT_P99_LATENCY_SECONDS, "The p99 latency alarm's "
                                                "threshold, seconds.")
     alarm_disk_percent: float = setting(limits.DEFAULT_DISK_PERCENT, "The disk alarm's threshold, percent used.")
@@ -545,7 +546,7 @@ class StackSettings:
 
 
 SETTINGS: tuple[Setting, ...] = definitions(StackSettings)
-"""Every setting, in the order the README lists them."""
+"""Every setting, in the order the configuration table (docs/configuration.md) lists them."""
 
 SETTING_NAMES = frozenset(s.name for s in SETTINGS)
 

@@ -26,7 +26,7 @@ def suggestion(key: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
     if close:
         return f"did you mean {close[0]}?"
-    return "see the configuration table in the README, or help(StackSettings), for the settings"
+    return "see the configuration table in docs/configuration.md, or help(StackSettings), for the settings"
 
 
 def unknown_problems(keys: Iterable[str], values: Mapping[str, Any], known: Iterable[str], *,

@@ -261,8 +261,9 @@ def test_a_hosts_root_volume_is_an_encrypted_gp3_sized_by_the_plan(launch_templa
 def test_neuron_dlami_is_resolved_by_ec2_at_launch_not_looked_up_at_synth(launch_template: Built) -> None:
     launch_template.template.has_resource_properties("AWS::EC2::LaunchTemplate", {"LaunchTemplateData": {
         "ImageId": f"resolve:ssm:{DLAMI_PARAMETER}"}})
-    # What a lookup at deploy would add instead: a parameter of type AWS::SSM::Parameter::Value<...>.
-    assert launch_template.template.find_parameters("*", {"Type": Match.string_like_regexp("SSM")}) == {}
+    # What MachineImage.from_ssm_parameter would add instead: a parameter of type
+    # AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>, resolved at each deploy, not each launch.
+    assert launch_template.template.find_parameters("*", {"Type": Match.string_like_regexp("Image::Id")}) == {}
 
 
 def test_a_hosts_security_group_lets_nothing_in_and_everything_out(launch_template: Built) -> None:

@@ -11,18 +11,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import CfnElement, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Capture, Match, Template
 
 from constructs import Construct
 from neuron_serving import (
+    AlarmThresholds,
     NeuronArtifactCache,
+    NeuronServingEndpoint,
     NeuronServingFleet,
     NeuronServingInstance,
     NeuronServingLaunchTemplate,
+    NeuronServingMonitoring,
     PinnedLinuxImage,
     ServingConfigError,
     neuron_dlami,
@@ -37,11 +41,13 @@ from neuron_serving.cdk.buckets import LOG_BUCKET_REASON, log_bucket, private_bu
 from neuron_serving.cdk.instance import SESSION_MANAGER_ACTIONS
 from neuron_serving.cdk.scanners import skip_checkov
 from neuron_serving.plan.timing import boot_minutes
+from neuron_serving.render.metrics import API_KEY_SYNC_FAILURES
 
 from .constructs_support import (
     PRIVATE_SUBNETS,
     PUBLIC_SUBNETS,
     SIGNALLED_ID,
+    VPC_CIDR,
     bare_stack,
     boot_script,
     imported_vpc,
@@ -59,9 +65,10 @@ class Built:
     template: Template
 
     def logical_id(self, construct: Construct) -> str:
-        child = construct.node.default_child
-        assert child is not None
-        return self.stack.get_logical_id(child)  # type: ignore[arg-type]
+        """The logical id of ``construct``, a CloudFormation resource or an L2 around one."""
+        child = construct if isinstance(construct, CfnElement) else construct.node.default_child
+        assert isinstance(child, CfnElement)
+        return self.stack.get_logical_id(child)
 
 
 def _built(stack: Stack, construct: Any) -> Built:
@@ -495,3 +502,221 @@ def test_a_token_min_capacity_still_keeps_min_capacity_minus_one_in_service() ->
     built = _fleet(min_capacity=known_at_synth(3), max_capacity=4)
     built.template.has_resource("AWS::AutoScaling::AutoScalingGroup", {"UpdatePolicy": Match.object_like({
         "AutoScalingRollingUpdate": Match.object_like({"MinInstancesInService": 2})})})
+
+
+# --- NeuronServingEndpoint ----------------------------------------------------------------------
+
+CERTIFICATE = "arn:aws:acm:us-east-1:111122223333:certificate/3f2a6c1e-8d4b-4e7a-9c2f-1b5d7e9a0c3d"
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Built:
+    stack = bare_stack()
+    return _built(stack, NeuronServingEndpoint(stack, "Endpoint", vpc=imported_vpc(stack), target_port=8080))
+
+
+def test_an_endpoint_is_internal_in_private_subnets_and_logs_access(endpoint: Built) -> None:
+    bucket = endpoint.logical_id(endpoint.construct.access_logs_bucket)
+    endpoint.template.has_resource_properties("AWS::ElasticLoadBalancingV2::LoadBalancer", {
+        "Scheme": "internal",
+        "Subnets": PRIVATE_SUBNETS,
+        "LoadBalancerAttributes": Match.array_with([
+            {"Key": "idle_timeout.timeout_seconds", "Value": "300"},
+            {"Key": "routing.http.drop_invalid_header_fields.enabled", "Value": "true"},
+            {"Key": "access_logs.s3.enabled", "Value": "true"},
+            {"Key": "access_logs.s3.bucket", "Value": {"Ref": bucket}},
+            {"Key": "access_logs.s3.prefix", "Value": "alb"},
+        ]),
+    })
+    endpoint.template.has_resource_properties("AWS::S3::BucketPolicy", {"PolicyDocument": {
+        "Statement": Match.array_with([Match.object_like({
+            "Action": "s3:PutObject", "Effect": "Allow",
+            "Principal": {"Service": "logdelivery.elasticloadbalancing.amazonaws.com"}})])}})
+
+
+def test_an_endpoint_balances_by_outstanding_requests_and_checks_health(endpoint: Built) -> None:
+    endpoint.template.has_resource_properties("AWS::ElasticLoadBalancingV2::TargetGroup", {
+        "Port": 8080, "Protocol": "HTTP", "TargetType": "instance",
+        "HealthCheckPath": "/health", "Matcher": {"HttpCode": "200"},
+        "HealthCheckIntervalSeconds": 15, "HealthCheckTimeoutSeconds": 5,
+        "HealthyThresholdCount": 2, "UnhealthyThresholdCount": 3,
+        "TargetGroupAttributes": Match.array_with([
+            {"Key": "deregistration_delay.timeout_seconds", "Value": "300"},
+            {"Key": "load_balancing.algorithm.type", "Value": "least_outstanding_requests"},
+        ]),
+    })
+    group = endpoint.logical_id(endpoint.construct.target_group)
+    endpoint.template.has_resource_properties("AWS::ElasticLoadBalancingV2::Listener", {
+        "Port": 80, "Protocol": "HTTP",
+        "DefaultActions": [{"Type": "forward", "TargetGroupArn": {"Ref": group}}],
+    })
+
+
+def test_an_endpoint_without_allowed_cidrs_opens_port_80_to_the_vpc_only(endpoint: Built) -> None:
+    ingress = Capture()
+    endpoint.template.has_resource_properties("AWS::EC2::SecurityGroup", {"SecurityGroupIngress": ingress})
+    assert ingress.as_array() == [{"CidrIp": VPC_CIDR, "Description": "LLM clients", "FromPort": 80,
+                                   "IpProtocol": "tcp", "ToPort": 80}]
+    endpoint.template.resource_count_is("AWS::WAFv2::WebACL", 0)
+
+
+@pytest.fixture(scope="module")
+def public_endpoint() -> Built:
+    stack = bare_stack()
+    construct = NeuronServingEndpoint(
+        stack, "Endpoint", vpc=imported_vpc(stack), target_port=8080, internet_facing=True,
+        allowed_cidrs=["203.0.113.0/24"], certificate=elbv2.ListenerCertificate.from_arn(CERTIFICATE),
+        rate_limit=2000, deregistration_delay=Duration.seconds(30))
+    return _built(stack, construct)
+
+
+def test_an_internet_facing_endpoint_serves_https_and_redirects_http(public_endpoint: Built) -> None:
+    template = public_endpoint.template
+    template.has_resource_properties("AWS::ElasticLoadBalancingV2::LoadBalancer", {
+        "Scheme": "internet-facing", "Subnets": PUBLIC_SUBNETS})
+    template.has_resource_properties("AWS::ElasticLoadBalancingV2::Listener", {
+        "Port": 443, "Protocol": "HTTPS", "Certificates": [{"CertificateArn": CERTIFICATE}],
+        # elbv2.SslPolicy.RECOMMENDED_TLS, TLS 1.2 and 1.3 only (aws-cdk-lib 2.275.0
+        # aws-elasticloadbalancingv2/lib/shared/enums.ts).
+        "SslPolicy": "ELBSecurityPolicy-TLS13-1-2-2021-06"})
+    template.has_resource_properties("AWS::ElasticLoadBalancingV2::Listener", {
+        "Port": 80, "DefaultActions": [Match.object_like({"Type": "redirect", "RedirectConfig": Match.object_like({
+            "Port": "443", "Protocol": "HTTPS", "StatusCode": "HTTP_301"})})]})
+    ingress = Capture()
+    template.has_resource_properties("AWS::EC2::SecurityGroup", {"SecurityGroupIngress": ingress})
+    assert {(r["CidrIp"], r["FromPort"]) for r in ingress.as_array()} == {("203.0.113.0/24", 443),
+                                                                         ("203.0.113.0/24", 80)}
+    template.has_resource_properties("AWS::ElasticLoadBalancingV2::TargetGroup", {"TargetGroupAttributes":
+        Match.array_with([{"Key": "deregistration_delay.timeout_seconds", "Value": "30"}])})
+
+
+def test_a_rate_limit_blocks_a_client_ip_with_429_over_five_minutes(public_endpoint: Built) -> None:
+    rule = Capture()
+    public_endpoint.template.has_resource_properties("AWS::WAFv2::WebACL", {
+        "Scope": "REGIONAL", "DefaultAction": {"Allow": {}}, "Rules": [rule]})
+    assert rule.as_object()["Statement"] == {"RateBasedStatement": {
+        "AggregateKeyType": "IP", "Limit": 2000, "EvaluationWindowSec": 300}}
+    assert rule.as_object()["Action"]["Block"]["CustomResponse"]["ResponseCode"] == 429
+    acl = public_endpoint.logical_id(public_endpoint.construct.web_acl)
+    public_endpoint.template.has_resource_properties("AWS::WAFv2::WebACLAssociation", {
+        "WebACLArn": {"Fn::GetAtt": [acl, "Arn"]}})
+
+
+def test_an_internet_facing_endpoint_names_every_missing_prop_at_once() -> None:
+    stack = bare_stack()
+    with pytest.raises(ServingConfigError) as err:
+        NeuronServingEndpoint(stack, "Endpoint", vpc=imported_vpc(stack), target_port=8080, internet_facing=True)
+    assert [p.split(" ")[0] for p in err.value.problems] == ["allowed_cidrs", "certificate"]
+
+
+def test_a_token_rate_limit_is_checked_when_the_app_synthesizes() -> None:
+    stack = bare_stack()
+    NeuronServingEndpoint(stack, "Endpoint", vpc=imported_vpc(stack), target_port=8080, rate_limit=known_at_synth(5))
+    with pytest.raises(Exception, match=r"rate_limit \(5\) must be 10 to 2000000000 requests per client IP"):
+        Template.from_stack(stack)
+
+
+# --- NeuronServingMonitoring --------------------------------------------------------------------
+
+def _monitoring(**props: Any) -> Built:
+    """Monitoring watching an endpoint's load balancer (the input ``watch`` needs)."""
+    api_keys = props.pop("api_keys", False)
+    stack = bare_stack()
+    construct = NeuronServingMonitoring(stack, "Monitoring", **props)
+    endpoint = NeuronServingEndpoint(stack, "Endpoint", vpc=imported_vpc(stack), target_port=8080)
+    construct.watch(plan=small_plan(), endpoint_load_balancer=endpoint.load_balancer,
+                    target_group=endpoint.target_group, api_keys=api_keys)
+    construct.grant_publish(iam.Role(stack, "Host", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com")))
+    return _built(stack, construct)
+
+
+@pytest.fixture(scope="module")
+def monitoring() -> Built:
+    return _monitoring()
+
+
+def test_monitoring_keeps_four_log_groups_for_two_weeks(monitoring: Built) -> None:
+    monitoring.template.resource_properties_count_is("AWS::Logs::LogGroup", {"RetentionInDays": 14}, 4)
+    groups = Capture()
+    monitoring.template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": [{
+        "Effect": "Allow", "Action": ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
+        "Resource": groups}]}})
+    assert sorted(r["Fn::GetAtt"][0] for r in groups.as_array()) == sorted(
+        monitoring.logical_id(g) for g in monitoring.construct.log_groups.values())
+
+
+def test_monitoring_alarms_on_the_error_rate_above_five_percent_in_two_of_three_periods(monitoring: Built) -> None:
+    topic = monitoring.logical_id(monitoring.construct.alarm_topic)
+    metrics = Capture()
+    monitoring.template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "AlarmDescription": "5xx answers above 5.0% of requests",
+        "Threshold": 5, "EvaluationPeriods": 3, "DatapointsToAlarm": 2,
+        "ComparisonOperator": "GreaterThanThreshold", "TreatMissingData": "notBreaching",
+        "AlarmActions": [{"Ref": topic}], "OKActions": [{"Ref": topic}],
+        "Metrics": metrics,
+    })
+    expression = next(m for m in metrics.as_array() if "Expression" in m)
+    assert expression["Expression"] == "IF(requests > 0, 100 * (FILL(target, 0) + FILL(elb, 0)) / requests, 0)"
+    assert expression["ReturnData"] is True
+    monitoring.template.resource_count_is("AWS::CloudWatch::Alarm", 6)
+
+
+def test_monitoring_alarms_on_the_fullest_hosts_disk(monitoring: Built) -> None:
+    threshold, metric = Capture(), Capture()
+    monitoring.template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "AlarmDescription": Match.string_like_regexp("root file system"),
+        "Threshold": threshold, "MetricName": metric, "Namespace": "NeuronServing", "Statistic": "Maximum",
+        "Period": 300, "Dimensions": [{"Name": "Service", "Value": "Own"}],
+    })
+    assert (metric.as_string(), threshold.as_number()) == ("DiskUtilization", 85)
+
+
+def test_monitoring_publishes_alarms_to_a_topic_cloudwatch_may_encrypt_for(monitoring: Built) -> None:
+    monitoring.template.has_resource_properties("AWS::KMS::Key", {
+        "EnableKeyRotation": True,
+        "KeyPolicy": {"Statement": Match.array_with([Match.object_like({
+            "Action": ["kms:Decrypt", "kms:GenerateDataKey*"], "Principal": {"Service": "cloudwatch.amazonaws.com"},
+        })])},
+    })
+    monitoring.template.has_resource_properties("AWS::CloudWatch::Dashboard", {"DashboardName": "Own"})
+
+
+@pytest.fixture(scope="module")
+def monitoring_with_props() -> Built:
+    return _monitoring(log_retention_days=30, alarm_email="ops@example.com",
+                       thresholds=AlarmThresholds(disk_percent=70), dashboard_name="llama", api_keys=True)
+
+
+def test_monitoring_with_its_own_thresholds_retention_email_and_key_sync_alarm(monitoring_with_props: Built) -> None:
+    template = monitoring_with_props.template
+    template.resource_properties_count_is("AWS::Logs::LogGroup", {"RetentionInDays": 30}, 4)
+    template.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ops@example.com"})
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {"MetricName": "DiskUtilization", "Threshold": 70})
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "MetricName": API_KEY_SYNC_FAILURES, "Threshold": 1,
+        "ComparisonOperator": "GreaterThanOrEqualToThreshold"})
+    template.resource_count_is("AWS::CloudWatch::Alarm", 7)
+    template.has_resource_properties("AWS::CloudWatch::Dashboard", {"DashboardName": "llama"})
+
+
+def test_monitoring_names_a_retention_cloudwatch_logs_does_not_offer() -> None:
+    with pytest.raises(ServingConfigError, match=r"^log_retention_days \(15\) must be one of 1, 3, 5, 7, 14, 30"):
+        NeuronServingMonitoring(bare_stack(), "Monitoring", log_retention_days=15)
+
+
+def test_a_token_latency_threshold_is_checked_when_the_app_synthesizes() -> None:
+    stack = bare_stack()
+    NeuronServingMonitoring(stack, "Monitoring",
+                            thresholds=AlarmThresholds(p99_latency_seconds=known_at_synth(4000)))
+    with pytest.raises(Exception, match=r"p99_latency_seconds \(4000\) must be a number above 0 and at most 3600"):
+        Template.from_stack(stack)
+
+
+@pytest.mark.xfail(strict=True, raises=ServingConfigError,
+                   reason="log_retention_days is checked against CloudWatch Logs' list when given, so a token's "
+                   "placeholder number is refused at construction instead of its value being checked at synth")
+def test_a_token_retention_is_checked_when_the_app_synthesizes() -> None:
+    stack = bare_stack()
+    NeuronServingMonitoring(stack, "Monitoring", log_retention_days=int(known_at_synth(15)))
+    with pytest.raises(Exception, match=r"log_retention_days \(15\) must be one of"):
+        Template.from_stack(stack)

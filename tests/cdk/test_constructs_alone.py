@@ -717,6 +717,6 @@ def test_a_token_latency_threshold_is_checked_when_the_app_synthesizes() -> None
                    "placeholder number is refused at construction instead of its value being checked at synth")
 def test_a_token_retention_is_checked_when_the_app_synthesizes() -> None:
     stack = bare_stack()
-    NeuronServingMonitoring(stack, "Monitoring", log_retention_days=int(known_at_synth(15)))
+    NeuronServingMonitoring(stack, "Monitoring", log_retention_days=known_at_synth(15))
     with pytest.raises(Exception, match=r"log_retention_days \(15\) must be one of"):
         Template.from_stack(stack)

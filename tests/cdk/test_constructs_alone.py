@@ -40,8 +40,8 @@ from neuron_serving.cdk.artifact_cache import (
 from neuron_serving.cdk.buckets import LOG_BUCKET_REASON, log_bucket, private_bucket
 from neuron_serving.cdk.instance import SESSION_MANAGER_ACTIONS
 from neuron_serving.cdk.scanners import skip_checkov
+from neuron_serving.plan.metrics import API_KEY_SYNC_FAILURES
 from neuron_serving.plan.timing import boot_minutes
-from neuron_serving.render.metrics import API_KEY_SYNC_FAILURES
 
 from .constructs_support import (
     PRIVATE_SUBNETS,

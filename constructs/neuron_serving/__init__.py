@@ -24,7 +24,7 @@ from .plan import (
     predict,
     recommend,
 )
-from .render.boot import ReadinessSignal, WarmPoolHook
+from .render.boot_options import ReadinessSignal, WarmPoolHook
 from .settings import StackSettings
 
 if TYPE_CHECKING:

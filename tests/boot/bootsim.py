@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -27,8 +28,10 @@ from inside import ServingImage, export_files
 from neuron_serving.plan import ServingPlan, ServingRequest, plan_serving
 from neuron_serving.plan.metrics import MonitoringOptions
 from neuron_serving.plan.phases import DETAIL_TAG, PHASE_TAG
-from neuron_serving.render.boot import ReadinessSignal, WarmPoolHook
+from neuron_serving.render.boot import HostBoot
+from neuron_serving.render.boot_options import ReadinessSignal, WarmPoolHook
 from tests.harness.dockerd import FakeDockerd
+from tests.harness.userdata import zipped_boot
 
 STUBS = Path(__file__).parent / "stubs"
 
@@ -104,12 +107,13 @@ MONITORING_TOKENS = MonitoringOptions(
 )
 """Monitoring as the stack passes it at synth: the service and every log group name unresolved."""
 
-PUBLISHER_TOKEN = "s3://${Token[TOKEN.210]}/${Token[TOKEN.211]}.py"
-"""The metrics publisher's location as a CDK asset gives it at synth."""
-
-PUBLISHER_URI = "s3://assets/publish_metrics.py"
 PUBLISHER_SOURCE = Path(__file__).resolve().parents[2] / "userdata" / "publish_metrics.py"
-"""The metrics publisher's copy in every test's fake S3, and the file it is a copy of."""
+"""The metrics publisher, which the boot bundle carries."""
+
+BUNDLE_BUCKET = "cdk-assets"
+BUNDLE_REGION = "us-east-2"
+"""Where a rendered boot's bundle is published for a simulated host, as the CDK's asset publishing
+would: the bootstrap bucket of the stack's region."""
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SMALL_MODEL = "meta-llama/Llama-3.2-1B-Instruct"
@@ -118,6 +122,10 @@ SMALL_MODEL = "meta-llama/Llama-3.2-1B-Instruct"
 
 def make_plan(instance_type: str, tensor_parallel: int | None = None, model_id: str = MODEL) -> ServingPlan:
     return plan_serving(ServingRequest(model_id, instance_type, tensor_parallel=tensor_parallel))
+
+
+def _bundle_download(argv: list[str]) -> bool:
+    return argv[:2] == ["s3", "cp"] and any(a.startswith(f"s3://{BUNDLE_BUCKET}/") for a in argv)
 
 
 @dataclass
@@ -131,6 +139,8 @@ class Host:
     """This host's Docker engine, which the real docker CLI talks to."""
     inside: ServingImage
     """What runs inside its containers."""
+    upload: Callable[[str, bytes], None] | None = None
+    """How an object reaches this host's S3 (``upload(uri, body)``): by default the stubs' fake S3."""
 
     def path(self, host_path: str) -> Path:
         """Where ``host_path`` (an absolute path on the instance) lives under the test root."""
@@ -145,11 +155,27 @@ class Host:
         """The fake S3 all hosts of a test share: ``<s3>/<bucket>/<key>``."""
         return Path(self.env["STUB_S3"])
 
-    def boot(self, script: str, **knobs: str) -> subprocess.CompletedProcess[str]:
-        """Run ``script`` as cloud-init would run user data (as a file, under bash)."""
+    def boot(self, script: HostBoot | str, **knobs: str) -> subprocess.CompletedProcess[str]:
+        """Run ``script`` as cloud-init would run user data (as a file, under bash): a rendered boot's
+        user data, once its bundle is published (:meth:`publish_bundle`), or a synthesized one."""
         return self._run(["bash", str(self._user_data(script))], knobs)
 
-    def boot_async(self, script: str, **knobs: str) -> subprocess.Popen[str]:
+    def publish(self, uri: str, body: bytes) -> None:
+        """Put ``body`` at ``uri`` (``s3://bucket/key``) in this host's S3."""
+        if self.upload is not None:
+            self.upload(uri, body)
+            return
+        target = self.s3 / uri.removeprefix("s3://")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(body)
+
+    def publish_bundle(self, boot: HostBoot) -> str:
+        """Publish ``boot``'s bundle as the stack's asset would be, and return its user data."""
+        uri = f"s3://{BUNDLE_BUCKET}/{boot.digest}.zip"
+        self.publish(uri, zipped_boot(boot, self.root.parent))
+        return boot.user_data(uri, BUNDLE_REGION)
+
+    def boot_async(self, script: HostBoot | str, **knobs: str) -> subprocess.Popen[str]:
         """Start booting with ``script``; the caller waits."""
         self._steer(knobs)
         return subprocess.Popen(["bash", str(self._user_data(script))], env={**self.env, **knobs},
@@ -165,7 +191,9 @@ class Host:
         """What the docker CLI asked the engine to create, in order (tests/harness/dockerd.py)."""
         return [r["container"] for r in self.engine.records if r["kind"] == "request" and "container" in r]
 
-    def _user_data(self, script: str) -> Path:
+    def _user_data(self, script: HostBoot | str) -> Path:
+        if isinstance(script, HostBoot):
+            script = self.publish_bundle(script)
         user_data = self.path("/var/lib/cloud/instance/user-data.txt")
         user_data.parent.mkdir(parents=True, exist_ok=True)
         user_data.write_text(script)
@@ -197,9 +225,11 @@ class Host:
         return subprocess.run(argv, env={**self.env, **knobs}, capture_output=True, text=True,
                               timeout=60, check=False)
 
-    def calls(self, cmd: str | None = None) -> list[list[str]]:
-        """The argv of every stub call so far (of ``cmd`` only, when given), in order."""
-        return [argv for name, argv in self.entries() if cmd is None or name == cmd]
+    def calls(self, cmd: str | None = None, *, bundle: bool = False) -> list[list[str]]:
+        """The argv of every stub call so far (of ``cmd`` only, when given), in order; the boot
+        bundle's download (:meth:`publish_bundle`), which every boot makes first, only with ``bundle``."""
+        return [argv for name, argv in self.entries() if (cmd is None or name == cmd)
+                and (bundle or not (name == "aws" and _bundle_download(argv)))]
 
     def entries(self) -> list[tuple[str, list[str]]]:
         """Every stub call so far as ``(command, argv)``, in order."""

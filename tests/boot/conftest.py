@@ -9,11 +9,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from bootsim import MODEL, PUBLISHER_SOURCE, PUBLISHER_URI, STUBS, Host, SigningKeys, make_plan, require
+from bootsim import MODEL, STUBS, Host, SigningKeys, make_plan, require
 from inside import ServingImage
 
 from neuron_serving.plan import ServingPlan
-from neuron_serving.render.boot import BootOptions, render_boot_script
+from neuron_serving.render.boot import render_boot_script
+from neuron_serving.render.boot_options import BootOptions
 from tests.harness.aws import MOTO_SERVICES, AwsEmulator, MotoServer
 from tests.harness.dockerd import FakeDockerd
 
@@ -33,10 +34,6 @@ def make_host(tmp_path: Path) -> Iterator[Callable[..., Host]]:
     real_docker = shutil.which("docker", path=os.environ["PATH"].replace(str(STUBS), ""))
     if real_docker is None:
         pytest.fail("the docker CLI is required: install Debian's docker.io (the CLI only is used)")
-    # The stack's copy of the metrics publisher (a CDK asset), which monitored hosts download.
-    publisher = tmp_path / "s3" / PUBLISHER_URI.removeprefix("s3://")
-    publisher.parent.mkdir(parents=True)
-    shutil.copyfile(PUBLISHER_SOURCE, publisher)
 
     def make(devices: int, missing: tuple[str, ...] = (), images: tuple[str, ...] | None = None) -> Host:
         nonlocal count
@@ -159,6 +156,7 @@ def aws_host(make_host: Callable[..., Host], aws: AwsEmulator) -> Callable[..., 
         host.env.update(aws.env)
         host.env["PATH"] = f"{bin_dir}{os.pathsep}{host.env['PATH']}"
         host.env["STUB_INSTANCE_ID"] = aws.run_instance()
+        host.upload = aws.put_s3_uri
         assert shutil.which("aws", path=host.env["PATH"]) == str(recording)
         return host
 

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from bootsim import MARKER, SIGNAL, SMALL_MODEL, Host, make_plan
 
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
-from neuron_serving.render.boot import BootOptions, render_boot_script
+from neuron_serving.render.boot import render_boot_script
+from neuron_serving.render.boot_options import BootOptions
 from tests.harness.aws import AwsEmulator
 
 CACHE = "s3://cache-bucket/exports"

@@ -31,7 +31,8 @@ from inside import CHECKPOINT
 from neuron_serving.plan import ServingConfigError, ServingPlan
 from neuron_serving.plan.engines import CHECKPOINT_EXCLUDED, CHECKPOINT_FILES, ENGINES, check_dlami_parameter
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
-from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, BootOptions, render_boot_script
+from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, render_boot_script
+from neuron_serving.render.boot_options import BootOptions
 from tests.harness.fake_hub import RESET, FakeHub, HubRepo
 from tests.harness.test_optimum_neuron import TINY_LLAMA
 

@@ -30,9 +30,9 @@ from neuron_serving.render.boot import (
     EXPORT_MODEL,
     RUN_REPLICA,
     SIGNAL_ID_LIMIT,
-    BootOptions,
     render_boot_script,
 )
+from neuron_serving.render.boot_options import BootOptions
 
 MakeHost = Callable[..., Host]
 

@@ -25,8 +25,6 @@ from bootsim import (
     MONITORING,
     MONITORING_TOKENS,
     PUBLISHER_SOURCE,
-    PUBLISHER_TOKEN,
-    PUBLISHER_URI,
     SIGNAL,
     SMALL_MODEL,
     Host,
@@ -39,7 +37,8 @@ from test_boot_render import embedded_files
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.engines.tgi import TGI
 from neuron_serving.plan.metrics import AGENT_KEY_FINGERPRINT
-from neuron_serving.render.boot import RUN_REPLICA, START_MONITORING, BootOptions, render_boot_script
+from neuron_serving.render.boot import RUN_REPLICA, START_MONITORING, HostBoot, render_boot_script
+from neuron_serving.render.boot_options import BootOptions
 from neuron_serving.render.monitoring import (
     AGENT_CONFIG,
     NEURON_MONITOR_CONFIG,
@@ -51,8 +50,8 @@ from neuron_serving.render.monitoring import (
 
 MakeHost = Callable[..., Host]
 
-MONITORED: dict[str, Any] = {"monitoring": MONITORING, "metrics_publisher": PUBLISHER_URI}
-MONITORED_AT_SYNTH: dict[str, Any] = {"monitoring": MONITORING_TOKENS, "metrics_publisher": PUBLISHER_TOKEN}
+MONITORED: dict[str, Any] = {"monitoring": MONITORING}
+MONITORED_AT_SYNTH: dict[str, Any] = {"monitoring": MONITORING_TOKENS}
 """Monitoring options with deploy-time values resolved, and as the stack passes them at synth."""
 
 METRICS_UNIT = "neuron-serving-metrics"
@@ -71,7 +70,7 @@ def small_plan() -> ServingPlan:
 def pinning(keys: SigningKeys, **options: Any) -> BootOptions:
     """Monitoring as the stack configures it, but trusting the test's stand-in for AWS's key."""
     monitoring = replace(MONITORING, agent_key_fingerprint=keys.pinned)
-    return BootOptions(monitoring=monitoring, metrics_publisher=PUBLISHER_URI, **options)
+    return BootOptions(monitoring=monitoring, **options)
 
 
 def serve_agent(host: Host, keys: SigningKeys, **files: Any) -> dict[str, str]:
@@ -115,8 +114,8 @@ def test_the_publisher_and_its_configs_are_written_as_rendered(make_host: MakeHo
     publisher = host.path(PUBLISHER)
     assert publisher.read_text() == PUBLISHER_SOURCE.read_text()
     assert stat.S_IMODE(publisher.stat().st_mode) == 0o755
-    [download] = host.aws("s3", "cp")
-    assert download[download.index("--region") + 1] == "us-east-2" and PUBLISHER_URI in download
+    # It comes in the boot bundle: no download of its own.
+    assert host.aws("s3", "cp") == []
     assert host.path(PUBLISHER_CONFIG).read_text() == render_publisher_config(plan, TGI, MONITORING)
     assert host.path(NEURON_MONITOR_CONFIG).read_text() == render_neuron_monitor_config(plan)
 
@@ -336,12 +335,12 @@ def test_without_monitoring_no_agent_publisher_or_awslogs(make_host: MakeHost) -
     assert not host.path("/etc/neuron-serving/metrics.json").exists()
 
 
-def deployed_stack_env(script: str, names: dict[str, str]) -> str:
+def deployed_stack_env(boot: HostBoot, names: dict[str, str]) -> str:
     """stack.env as the host writes it once CloudFormation has put ``names`` for the tokens."""
-    stack_env = script.split("put /etc/neuron-serving/stack.env 644 <<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
+    stack_env = embedded_files(boot)["/etc/neuron-serving/stack.env"]
     for token, name in names.items():
         stack_env = stack_env.replace(token, name)
-    return stack_env + "\n"
+    return stack_env
 
 
 DEPLOYED = {MONITORING_TOKENS.service: "NeuronLlamaStack",

@@ -16,7 +16,8 @@ from neuron_serving.plan import ServingConfigError
 from neuron_serving.plan.engines import ENGINES, ServingImage
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
 from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5
-from neuron_serving.render.boot import RUN_REPLICA, BootOptions, render_boot_script
+from neuron_serving.render.boot import RUN_REPLICA, render_boot_script
+from neuron_serving.render.boot_options import BootOptions
 from tests.harness import dockerd
 
 MakeHost = Callable[..., Host]

@@ -19,7 +19,8 @@ from bootsim import FAKE_HF_TOKEN, HOOK, MARKER, SIGNAL, SMALL_MODEL, Host, make
 
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
 from neuron_serving.plan.phases import DETAIL_TAG, FAILED, PHASE_TAG, READY, SINCE_TAG, WARMED
-from neuron_serving.render.boot import API_KEYS_UNIT, RUN_REPLICA, SIGNAL_ID_LIMIT, BootOptions, render_boot_script
+from neuron_serving.render.boot import API_KEYS_UNIT, RUN_REPLICA, SIGNAL_ID_LIMIT, render_boot_script
+from neuron_serving.render.boot_options import BootOptions
 from neuron_serving.render.router import KEYS_FILE
 from neuron_serving.userdata import api_keys
 from tests.harness.aws import AwsEmulator
@@ -256,8 +257,7 @@ def test_api_keys_reach_the_router_as_digests_and_no_secret_reaches_an_argument_
     token = aws.create_secret("neuron-serving/hf-token", FAKE_HF_TOKEN)
     aws.put_s3_uri("s3://assets/api_keys.py", Path(api_keys.__file__).read_bytes())
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
-    options = BootOptions(hf_token_secret=token, api_keys_secret=keys, api_keys_program="s3://assets/api_keys.py",
-                          signal=SIGNAL)
+    options = BootOptions(hf_token_secret=token, api_keys_secret=keys, signal=SIGNAL)
     host = aws_host(1)
 
     result = host.boot(render_boot_script(plan, options))
@@ -288,7 +288,7 @@ def test_a_boot_whose_api_keys_cannot_be_read_fails_naming_the_step(
     aws_host: Callable[[int], Host], aws: AwsEmulator,
 ) -> None:
     aws.put_s3_uri("s3://assets/api_keys.py", Path(api_keys.__file__).read_bytes())
-    options = BootOptions(api_keys_secret="missing", api_keys_program="s3://assets/api_keys.py", signal=SIGNAL)
+    options = BootOptions(api_keys_secret="missing", signal=SIGNAL)
     host = aws_host(1)
 
     result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL), options))
@@ -375,13 +375,15 @@ def test_create_tags_refused_by_iam_does_not_fail_the_boot(
     iam.create_user(UserName="host")
     iam.put_user_policy(UserName="host", PolicyName="no-tags", PolicyDocument=json.dumps({
         "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"}]}))
+        "Statement": [{"Effect": "Allow", "Action": ["ec2:DescribeInstances", "s3:GetObject"], "Resource": "*"}]}))
     key = iam.create_access_key(UserName="host")["AccessKey"]
     host = aws_host(1, real_tags=True)
     host.env.update(AWS_ACCESS_KEY_ID=key["AccessKeyId"], AWS_SECRET_ACCESS_KEY=key["SecretAccessKey"])
+    # The stack's asset publishing, before the host's identity is the only one moto knows.
+    script = host.publish_bundle(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL),
+                                                    BootOptions(signal=SIGNAL)))
     with aws.moto.iam_enforced():
-        result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL),
-                                              BootOptions(signal=SIGNAL)))
+        result = host.boot(script)
     assert result.returncode == 0, result.stdout
     log = host.path("/var/log/neuron-serving/boot.log").read_text()
     assert "UnauthorizedOperation" in log or "AccessDenied" in log, log

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from bootsim import SMALL_MODEL, Host, make_plan
 
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
-from neuron_serving.render.boot import BootOptions, render_boot_script
+from neuron_serving.render.boot import render_boot_script
+from neuron_serving.render.boot_options import BootOptions
 from tests.harness.aws import AwsEmulator
 
 REGISTRY = "111122223333.dkr.ecr.eu-west-1.amazonaws.com"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
 from collections.abc import Callable
@@ -14,8 +15,6 @@ from bootsim import (
     MODEL,
     MONITORING,
     MONITORING_TOKENS,
-    PUBLISHER_TOKEN,
-    PUBLISHER_URI,
     SECRET_ARN,
     SIGNAL,
     SMALL_MODEL,
@@ -35,14 +34,13 @@ from neuron_serving.render.boot import (
     SIGNAL_ID_LIMIT,
     USER_DATA_LIMIT_BYTES,
     WAIT_READY,
-    BootOptions,
-    ReadinessSignal,
-    WarmPoolHook,
-    bundle,
+    HostBoot,
     check_user_data_size,
     render_boot_script,
 )
-from tests.harness.userdata import EMBEDDED_FILE, embedded_files, unbundled
+from neuron_serving.render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook
+from neuron_serving.render.bundle import digest, manifest, write_bundle
+from tests.harness.userdata import DEPLOYED_BUNDLE, EMBEDDED_FILE, embedded_files, readable, user_data
 
 CONFIGS: dict[str, tuple[Callable[[], ServingPlan], str | None]] = {
     "inf2.xlarge-1-replica": (lambda: make_plan("inf2.xlarge", model_id=SMALL_MODEL), None),
@@ -55,14 +53,14 @@ CONFIGS: dict[str, tuple[Callable[[], ServingPlan], str | None]] = {
 
 FLEET = {"artifact_cache": CACHE_TOKEN, "signal": SIGNAL, "warm_pool_hook": HOOK,
          "model_revision": "5f0b02c75b57c5855da9ae460ce51323ea669d8a",
-         "monitoring": MONITORING_TOKENS, "metrics_publisher": PUBLISHER_TOKEN}
+         "monitoring": MONITORING_TOKENS}
 """Every fleet option on, the cache bucket, the service, the log groups and the publisher's copy
 in S3 unresolved CDK tokens as the stack passes them, the model pinned to a commit."""
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 """A pinned image's digest: a longer image reference, so the largest configurations pin one."""
 
-API_KEYS = {"api_keys_secret": "${Token[TOKEN.901]}", "api_keys_program": "s3://${Token[TOKEN.902]}/${Token[TOKEN.903]}",
+API_KEYS = {"api_keys_secret": "${Token[TOKEN.901]}",
             "load_balancer_authentication": True}
 """API keys with browser sign-in, the secret and the key sync's copy in S3 as unresolved tokens."""
 
@@ -75,13 +73,13 @@ OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
     ),
     "inf2.xlarge-prebuilt-s3-cache-only": ("inf2.xlarge-1-replica", {"prebuilt_export": "s3://models/llama"}),
     "inf2.24xlarge-tp4-cache-only": ("inf2.24xlarge-tp4", {"artifact_cache": "s3://cache-bucket"}),
-    "inf2.xlarge-monitoring": ("inf2.xlarge-1-replica", {"monitoring": MONITORING, "metrics_publisher": PUBLISHER_URI}),
+    "inf2.xlarge-monitoring": ("inf2.xlarge-1-replica", {"monitoring": MONITORING}),
     "inf2.24xlarge-tp4-monitoring-signal": (
-        "inf2.24xlarge-tp4", {"monitoring": MONITORING, "metrics_publisher": PUBLISHER_URI, "signal": SIGNAL},
+        "inf2.24xlarge-tp4", {"monitoring": MONITORING, "signal": SIGNAL},
     ),
     "inf2.24xlarge-tp4-vllm-monitoring-signal": (
         "inf2.24xlarge-tp4",
-        {"engine": "vllm", "monitoring": MONITORING, "metrics_publisher": PUBLISHER_URI, "signal": SIGNAL},
+        {"engine": "vllm", "monitoring": MONITORING, "signal": SIGNAL},
     ),
     "trn1.32xlarge-tp2-secret-arn-vllm-fleet": ("trn1.32xlarge-tp2-secret-arn", {"engine": "vllm", **FLEET}),
     "trn1.32xlarge-tp2-secret-arn-fleet-pinned": (
@@ -106,10 +104,7 @@ OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
     ),
 }
 
-ROUTER_CONFIG = re.compile(r"^(put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'\n).*?^EOF$", re.MULTILINE | re.DOTALL)
-
-
-def rendered(config: str) -> tuple[ServingPlan, str]:
+def rendered(config: str) -> tuple[ServingPlan, HostBoot]:
     if config in OPTION_CONFIGS:
         base, options = OPTION_CONFIGS[config]
         make, secret = CONFIGS[base]
@@ -134,8 +129,8 @@ KILOBYTE = 1024
 def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
     config: str, shellcheck: str, tmp_path: Path
 ) -> None:
-    _, script = rendered(config)
-    embedded = embedded_files(script)
+    _, boot = rendered(config)
+    script, embedded = user_data(boot), embedded_files(boot)
     # The bootstrap sources its steps: they are checked as the one shell that runs them (shellcheck
     # -x reads a sourced file's definitions but reports nothing in it).
     sourcing = f'\n. "$R{BOOT_STEPS}"\n'
@@ -165,18 +160,21 @@ def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
                                     "trn1.32xlarge-tp2-secret-arn-vllm-fleet-pinned",
                                     "trn1.32xlarge-tp2-secret-arn-vllm-fleet-pinned-api-keys"])
 def test_largest_configurations_stay_well_under_the_user_data_limit(config: str) -> None:
-    plan, script = rendered(config)
+    plan, boot = rendered(config)
+    script = user_data(boot)
     size = len(script.encode())
     assert len(plan.replicas) >= 12
-    # Over 1 KB to spare: at deploy, the names replacing the tokens in stack.env are longer.
-    assert size <= 15 * KILOBYTE, f"{config}: {size} bytes"
+    # The files are in the bundle, whatever their number: the user data is the bootstrap and stack.env.
+    assert size <= 4 * KILOBYTE, f"{config}: {size} bytes"
+    smallest = min(len(user_data(rendered(c)[1]).encode()) for c in CONFIGS)
+    assert size - smallest <= KILOBYTE, "only stack.env grows with the features"
     check_user_data_size(script, plan)
 
 
 @pytest.mark.parametrize("config", [*CONFIGS, *OPTION_CONFIGS])
 def test_every_configuration_fits_in_the_user_data(config: str) -> None:
-    plan, script = rendered(config)
-    check_user_data_size(script, plan)
+    plan, boot = rendered(config)
+    check_user_data_size(user_data(boot), plan)
 
 
 def test_size_check_names_the_size_the_limit_and_the_configuration() -> None:
@@ -199,10 +197,9 @@ def test_size_check_accepts_a_script_of_exactly_the_limit() -> None:
                "trn1.32xlarge-tp2-secret-arn-vllm-fleet"]
 )
 def test_boot_script_snapshot(config: str, snapshot: SnapshotAssertion) -> None:
-    _, script = rendered(config)
+    _, boot = rendered(config)
     # The router config has its own tests; here it would only make each of its changes a boot change.
-    scrubbed = ROUTER_CONFIG.sub(r"\1<render_router_config(plan) without its comment lines>\nEOF", unbundled(script))
-    assert scrubbed == snapshot(extension_class=ShellSnapshot)
+    assert readable(boot, leave_out=("/etc/haproxy/haproxy.cfg.new",)) == snapshot(extension_class=ShellSnapshot)
 
 
 def test_rendering_is_deterministic() -> None:
@@ -211,32 +208,39 @@ def test_rendering_is_deterministic() -> None:
 
 def test_secret_id_is_shell_quoted_so_an_unresolved_cdk_token_stays_one_word() -> None:
     plan = make_plan("inf2.48xlarge", 8)
-    script = render_boot_script(plan, BootOptions(hf_token_secret="${Token[TOKEN.123]}"))
+    script = user_data(render_boot_script(plan, BootOptions(hf_token_secret="${Token[TOKEN.123]}")))
     assert "\nHF_TOKEN_SECRET='${Token[TOKEN.123]}'\n" in script
     assert script.count("${Token[TOKEN.123]}") == 1
 
 
-def test_boot_script_embeds_exactly_its_nine_files_each_ending_at_its_heredoc_end() -> None:
-    _, script = rendered("inf2.48xlarge-tp8-secret-name")
-    files = embedded_files(script)
-    assert sorted(files) == ["/etc/haproxy/haproxy.cfg.new", "/etc/neuron-serving/replica.env",
-                             "/etc/neuron-serving/replicas.table", "/etc/neuron-serving/stack.env",
-                             "/etc/systemd/system/neuron-replica@.service", BOOT_STEPS,
-                             "/opt/neuron-serving/bin/check-export", "/opt/neuron-serving/bin/export-model",
-                             "/opt/neuron-serving/bin/run-replica"]
-    assert files["/etc/systemd/system/neuron-replica@.service"].rstrip().endswith("WantedBy=multi-user.target")
-    # Only stack.env is outside the compressed bundle: it may carry deploy-time values.
-    assert EMBEDDED_FILE.findall(script) == [("/etc/neuron-serving/stack.env", f"IMAGE={TGI_3_3_5.reference}\n"
-                                                                                "HF_TOKEN_SECRET=neuron-serving/hf-token\n")]
+def test_the_bundle_holds_the_boot_files_and_the_user_data_only_stack_env() -> None:
+    _, boot = rendered("inf2.48xlarge-tp8-secret-name")
+    assert sorted(boot.files) == ["/etc/haproxy/haproxy.cfg.new", "/etc/neuron-serving/replica.env",
+                                  "/etc/neuron-serving/replicas.table",
+                                  "/etc/systemd/system/neuron-replica@.service", BOOT_STEPS,
+                                  "/opt/neuron-serving/bin/check-export", "/opt/neuron-serving/bin/export-model",
+                                  "/opt/neuron-serving/bin/run-replica"]
+    assert boot.files["/etc/systemd/system/neuron-replica@.service"].rstrip().endswith("WantedBy=multi-user.target")
+    # Only stack.env is in the user data: it may carry deploy-time values, among them the bundle's place.
+    assert EMBEDDED_FILE.findall(user_data(boot)) == [(
+        "/etc/neuron-serving/stack.env",
+        f"IMAGE={TGI_3_3_5.reference}\nHF_TOKEN_SECRET=neuron-serving/hf-token\nBUNDLE={DEPLOYED_BUNDLE}\n"
+        "STACK_REGION=us-east-1\n")]
+    assert f'sha256sum -c --quiet <<<"{boot.digest}  MANIFEST"' in user_data(boot)
 
 
-def test_bundled_files_may_hold_no_deploy_time_value_and_are_executable_only_with_a_shebang() -> None:
+def test_bundled_files_may_hold_no_deploy_time_value_and_are_executable_only_with_a_shebang(tmp_path: Path) -> None:
     with pytest.raises(ServingConfigError, match=r"^/etc/x .* cannot hold a deploy-time value"):
-        bundle({"/etc/x": "BUCKET=${Token[TOKEN.7]}\n"})
-    with pytest.raises(ServingConfigError, match=r"^/etc/x .* cannot be embedded in a heredoc"):
-        bundle({"/etc/x": "a\nEOF\nb\n"})
-    assert bundle({"/bin/x": "#!/bin/bash\n", "/etc/y": "k=v\n"}) == (
-        "put /bin/x 755 <<'EOF'\n#!/bin/bash\nEOF\nput /etc/y 644 <<'EOF'\nk=v\nEOF\n")
+        manifest({"/etc/x": "BUCKET=${Token[TOKEN.7]}\n"})
+    with pytest.raises(ServingConfigError, match=r"^bundle file \('etc/x'\) must be an absolute path"):
+        manifest({"etc/x": "x\n"})
+    files = {"/bin/x": "#!/bin/bash\n", "/etc/y": "k=v\n"}
+    write_bundle(files, tmp_path)
+    sums = [hashlib.sha256(text.encode()).hexdigest() for text in files.values()]
+    assert (tmp_path / "MANIFEST").read_text() == f"{sums[0]}  bin/x\n{sums[1]}  etc/y\n"
+    assert (tmp_path / "bin/x").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "etc/y").stat().st_mode & 0o777 == 0o644
+    assert digest(files) == hashlib.sha256((tmp_path / "MANIFEST").read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize(
@@ -259,16 +263,12 @@ def test_bundled_files_may_hold_no_deploy_time_value_and_are_executable_only_wit
         ({"model_revision": "v1", "prebuilt_export": "s3://models/llama"}, "model_revision"),
         ({"signal": "NeuronLlamaStack"}, "signal"),
         ({"warm_pool_hook": "neuron-serving-launch"}, "warm_pool_hook"),
-        ({"monitoring": {"service": "NeuronLlamaStack"}, "metrics_publisher": PUBLISHER_URI}, "monitoring"),
+        ({"monitoring": {"service": "NeuronLlamaStack"}}, "monitoring"),
         ({"monitoring": MonitoringOptions(service="s", log_groups=MONITORING.log_groups,
-                                          namespace="${Token[TOKEN.9]}"), "metrics_publisher": PUBLISHER_URI},
+                                          namespace="${Token[TOKEN.9]}")},
          "monitoring.namespace"),
-        ({"monitoring": MonitoringOptions(service="s", log_groups={**MONITORING.log_groups, "boot": "boot:logs"}),
-          "metrics_publisher": PUBLISHER_URI}, r"monitoring.log_groups\['boot'\]"),
-        ({"metrics_publisher": "s3://assets/publisher.py"}, "metrics_publisher"),
-        ({"monitoring": MONITORING}, "metrics_publisher"),
-        ({"monitoring": MONITORING, "metrics_publisher": "s3://assets"}, "metrics_publisher"),
-        ({"monitoring": MONITORING, "metrics_publisher": "https://example.com/publisher.py"}, "metrics_publisher"),
+        ({"monitoring": MonitoringOptions(service="s", log_groups={**MONITORING.log_groups, "boot": "boot:logs"})},
+         r"monitoring.log_groups\['boot'\]"),
         ({"signal": SIGNAL, "ready_seconds": 0}, "ready_seconds"),
         ({"signal": SIGNAL, "ready_seconds": "2700"}, "ready_seconds"),
     ],
@@ -294,25 +294,32 @@ def test_signal_and_warm_pool_hook_name_the_bad_setting(make: Callable[[], objec
 
 def test_without_fleet_options_the_script_has_no_metadata_readiness_signal_or_cache_step() -> None:
     for config in CONFIGS:
-        script = unbundled(rendered(config)[1])
+        boot = rendered(config)[1]
+        # What the files run, without their comments (which explain what other configurations do).
+        script = "".join(line + "\n" for text in boot.files.values() for line in text.splitlines()
+                         if not line.lstrip().startswith("#"))
         assert "host.env" not in script and "wait-ready" not in script and "complete-lifecycle" not in script
         assert "aws s3" not in script and "signal-resource" not in script
+        # The user data's own FAILURE signal (before the bundle is in) is off without a signal.
+        assert "SIGNAL_STACK" not in boot.stack_env
 
 
 def test_deploy_time_values_stay_one_quoted_word_in_stack_env_and_only_there() -> None:
-    script = rendered("trn1.32xlarge-tp2-secret-arn-fleet")[1]
-    files = embedded_files(script)
+    boot = rendered("trn1.32xlarge-tp2-secret-arn-fleet")[1]
+    script, files = user_data(boot), embedded_files(boot)
     assert files["/etc/neuron-serving/stack.env"] == (
         f"IMAGE={TGI_3_3_5.reference}\nHF_TOKEN_SECRET={SECRET_ARN}\nCACHE_BUCKET='${{Token[TOKEN.123]}}'\nCACHE_PREFIX=exports/\n"
         "GROUP_NAME=NeuronLlamaStack-NeuronServingFleet\nHOOK_NAME=neuron-serving-launch\n"
         "SERVICE='${Token[TOKEN.200]}'\nLOG_GROUP_BOOT='${Token[TOKEN.201]}'\n"
         "LOG_GROUP_REPLICAS='${Token[TOKEN.202]}'\nLOG_GROUP_ROUTER='${Token[TOKEN.203]}'\n"
-        "LOG_GROUP_METRICS='${Token[TOKEN.204]}'\nPUBLISHER='s3://${Token[TOKEN.210]}/${Token[TOKEN.211]}.py'\n")
+        "LOG_GROUP_METRICS='${Token[TOKEN.204]}'\n"
+        f"SIGNAL_STACK=NeuronLlamaStack\nSIGNAL_RESOURCE=NeuronServingFleet\nBUNDLE={DEPLOYED_BUNDLE}\n"
+        "STACK_REGION=us-east-1\n")
     export_model = files["/opt/neuron-serving/bin/export-model"]
     assert "\ns3=s3://$CACHE_BUCKET/\ncached=$CACHE_PREFIX$key\n" in export_model
     assert '--bucket "$CACHE_BUCKET" --key' in export_model
     assert '--log-opt "awslogs-group=$LOG_GROUP_REPLICAS"' in files["/opt/neuron-serving/bin/run-replica"]
-    for token in ["TOKEN.123", "TOKEN.200", "TOKEN.201", "TOKEN.202", "TOKEN.203", "TOKEN.204", "TOKEN.210"]:
+    for token in ["TOKEN.123", "TOKEN.200", "TOKEN.201", "TOKEN.202", "TOKEN.203", "TOKEN.204"]:
         assert script.count(f"${{Token[{token}]}}") == 1, token
 
 
@@ -375,6 +382,6 @@ def test_a_warm_pool_hook_must_outlast_wait_ready_which_runs_without_heartbeats_
 
 
 def test_the_signal_unique_id_is_cut_to_the_api_limit() -> None:
-    _, script = rendered("trn1.32xlarge-tp2-secret-arn-fleet")
-    assert f"| head -c {SIGNAL_ID_LIMIT})" in embedded_files(script)[BOOT_STEPS]
+    _, boot = rendered("trn1.32xlarge-tp2-secret-arn-fleet")
+    assert f"| head -c {SIGNAL_ID_LIMIT})" in boot.files[BOOT_STEPS]
     assert SIGNAL_ID_LIMIT == 64

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 from bootsim import MARKER, PUBLISHER_SOURCE, Host, install_agent
-from test_boot_render import embedded_files
 
 from neuron_serving.plan.metrics import AGENT_KEY_FINGERPRINT
 from neuron_serving.render.boot import CHECK_EXPORT, START_MONITORING
 from tests.cdk.conftest import synthesized
 from tests.harness.aws import ACCOUNT_ID, AwsEmulator
+from tests.harness.userdata import assembly_bundle, bundle_uri, files_in, zipped
 
 REGION = "us-east-2"
 
@@ -80,13 +80,12 @@ def test_a_synthesized_stack_boots_with_the_real_aws_cli_and_docker_cli(
     name = cache.group(1).strip("'")
     (bucket,) = [r for n, r in synthesized(**CONFIGS[config]).json["Resources"].items() if n.lower() == name]
     aws.create_bucket(name, versioned=bucket["Properties"].get("VersioningConfiguration") == {"Status": "Enabled"})
-    publisher = re.search(r"^PUBLISHER=(\S+)$", script, re.M)
-    if publisher is not None:
-        aws.put_s3_uri(publisher.group(1).strip("'"), PUBLISHER_SOURCE.read_bytes())
+    bundle = assembly_bundle(script, synthesized(**CONFIGS[config]).assembly)
+    aws.put_s3_uri(bundle_uri(script), zipped(bundle))
     # The stack trusts only AWS's key for the CloudWatch agent's package, which no test can sign
     # with (test_boot_monitoring verifies packages signed by a key of its own): here the image
     # ships the agent.
-    assert f"key={AGENT_KEY_FINGERPRINT}\n" in embedded_files(script)[START_MONITORING]
+    assert f"key={AGENT_KEY_FINGERPRINT}\n" in files_in(bundle)[START_MONITORING]
     host = aws_host(devices)
     install_agent(host)
     result = host.boot(script)
@@ -101,5 +100,5 @@ def test_a_synthesized_stack_boots_with_the_real_aws_cli_and_docker_cli(
     replicas = [unit for unit in host.started_units() if unit.startswith("neuron-replica@")]
     assert replicas == [f"neuron-replica@{r.index}" for r in plan.replicas]
     assert "neuron-serving-metrics" in host.started_units()  # monitoring is on by default
-    if publisher is not None:  # fetched from the assets bucket by the real CLI
-        assert host.path("/opt/neuron-serving/bin/publish-metrics").read_bytes() == PUBLISHER_SOURCE.read_bytes()
+    # In the bundle, which the real CLI downloaded from the assets bucket.
+    assert host.path("/opt/neuron-serving/bin/publish-metrics").read_bytes() == PUBLISHER_SOURCE.read_bytes()

@@ -17,7 +17,8 @@ from inside import DTYPES, TGI_NEURONXCC, VLLM_NEURONXCC, VllmImage, vllm_export
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5, VLLM
-from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, BootOptions, ReadinessSignal, render_boot_script
+from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, render_boot_script
+from neuron_serving.render.boot_options import BootOptions, ReadinessSignal
 from tests.harness.test_optimum_neuron import TINY_LLAMA, TINY_TOKENIZER
 
 MakeHost = Callable[..., Host]

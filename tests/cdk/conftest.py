@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_cdk import App, Validations
+from aws_cdk import App, Stage, Validations
 from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
@@ -46,6 +46,8 @@ class Synth:
         self.stack = stack
         self.template = Template.from_stack(stack)
         self.json: dict[str, Any] = self.template.to_json()
+        self.assembly = Path(Stage.of(stack).outdir)  # type: ignore[union-attr]
+        """The cloud assembly, with the staged assets (``asset.<hash>``)."""
 
     def resources(self, resource_type: str) -> dict[str, Any]:
         return {k: v for k, v in self.json["Resources"].items() if v["Type"] == resource_type}
@@ -89,6 +91,11 @@ def synthesized(**context: Any) -> Synth:
     if key not in _SYNTHESIZED:
         _SYNTHESIZED[key] = synthesize(context)
     return _SYNTHESIZED[key]
+
+
+def assemblies() -> list[Path]:
+    """The cloud assemblies of every configuration synthesized so far in this session."""
+    return [synth.assembly for synth in _SYNTHESIZED.values()]
 
 
 @pytest.fixture(scope="session")

@@ -245,7 +245,8 @@ def test_a_pinned_model_revision_reaches_the_boot_script_and_keys_the_cache(synt
     pinned = synth(**FLEET, model_revision=revision).stack.boot_script
     unpinned = synth(**FLEET).stack.boot_script
     assert pinned.options.model_revision == revision and unpinned.options.model_revision is None
-    assert pinned.script == render_boot_script(pinned.plan, pinned.options) != unpinned.script
+    assert pinned.boot == render_boot_script(pinned.plan, pinned.options) != unpinned.boot
+    assert pinned.script != unpinned.script
 
 
 # --- bad input --------------------------------------------------------------------------------------

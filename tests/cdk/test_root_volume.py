@@ -17,7 +17,6 @@ from neuron_serving import (
 )
 from neuron_serving.plan import ServingRequest, plan_serving
 from neuron_serving.plan.timing import readiness_seconds
-from tests.harness.userdata import embedded_files
 
 from .conftest import synthesize
 
@@ -36,8 +35,8 @@ def _minutes(iso: str) -> int:
 
 
 def _wait_ready_limit(boot_script: NeuronBootScript) -> int:
-    found = re.search(r"NEURON_SERVING_READY_SECONDS:-(\d+)\}", embedded_files(boot_script.script)
-                      ["/opt/neuron-serving/bin/wait-ready"])
+    wait_ready = boot_script.boot.files["/opt/neuron-serving/bin/wait-ready"]
+    found = re.search(r"NEURON_SERVING_READY_SECONDS:-(\d+)\}", wait_ready)
     assert found is not None
     return int(found.group(1))
 

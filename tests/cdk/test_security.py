@@ -25,9 +25,8 @@ from neuron_serving import (
 )
 from neuron_serving.cdk.endpoint import NeuronServingEndpoint
 from neuron_serving.plan.phases import PHASE_TAGS
-from neuron_serving.render.boot import unpacked
+from neuron_serving.render.boot import API_KEYS
 from neuron_serving.render.router import KEYS_FILE
-from tests.harness.userdata import BUNDLE
 
 from .conftest import CERTIFICATE, FEATURE_FLAGS, service_authorization_reference, synthesize
 
@@ -38,15 +37,8 @@ OIDC = {"oidc_issuer": "https://idp.example.com", "oidc_client_id": "alb", "oidc
         "oidc_user_info_endpoint": "https://idp.example.com/userinfo"}
 
 
-def _split(script: str) -> tuple[str, str]:
-    """The boot script without its compressed bundle, and the bundle's files decoded."""
-    [bundle] = BUNDLE.findall(script)
-    return script.replace(bundle, ""), unpacked(bundle)
-
-
 def _router_config(template) -> str:
-    _, files = _split(template.stack.boot_script.script)
-    return files.split("put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
+    return template.stack.boot_script.boot.files["/etc/haproxy/haproxy.cfg.new"]
 
 
 # --- TLS -------------------------------------------------------------------------------------------------------
@@ -113,12 +105,12 @@ def test_an_existing_keys_secret_is_read_by_name_and_never_created(synth):
     assert template.stack.boot_script.options.api_keys_secret == "team/llm-keys"
 
 
-def test_the_key_sync_is_an_asset_the_host_may_read(synth):
+def test_the_key_sync_is_in_the_boot_bundle_which_the_host_alone_may_read(synth):
     template = synth(api_keys="true")
-    program = template.stack.boot_script.api_keys_program
-    assert program is not None
+    boot_script = template.stack.boot_script
+    assert boot_script.boot.files[API_KEYS].startswith("#!/usr/bin/env python3\n")
     gets = [s for s in template.host_statements() if s["Action"] == "s3:GetObject"]
-    assert any(program.s3_object_key in json.dumps(s["Resource"]) for s in gets)
+    assert [s["Resource"] for s in gets if boot_script.bundle.s3_object_key in json.dumps(s["Resource"])]
 
 
 def test_internet_facing_without_api_keys_or_sign_in_is_refused():
@@ -236,7 +228,7 @@ def test_a_boot_script_that_calls_no_aws_api_is_granted_no_tagging():
     boot = NeuronBootScript(stack, "Boot", plan=plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge")))
     boot.grant_boot(role)
     assert not boot.options.reports_phases
-    assert "report-phase" not in boot.script
+    assert not any("report-phase" in text for text in [boot.script, *boot.boot.files.values()])
     assert "ec2:CreateTags" not in json.dumps(Template.from_stack(stack).to_json())
 
 
@@ -288,7 +280,8 @@ def test_no_secret_in_the_cloud_assembly_or_any_rendered_script(tmp_path: Path):
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     app.synth()
     texts = _texts(tmp_path)
-    texts["boot script"], texts["boot script's files"] = _split(stack.boot_script.script)
+    texts["boot script"] = stack.boot_script.script
+    texts["boot script's files"] = "".join(stack.boot_script.boot.files.values())
     # The assets are there too: the key sync and the metrics publisher.
     assert any("def update_router" in t for t in texts.values())
     assert any("class Publisher" in t for t in texts.values())

@@ -7,8 +7,7 @@ import pytest
 from aws_cdk import App
 from aws_cdk.assertions import Template
 
-from neuron_serving import NeuronLlamaStack, ServingConfigError, StackSettings
-from tests.harness.userdata import embedded_files
+from neuron_serving import NeuronBootScript, NeuronLlamaStack, ServingConfigError, StackSettings
 
 from .conftest import FEATURE_FLAGS, synthesized
 
@@ -105,8 +104,8 @@ def test_inf2_xlarge_serves_llama_3_8b_with_a_builder_and_never_compiles():
     assert types == ["inf2.8xlarge", "inf2.xlarge"]
     serving = synth.stack.boot_script
     assert serving.options.export_role == "wait"
-    assert "waiting for the builder's export" in _export_script(serving.script)
-    assert "exporting into" not in _export_script(serving.script)
+    assert "waiting for the builder's export" in _export_script(serving)
+    assert "exporting into" not in _export_script(serving)
     builder = synth.stack.export_builder
     assert builder is not None and builder.boot_script.options.export_role == "build"
     assert builder.boot_script.options.artifact_cache == serving.options.artifact_cache
@@ -134,5 +133,5 @@ def test_a_builder_with_a_prebuilt_export_is_refused():
         StackSettings(prebuilt_export="s3://team-exports/x", builder_instance_type="inf2.8xlarge")
 
 
-def _export_script(script: str) -> str:
-    return embedded_files(script)["/opt/neuron-serving/bin/export-model"]
+def _export_script(boot_script: NeuronBootScript) -> str:
+    return boot_script.boot.files["/opt/neuron-serving/bin/export-model"]

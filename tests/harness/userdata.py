@@ -1,23 +1,82 @@
-"""Reading a rendered boot script as the host does: its compressed bundle of files decoded, and the
-files it writes from quoted heredocs (userdata/bootstrap.sh.j2)."""
+"""Reading a boot as the host gets it: the user data names its bundle (``BUNDLE`` in stack.env), a
+directory asset the CDK zips and publishes (userdata/bootstrap.sh.j2, neuron_serving.render.bundle)."""
 
 from __future__ import annotations
 
+import io
 import re
+import zipfile
+from pathlib import Path
 
-from neuron_serving.render.boot import unpacked
+from neuron_serving.render.boot import HostBoot
+from neuron_serving.render.bundle import MANIFEST, write_bundle
 
-EMBEDDED_FILE = re.compile(r"^put (\S+) \d+ <<'EOF'\n(.*?)^EOF$", re.MULTILINE | re.DOTALL)
-BUNDLE = re.compile(r"^files=\$\(python3 -c '[^\n]*' <<'EOF'\n(.*?)^EOF\n\)$", re.MULTILINE | re.DOTALL)
-
-
-def unbundled(script: str) -> str:
-    """``script`` with its compressed bundle of files decoded in place, as the host evaluates it."""
-    [blob] = BUNDLE.findall(script)
-    return script.replace(blob, unpacked(blob))
+BUNDLE = re.compile(r"^BUNDLE='?(s3://[^/\s]+/([0-9a-f]{64})\.zip)'?$", re.M)
+"""The bundle's S3 URI in a user data's stack.env, and its asset hash (the object key's stem)."""
 
 
-def embedded_files(script: str) -> dict[str, str]:
-    """The files the script writes from quoted heredocs, in it or in its bundle, by their path on
-    the host."""
-    return dict(EMBEDDED_FILE.findall(unbundled(script)))
+def bundle_uri(script: str) -> str:
+    """The S3 URI of the bundle ``script`` downloads."""
+    [(uri, _)] = BUNDLE.findall(script)
+    return uri
+
+
+def assembly_bundle(script: str, *assemblies: Path) -> Path:
+    """The directory of the bundle ``script`` names, as a cloud assembly holds it (``asset.<hash>``,
+    the asset's staged copy), from the first of ``assemblies`` that has it."""
+    [(_, asset_hash)] = BUNDLE.findall(script)
+    found = [a / f"asset.{asset_hash}" for a in assemblies if (a / f"asset.{asset_hash}" / MANIFEST).is_file()]
+    assert found, f"no cloud assembly holds the boot bundle asset.{asset_hash}"
+    return found[0]
+
+
+def files_in(directory: Path) -> dict[str, str]:
+    """A bundle directory's files by their path on the host (the manifest itself left out)."""
+    return {"/" + p.relative_to(directory).as_posix(): p.read_text()
+            for p in sorted(directory.rglob("*")) if p.is_file() and p.name != MANIFEST}
+
+
+def zipped(directory: Path) -> bytes:
+    """``directory`` zipped as the CDK publishes a directory asset: its files by relative path."""
+    data = io.BytesIO()
+    with zipfile.ZipFile(data, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(directory.rglob("*")):
+            if path.is_file():
+                archive.write(path, path.relative_to(directory).as_posix())
+    return data.getvalue()
+
+
+def zipped_boot(boot: HostBoot, scratch: Path) -> bytes:
+    """``boot``'s bundle zipped, as the stack's asset would be published."""
+    directory = scratch / f"bundle-{boot.digest}"
+    if not directory.is_dir():
+        write_bundle(boot.files, directory)
+    return zipped(directory)
+
+
+EMBEDDED_FILE = re.compile(r"^cat >\"\$R(\S+)\" <<'EOF'\n(.*?)^EOF$", re.MULTILINE | re.DOTALL)
+"""A file the user data writes itself from a quoted heredoc (stack.env)."""
+
+DEPLOYED_BUNDLE = "s3://cdk-hnb659fds-assets-123456789012-us-east-1/" + "0123456789abcdef" * 4 + ".zip"
+"""A bundle's location as a deployed stack names it: the CDK bootstrap bucket's name (its default
+qualifier, an account and a region) and an asset hash, the longest it is once CloudFormation has
+filled in the names."""
+
+
+def user_data(boot: HostBoot) -> str:
+    """``boot``'s user data as a deployed stack's would be (:data:`DEPLOYED_BUNDLE`)."""
+    return boot.user_data(DEPLOYED_BUNDLE, "us-east-1")
+
+
+def embedded_files(boot: HostBoot) -> dict[str, str]:
+    """Every file ``boot`` writes, by its path on the host: stack.env from its user data, the
+    rest from its bundle."""
+    return {**dict(EMBEDDED_FILE.findall(user_data(boot))), **boot.files}
+
+
+def readable(boot: HostBoot, *, leave_out: tuple[str, ...] = ()) -> str:
+    """``boot`` as one text for a snapshot: its user data, then each file of its bundle after a
+    ``# ==> path <==`` line (``leave_out``'s paths by name only)."""
+    return user_data(boot) + "".join(
+        f"# ==> {path} <==\n" + ("<left out>\n" if path in leave_out else text)
+        for path, text in sorted(boot.files.items()))

@@ -17,7 +17,7 @@ from neuron_serving.plan.timing import (
     readiness_seconds,
 )
 from neuron_serving.plan.volume import GP3_THROUGHPUT_MIB_S, default_throughput
-from neuron_serving.render.boot import MAX_HEARTBEAT_TIMEOUT_SECONDS
+from neuron_serving.render.boot_options import MAX_HEARTBEAT_TIMEOUT_SECONDS
 
 BASELINE = GP3_THROUGHPUT_MIB_S[0]
 

@@ -11,14 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.cdk.conftest import assemblies
+from tests.harness.userdata import assembly_bundle, bundle_uri, zipped
 from tests.twin.conftest import World, failure_report, request
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "boot"))
 from test_boot_synthesized import launch_user_data, user_data
-
-USERDATA = Path(__file__).resolve().parents[2] / "userdata"
-ASSETS = {"PUBLISHER": USERDATA / "publish_metrics.py", "API_KEYS_PROGRAM": USERDATA / "api_keys.py"}
-"""The CDK assets the user data downloads, by the stack.env variable that names them."""
 
 FLEET = {"fleet": "asg", "min_capacity": "2", "max_capacity": "4"}
 SECURE = {"internet_facing": "true", "allowed_cidrs": "203.0.113.0/24", "api_keys": "true",
@@ -33,14 +31,11 @@ def stack_env(script: str, variable: str) -> str | None:
 
 def stage(world: World, script: str) -> None:
     """What CloudFormation and the CDK's asset publishing make before an instance boots: the artifact
-    cache bucket and the assets the user data downloads."""
+    cache bucket and the boot bundle the user data downloads."""
     cache = stack_env(script, "CACHE_BUCKET")
     if cache is not None and cache not in world.aws.bucket_names():
         world.aws.create_bucket(cache, versioned=True)
-    for variable, source in ASSETS.items():
-        uri = stack_env(script, variable)
-        if uri is not None:
-            world.aws.put_s3_uri(uri, source.read_bytes())
+    world.aws.put_s3_uri(bundle_uri(script), zipped(assembly_bundle(script, *assemblies())))
 
 
 def completion(port: int, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
@@ -158,15 +153,18 @@ def test_a_replica_that_crashes_at_load_fails_the_boot_naming_it(world: World) -
     assert reason.startswith(f"{twin.instance_id} wait-ready: replica-1 not ready"), reason
 
 
-def test_with_s3_unreachable_the_host_exports_for_itself_and_serves(world: World) -> None:
+def test_with_s3_unreachable_the_boot_fails_at_once_saying_why(world: World) -> None:
+    # The host's files are the boot bundle, in the stack's assets bucket: without S3 there is no boot,
+    # and the stack hears why within seconds rather than at the signal's timeout.
     script, _, plan = user_data({})
     twin, _, _ = world.twin(script, plan, environment={"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9"})
     twin.start()
-    assert twin.wait_boot_script(timeout=300) == "done", failure_report(twin)
-    serves(plan.router_port)
+    assert twin.wait_boot_script(timeout=300) == "failed bundle", failure_report(twin)
+    [(status, reason)] = signals(world)
+    assert status == "FAILURE"
+    assert reason.startswith(f"{twin.instance_id} bundle: cannot download the boot bundle"), reason
     log = twin.path("/var/log/neuron-serving/boot.log").read_text()
-    assert "not published" in log
-    assert "WARNING: monitoring not started" in log
+    assert "the host needs a route to S3 and its role s3:GetObject on it" in log
 
 
 def test_an_internet_facing_stack_serves_api_keys_added_rotated_and_revoked_and_keeps_them_on_a_broken_secret(

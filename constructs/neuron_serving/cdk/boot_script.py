@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from importlib.resources import files
+import tempfile
+from pathlib import Path
 
 from aws_cdk import Acknowledgment, ArnFormat, Aws, Duration, Stack, Token, Validations
 from aws_cdk import aws_ec2 as ec2
@@ -20,29 +21,23 @@ from ..plan.phases import PHASE_TAGS
 from ..plan.registry import EcrRegistry, parse_registry
 from ..plan.timing import boot_minutes, boot_timeout_problem, readiness_seconds
 from ..plan.volume import VolumePerformance, volume_performance
-from ..render.boot import (
-    BootOptions,
-    ReadinessSignal,
-    WarmPoolHook,
-    check_user_data_size,
-    render_boot_script,
-    serving_image,
-)
-from ..render.monitoring import PUBLISHER_SOURCE
+from ..render.boot import HostBoot, check_user_data_size, render_boot_script, serving_image
+from ..render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook
+from ..render.bundle import write_bundle
 from .artifact_cache import EXPORTS_PREFIX, NeuronArtifactCache
 from .monitoring import NeuronServingMonitoring
 from .scanners import nag_arn
-
-API_KEYS_SOURCE = "api_keys.py"
-"""The key sync's file in ``neuron_serving.userdata``."""
 
 
 class NeuronBootScript(Construct):
     """User data that exports the model once (or fetches it) and starts the plan's replicas
     and router, plus :meth:`grant_boot` for the permissions those steps use.
 
-    The rendered script is checked against the EC2 user-data limit (16 KB) when constructed, so
-    an oversized configuration fails at synth, never at launch.
+    The host's files (scripts, units, configs, the metrics publisher and the key sync) are the boot
+    bundle, an S3 asset of the stack (:attr:`bundle`; readable in the cloud assembly as
+    ``asset.<hash>/``), which the user data downloads and installs once its checksums match the
+    ones it carries: the user data is a few kilobytes whatever the features. It is still checked
+    against the EC2 user-data limit (16 KB) when constructed.
 
     :param plan: the serving plan to realise on the host.
     :param engine: the serving engine: ``tgi`` or ``vllm`` (see :mod:`neuron_serving.plan.engines`).
@@ -139,20 +134,7 @@ class NeuronBootScript(Construct):
         self.signal = signal
         self.warm_pool_hook = warm_pool_hook
         self.monitoring = monitoring
-        # The metrics publisher is too large for the 16 KB of user data: the host fetches it
-        # from the stack's assets (the file as it is in the package, so its hash is the file's).
-        self.metrics_publisher = (
-            s3_assets.Asset(self, "MetricsPublisher", path=str(files("neuron_serving.userdata") / PUBLISHER_SOURCE))
-            if monitoring is not None
-            else None
-        )
         self.api_keys_secret = api_keys_secret
-        # The key sync is too large for the user data beside the rest, like the publisher.
-        self.api_keys_program = (
-            s3_assets.Asset(self, "ApiKeysProgram", path=str(files("neuron_serving.userdata") / API_KEYS_SOURCE))
-            if api_keys_secret is not None
-            else None
-        )
         self.root_volume: VolumePerformance = volume_performance(plan, root_volume_throughput, root_volume_iops)
         """The root volume's throughput and IOPS, which the launch template provisions."""
         self.boot_timeout: Duration = boot_timeout or Duration.minutes(
@@ -171,7 +153,6 @@ class NeuronBootScript(Construct):
             image=self.image,
             hf_token_secret=_secret_id(hf_token_secret),
             api_keys_secret=_secret_id(api_keys_secret),
-            api_keys_program=_asset_uri(self.api_keys_program),
             load_balancer_authentication=load_balancer_authentication,
             artifact_cache=artifact_cache.uri if artifact_cache else None,
             prebuilt_export=prebuilt_export,
@@ -179,7 +160,6 @@ class NeuronBootScript(Construct):
             signal=signal,
             warm_pool_hook=warm_pool_hook,
             monitoring=monitoring.boot_options if monitoring else None,
-            metrics_publisher=_asset_uri(self.metrics_publisher),
             export_role=export_role,
             image_registry=image_registry,
             # A waiting host gives up with its boot, whose estimate includes the builder's export.
@@ -189,7 +169,17 @@ class NeuronBootScript(Construct):
         self.image_registry = parse_registry(image_registry) if image_registry else None
         """The private ECR registry the image is pulled from, if any."""
         self.image_registry_pull_through = image_registry_pull_through
-        self.script: str = render_boot_script(plan, self.options)
+        self.boot: HostBoot = render_boot_script(plan, self.options)
+        """The host's files (the bundle) and the stack's values."""
+        # The bundle is an asset: a directory of the host's files and their manifest, which the
+        # CDK zips and publishes to the bootstrap bucket and the user data downloads and checks.
+        # Written to a directory of its own: staging copies it into the cloud assembly, but a
+        # synth without staging (aws:cdk:disable-asset-staging) reads it where it is.
+        bundle_directory = Path(tempfile.mkdtemp(prefix="neuron-serving-bundle-"))
+        write_bundle(self.boot.files, bundle_directory)
+        self.bundle = s3_assets.Asset(self, "Bundle", path=str(bundle_directory))
+        """The boot bundle's asset (:mod:`~neuron_serving.render.bundle`)."""
+        self.script: str = self.boot.user_data(_asset_uri(self.bundle), Aws.REGION)
         """The rendered boot script (tokens, if any, unresolved)."""
         check_user_data_size(self.script, plan)
         self.user_data = ec2.UserData.custom(self.script)
@@ -205,12 +195,10 @@ class NeuronBootScript(Construct):
             self.monitoring.grant_publish(grantee)
         if self.api_keys_secret is not None:
             self.api_keys_secret.grant_read(grantee)
-        for asset in (self.metrics_publisher, self.api_keys_program):
-            if asset is not None:
-                iam.Grant.add_to_principal(
-                    grantee=grantee, actions=["s3:GetObject"],
-                    resource_arns=[asset.bucket.arn_for_objects(asset.s3_object_key)],
-                )
+        iam.Grant.add_to_principal(
+            grantee=grantee, actions=["s3:GetObject"],
+            resource_arns=[self.bundle.bucket.arn_for_objects(self.bundle.s3_object_key)],
+        )
         stack = Stack.of(self)
         if self.artifact_cache is not None:
             self.artifact_cache.grant_cache(grantee)
@@ -341,8 +329,8 @@ def _secret_id(secret: secretsmanager.ISecret | None) -> str | None:
     return arn if not Token.is_unresolved(arn) or Token.is_unresolved(name) else name
 
 
-def _asset_uri(asset: s3_assets.Asset | None) -> str | None:
-    return f"s3://{asset.s3_bucket_name}/{asset.s3_object_key}" if asset is not None else None
+def _asset_uri(asset: s3_assets.Asset) -> str:
+    return f"s3://{asset.s3_bucket_name}/{asset.s3_object_key}"
 
 
 def _acknowledge_prefix(stack: Stack, resource: str, reason: str) -> None:

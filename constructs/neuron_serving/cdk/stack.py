@@ -36,7 +36,7 @@ from ..plan.layout import ServingPlan, layout_document
 from ..plan.performance import predict, prediction_document
 from ..plan.phases import phase_minutes
 from ..plan.timing import boot_minutes, longest_generation_seconds
-from ..render.boot import ReadinessSignal, WarmPoolHook
+from ..render.boot_options import ReadinessSignal, WarmPoolHook
 from ..render.router import STREAM_TIMEOUT_SECONDS
 from ..settings import SETTING_NAMES, StackSettings, settings_docstring
 from ..settings.suggestions import unknown_problems

@@ -26,7 +26,8 @@ from typing import Any
 from ..plan.engines import check_dlami_parameter
 from ..plan.errors import ServingConfigError, problem
 from ..plan.instances import INSTANCES, InstanceSpec
-from ..render.boot import BootOptions, serving_image
+from ..render.boot import serving_image
+from ..render.boot_options import BootOptions
 from ..settings import StackSettings
 from .aws import EXIT_FAILURE, REGION_HELP, Aws, OpsError, run_aws
 from .output import Printer, output_option

@@ -40,13 +40,14 @@ builds; devices handed to docker stay the real ``/dev/neuronN``):
 - ``/var/log/neuron-serving/``: ``boot.log``, ``export.log``, ``ready.log`` and ``status`` (the
   step reached).
 
-User data is limited to 16 KB, so the templates' comments are left out of it (each rendered file
-keeps its ``#!`` line and shellcheck directives, the boot script its header), and the files
-travel as one LZMA-compressed, base85-encoded :func:`bundle` of ``put`` commands (:func:`packed`) that the boot
-script evaluates. Compressed at synth, the bundle cannot hold deploy-time values (CDK tokens such
-as the cache bucket's name): those, and every value the stack chooses (image, cache location,
-prebuilt export, lifecycle hook), are in ``/etc/neuron-serving/stack.env``, which the boot script
-writes as is and the files source.
+The files travel as the boot bundle (:mod:`~neuron_serving.render.bundle`): a CDK asset the
+user data downloads from S3 and installs only when its manifest's SHA-256 is the one the user data
+carries and every file matches the manifest (:meth:`HostBoot.user_data`), so the user data stays a
+couple of kilobytes whatever the features. The bundle is made at synth, so it cannot hold
+deploy-time values (CDK tokens such as the cache bucket's name): those, and every value the stack
+chooses (image, cache location, prebuilt export, lifecycle hook), are in
+``/etc/neuron-serving/stack.env``, which the boot script writes as is and the files source. The
+options and their checks are in :mod:`~neuron_serving.render.boot_options`.
 
 **Artifact cache.** Exports live in S3 under ``<artifact_cache>/<export key>/``: a host that
 finds ``COMPLETE`` there downloads the upload it names; otherwise it exports, uploads to
@@ -99,18 +100,15 @@ ships each replica's output. A failure there is logged as a warning and the boot
 
 from __future__ import annotations
 
-import base64
 import json
-import lzma
-import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 
 from ..plan.engines import (
     CHECKPOINT_EXCLUDED,
     CHECKPOINT_FILES,
-    DEFAULT_ENGINE,
-    ENGINES,
     MODEL_MOUNT,
     Engine,
     ServingImage,
@@ -120,16 +118,19 @@ from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.layout import Replica, ServingPlan, compile_memory_problem
 from ..plan.metrics import EMF_LOG, LOG_KINDS, MonitoringOptions
 from ..plan.phases import DETAIL_TAG, FAILED, PHASE_NAMES, PHASE_TAG, READY, SINCE_TAG, TAG_VALUE_LIMIT, WARMED
-from ..plan.registry import ecr_registry_problem, parse_registry
+from ..plan.registry import parse_registry
 from ..plan.timing import readiness_seconds
 from ..plan.volume import default_throughput
 from ..userdata.api_keys import METRICS_FILE as API_KEYS_METRICS_FILE
+from .boot_options import WAIT_POLL_SECONDS, BootOptions, has_space, hf_repo, s3_parts
+from .bundle import digest
 from .monitoring import (
     AGENT_CONFIG_TEMPLATE,
     AGENT_LOG_KINDS,
     NEURON_MONITOR_CONFIG,
     PUBLISHER,
     PUBLISHER_CONFIG,
+    PUBLISHER_SOURCE,
     log_group_variable,
     render_agent_config,
     render_neuron_monitor_config,
@@ -148,19 +149,13 @@ SIGNAL_ID_LIMIT = 64
 """The longest unique id CloudFormation's SignalResource accepts (ResourceSignalUniqueId: 1 to 64
 characters)."""
 
-DEFAULT_PULL_ATTEMPTS = 5
-"""Image pulls tried before the boot fails; the waits between them grow 10, 20, 40, 80 s."""
-
 DOWNLOAD_ATTEMPTS = 5
 """Downloads of the checkpoint or of an export (Hugging Face Hub, S3) tried before the export step
 gives up, each going on from the one before; the waits between them grow as the image pull's."""
 
-HEREDOC_END = "EOF"
-"""The terminator of the quoted heredocs that embed rendered files in the boot script."""
-
 BIN = "/opt/neuron-serving/bin"
 BOOT_STEPS = f"{BIN}/boot-steps"
-"""The boot script's steps, which it sources from its compressed bundle (``userdata/boot-steps.sh.j2``)."""
+"""The boot script's steps, which it sources from its bundle (``userdata/boot-steps.sh.j2``)."""
 EXPORT_MODEL = f"{BIN}/export-model"
 CHECK_EXPORT = f"{BIN}/check-export"
 RUN_REPLICA = f"{BIN}/run-replica"
@@ -171,6 +166,8 @@ REPORT_PHASE = f"{BIN}/report-phase"
 START_MONITORING = f"{BIN}/start-monitoring"
 METRICS_UNIT = "neuron-serving-metrics"
 API_KEYS = f"{BIN}/api-keys"
+API_KEYS_SOURCE = "api_keys.py"
+"""The key sync's file in ``neuron_serving.userdata``, installed as :data:`API_KEYS`."""
 LOAD_API_KEYS = f"{BIN}/load-api-keys"
 API_KEYS_UNIT = "neuron-serving-api-keys"
 """The oneshot service that runs ``api-keys sync``, and its timer's name."""
@@ -182,314 +179,8 @@ REPLICA_UNIT = "neuron-replica"
 REPLICA_ENV = "/etc/neuron-serving/replica.env"
 """The ``docker --env-file`` lines every replica shares; each ``replica-N.env`` starts with them."""
 
-MIN_HEARTBEAT_TIMEOUT_SECONDS = 30
-MAX_HEARTBEAT_TIMEOUT_SECONDS = 7200
-"""The bounds of a lifecycle hook's HeartbeatTimeout (Auto Scaling API reference, PutLifecycleHook)."""
 
-_TOKEN_MARK = "${Token["
-"""How aws-cdk-lib encodes an unresolved value in a string."""
-
-
-@dataclass(frozen=True)
-class ReadinessSignal:
-    """The CloudFormation resource the host signals: SUCCESS once every replica serves, FAILURE
-    with the reason when a boot step fails (see the module documentation).
-
-    :param stack_name: the stack's name (or id).
-    :param logical_id: the logical id of the instance or Auto Scaling group with the creation
-        or update policy that waits for the signal.
-    """
-
-    stack_name: str
-    logical_id: str
-
-    def __post_init__(self) -> None:
-        problems = Problems()
-        _check_word(problems, "signal.stack_name", self.stack_name)
-        _check_word(problems, "signal.logical_id", self.logical_id)
-        problems.raise_if_any()
-
-
-@dataclass(frozen=True)
-class WarmPoolHook:
-    """The Auto Scaling launch lifecycle hook the host completes, for groups with a warm pool.
-
-    The host reads its target lifecycle state from the instance metadata. Launched into the warm
-    pool (``Warmed:*``), it prepares everything (image, export or download, units enabled but not
-    started, router config), completes the hook with CONTINUE, signals nothing, and the group
-    stops it. Started from the pool, cloud-init runs no user data: the units serve from the local
-    export (no pull, no export) and ``neuron-serving-ready.service`` completes the hook (which
-    fires again) once ``wait-ready`` passes. Launched straight into service, the boot script
-    completes it after the readiness signal. A failed boot completes it with ABANDON, so the
-    group replaces the host. Completing an action none awaits (a later reboot) fails harmlessly.
-
-    Only a warm pool of stopped instances works: a running or hibernated one never boots again,
-    so nothing would start the replicas.
-
-    :param hook_name: the lifecycle hook's name.
-    :param group_name: the Auto Scaling group's name, which the stack knows (a CDK token is
-        fine); on the host it would take tags in the instance metadata or a DescribeTags grant.
-    :param heartbeat_timeout_seconds: the hook's heartbeat timeout, which the hook must be
-        created with: the boot script records a heartbeat every quarter of it, so a boot may take
-        as long as the hook's global timeout allows (100 heartbeat timeouts, at most 48 hours).
-        Default: 7200, the API's maximum.
-    """
-
-    hook_name: str
-    group_name: str
-    heartbeat_timeout_seconds: int = MAX_HEARTBEAT_TIMEOUT_SECONDS
-
-    def __post_init__(self) -> None:
-        problems = Problems()
-        _check_word(problems, "warm_pool_hook.hook_name", self.hook_name)
-        _check_word(problems, "warm_pool_hook.group_name", self.group_name)
-        timeout = self.heartbeat_timeout_seconds
-        if not isinstance(timeout, int) or isinstance(timeout, bool) or not (
-            MIN_HEARTBEAT_TIMEOUT_SECONDS <= timeout <= MAX_HEARTBEAT_TIMEOUT_SECONDS
-        ):
-            problems.add("warm_pool_hook.heartbeat_timeout_seconds", timeout,
-                         f"must be an integer from {MIN_HEARTBEAT_TIMEOUT_SECONDS} to {MAX_HEARTBEAT_TIMEOUT_SECONDS} "
-                         "(the PutLifecycleHook API's HeartbeatTimeout)")
-        problems.raise_if_any()
-
-    @property
-    def heartbeat_interval_seconds(self) -> int:
-        """How often the boot script records a heartbeat: four chances per timeout."""
-        return self.heartbeat_timeout_seconds // 4
-
-
-EXPORT_ROLES = ("serve", "wait", "build")
-"""What a host does about the export: ``serve`` (download it from the cache, or make and publish it,
-then serve), ``wait`` (never compile: wait for a builder's export in the cache, then serve) or
-``build`` (make and publish it, serve nothing, then leave its Auto Scaling group)."""
-
-WAIT_POLL_SECONDS = 30
-"""How often a waiting host looks for the builder's export (one GetObject of a missing key)."""
-
-
-@dataclass(frozen=True)
-class BootOptions:
-    """What the boot script needs beyond the serving plan.
-
-    :param engine: the serving engine, a key of :data:`~neuron_serving.plan.engines.ENGINES`.
-        Default: ``tgi``.
-    :param image: the serving image, one of the engine's ``images`` (whose tools the script is
-        written for), optionally pinned to a digest: ``<known image>@sha256:<64 lowercase hex
-        digits>``, which the host then pulls and runs by that digest and which is part of the
-        export key. The export runs inside it, so the compiler is the one the replicas run
-        with. Default: the engine's first image, by its tag.
-    :param hf_token_secret: name or ARN of a Secrets Manager secret whose plain-text value is a
-        Hugging Face token, for gated models. Only this id is in the user data; the host reads
-        the token at boot into a root-only file, which only the Hub download is given (never
-        the compiler or a replica). The instance role must be allowed to read the secret.
-        Default: no token (public models only).
-    :param pull_attempts: how many times the image pull is tried before the boot fails.
-        Default: 5 (about 2.5 minutes of waits).
-    :param artifact_cache: an S3 URI prefix (``s3://bucket/prefix``; the bucket may be a CDK
-        token) shared by hosts: a host downloads ``<prefix>/<export key>/`` when another one
-        published it, else exports and publishes its export there. Needs s3:GetObject,
-        s3:PutObject and s3:DeleteObject below the prefix and s3:ListBucket on it. Ignored with
-        ``prebuilt_export``. Default: every host exports for itself.
-    :param prebuilt_export: an export to serve instead of exporting: ``s3://bucket/prefix``
-        (``aws s3 sync``) or ``hf://org/repo`` (a Hugging Face repository of a Neuron export,
-        downloaded inside the serving image, with the token when one is configured). It must
-        match the plan's shapes, degree and dtype and the image's compiler. Default: none.
-    :param model_revision: the Hub revision (commit, branch or tag) of the model to export: the
-        checkpoint is downloaded at it (optimum-cli has no revision option), and it is part of the
-        export key. Default: none (the repository's default branch).
-    :param signal: the CloudFormation resource to signal once every replica serves, or on
-        failure. Default: no signal.
-    :param warm_pool_hook: the launch lifecycle hook of an Auto Scaling group with a warm pool.
-        Default: none (the host starts serving on its first boot and completes no hook).
-    :param monitoring: publish the catalog's metrics and ship the logs to these log groups (the
-        service name and group names may be CDK tokens; the namespace may not). The instance
-        role needs logs:CreateLogStream, logs:PutLogEvents and logs:DescribeLogStreams on the
-        groups (the agent and docker create the streams); the host downloads the CloudWatch
-        agent from its region's S3 when the image lacks it, and installs it only if its
-        signature is a good one by the key ``monitoring.agent_key_fingerprint`` pins (AWS's).
-        Default: no monitoring.
-    :param api_keys_secret: name or ARN of the Secrets Manager secret of the endpoint's API keys
-        (``neuron_serving/userdata/api_keys.py`` describes it; a CDK token is fine). The router
-        then refuses every request without a known key, and ``api-keys sync`` keeps its keys in
-        line with the secret: before the router starts (a secret that cannot be read fails the
-        boot), then every minute (``neuron-serving-api-keys.timer``). The instance role needs
-        secretsmanager:GetSecretValue on it. Default: no API keys.
-    :param api_keys_program: required with ``api_keys_secret``: the S3 URI of
-        ``userdata/api_keys.py``, which the host downloads as ``/opt/neuron-serving/bin/api-keys``
-        (the user data has no room for it); the instance role needs s3:GetObject on it.
-    :param load_balancer_authentication: with ``api_keys_secret``, the router also accepts
-        requests that the load balancer signed in (see ``render_router_config``). Default: false.
-    :param metrics_publisher: required with monitoring: the S3 URI of the metrics publisher
-        (``userdata/publish_metrics.py``), which the host downloads: at about 7 KB compressed it
-        would not fit in the user data beside the rest. The bucket and key may be CDK tokens (a
-        CDK asset's); the instance role needs s3:GetObject on it. Default: none.
-
-    :param export_role: ``serve``, ``wait`` or ``build`` (:data:`EXPORT_ROLES`); ``wait`` and ``build``
-        need ``artifact_cache``. Default: ``serve``.
-    :param image_registry: a private ECR registry (and optional repository prefix) holding the image
-        under its usual repository path and tag (:mod:`~neuron_serving.plan.registry`): the host
-        logs docker in to it and pulls from it. Default: the image's own (public) registry.
-    :param export_wait_minutes: with ``wait``, how long the host waits for the builder's export
-        before its boot fails. Default: 12 hours (CloudFormation's longest wait for a signal).
-    :param ready_seconds: with a signal or a warm pool hook, how long ``wait-ready`` waits for every
-        replica to load its model and answer, then for the router, polling every 10 s (the
-        environment variable ``NEURON_SERVING_READY_SECONDS`` overrides it on the host). With a
-        warm pool hook it may not exceed the hook's heartbeat timeout: started from the pool, the
-        host waits with no heartbeat. Default: ``plan.timing.readiness_seconds`` at the plan's
-        default root volume throughput (``plan.volume.default_throughput``).
-
-    Boot progress (see the module documentation) has no option of its own: it is on exactly when
-    the host reads its instance metadata (:attr:`reports_phases`), that is with any option above
-    that calls AWS (an S3 artifact cache or prebuilt export, API keys, a signal, a warm pool hook
-    or monitoring). Such a host already has its region and instance id and an AWS role; one
-    without calls no AWS API at all and needs no role, and it would gain one only to report. The
-    instance role then needs ``ec2:CreateTags`` on the instance itself and for the three keys of
-    :data:`~neuron_serving.plan.phases.PHASE_TAGS` only (``NeuronBootScript.grant_boot`` grants
-    exactly that); without it the host logs each refused report and boots all the same.
-    """
-
-    engine: str = DEFAULT_ENGINE
-    image: str | None = None
-    hf_token_secret: str | None = None
-    pull_attempts: int = DEFAULT_PULL_ATTEMPTS
-    artifact_cache: str | None = None
-    prebuilt_export: str | None = None
-    model_revision: str | None = None
-    signal: ReadinessSignal | None = None
-    warm_pool_hook: WarmPoolHook | None = None
-    monitoring: MonitoringOptions | None = None
-    metrics_publisher: str | None = None
-    api_keys_secret: str | None = None
-    api_keys_program: str | None = None
-    load_balancer_authentication: bool = False
-    export_role: str = "serve"
-    export_wait_minutes: int = 12 * 60
-    image_registry: str | None = None
-    ready_seconds: int | None = None
-
-    @property
-    def reports_phases(self) -> bool:
-        """Whether the host reads its instance metadata, and so reports its boot's phases as tags
-        on its instance (see the class documentation)."""
-        s3 = (_s3_parts(self.prebuilt_export) is not None
-              or (self.artifact_cache is not None and self.prebuilt_export is None))
-        return (s3 or self.api_keys_secret is not None or self.signal is not None
-                or self.warm_pool_hook is not None or self.monitoring is not None)
-
-    def __post_init__(self) -> None:
-        problems = Problems()
-        if self.engine not in ENGINES:
-            problems.add("engine", self.engine, f"must be one of {', '.join(ENGINES)}")
-        if self.image is not None and (not isinstance(self.image, str) or not self.image or _has_space(self.image)):
-            problems.add("image", self.image, "must be a non-empty image reference without spaces, or None")
-        secret = self.hf_token_secret
-        if secret is not None and (not isinstance(secret, str) or not secret or _has_space(secret)):
-            problems.add("hf_token_secret", secret, "must be a secret name or ARN without spaces, or None")
-        attempts = self.pull_attempts
-        if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
-            problems.add("pull_attempts", attempts, "must be an integer of at least 1")
-        cache = self.artifact_cache
-        if cache is not None and _s3_parts(cache) is None:
-            problems.add("artifact_cache", cache, "must be an S3 URI prefix such as s3://bucket/exports, "
-                         "without spaces, or None")
-        prebuilt = self.prebuilt_export
-        if prebuilt is not None and _s3_parts(prebuilt) is None and _hf_repo(prebuilt) is None:
-            problems.add("prebuilt_export", prebuilt, "must be s3://bucket/prefix or hf://org/repo, "
-                         "without spaces, or None")
-        revision = self.model_revision
-        if revision is not None and (not isinstance(revision, str) or not _REVISION.fullmatch(revision)):
-            problems.add("model_revision", revision, "must be a Hub commit, branch or tag: letters, digits and "
-                         "._/- only, at most 255 characters, or None")
-        elif revision is not None and prebuilt is not None:
-            problems.add("model_revision", revision, "does not apply to a prebuilt_export, which is served as is")
-        if self.signal is not None and not isinstance(self.signal, ReadinessSignal):
-            problems.add("signal", self.signal, "must be a ReadinessSignal or None")
-        if self.warm_pool_hook is not None and not isinstance(self.warm_pool_hook, WarmPoolHook):
-            problems.add("warm_pool_hook", self.warm_pool_hook, "must be a WarmPoolHook or None")
-        monitoring = self.monitoring
-        if monitoring is not None and not isinstance(monitoring, MonitoringOptions):
-            problems.add("monitoring", monitoring, "must be a MonitoringOptions or None")
-        elif monitoring is not None:
-            if _TOKEN_MARK in monitoring.namespace:
-                problems.add("monitoring.namespace", monitoring.namespace, "must be known at synth, not a CDK "
-                             "token: it is in the publisher's config, in the compressed part of the user data")
-            for kind, group in monitoring.log_groups.items():
-                if _TOKEN_MARK not in group and not _LOG_GROUP.fullmatch(group):
-                    problems.add(f"monitoring.log_groups[{kind!r}]", group, "must be a CloudWatch Logs group name: "
-                                 "1 to 512 letters, digits and ._/#- (or a CDK token)")
-        publisher = self.metrics_publisher
-        if publisher is not None and monitoring is None:
-            problems.add("metrics_publisher", publisher, "applies only with monitoring")
-        elif publisher is None and monitoring is not None:
-            problems.add("metrics_publisher", publisher, "is required with monitoring: the host downloads the "
-                         "publisher, which does not fit in the user data")
-        elif publisher is not None:
-            _, key = _s3_parts(publisher) or (None, None)
-            if not key:
-                problems.add("metrics_publisher", publisher, "must be the S3 URI of an object, such as "
-                             "s3://bucket/publish_metrics.py, without spaces, or None")
-        keys, program = self.api_keys_secret, self.api_keys_program
-        if keys is not None and (not isinstance(keys, str) or not keys or _has_space(keys)):
-            problems.add("api_keys_secret", keys, "must be a secret name or ARN without spaces, or None")
-        if (keys is None) != (program is None):
-            problems.add("api_keys_program", program, "must be given with api_keys_secret, and only with it: the "
-                         "host downloads the key sync from it")
-        elif program is not None and not (_s3_parts(program) or (None, None))[1]:
-            problems.add("api_keys_program", program, "must be the S3 URI of an object, such as s3://bucket/api_keys.py")
-        if self.load_balancer_authentication and keys is None:
-            problems.add("load_balancer_authentication", True, "applies only with api_keys_secret")
-        if self.export_role not in EXPORT_ROLES:
-            problems.add("export_role", self.export_role, f"must be one of {', '.join(EXPORT_ROLES)}")
-        elif self.export_role != "serve" and (cache is None or prebuilt is not None):
-            problems.add("export_role", self.export_role, "needs artifact_cache and no prebuilt_export: the "
-                         "builder publishes the export there, and the serving hosts wait for it there")
-        if self.export_role == "build" and (self.signal is not None or self.warm_pool_hook is not None):
-            problems.add("export_role", self.export_role, "takes no signal or warm_pool_hook: a builder serves "
-                         "nothing, and leaves its group once the export is in the cache")
-        if self.image_registry is not None and (shape := ecr_registry_problem(str(self.image_registry))) is not None:
-            problems.add("image_registry", self.image_registry, shape)
-        wait = self.export_wait_minutes
-        if not isinstance(wait, int) or isinstance(wait, bool) or wait < 1:
-            problems.add("export_wait_minutes", wait, "must be a whole number of minutes, at least 1")
-        ready = self.ready_seconds
-        if ready is not None and (not isinstance(ready, int) or isinstance(ready, bool) or ready < 1):
-            problems.add("ready_seconds", ready, "must be a whole number of seconds, at least 1, or None")
-        problems.raise_if_any()
-
-
-_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,254}")
-_LOG_GROUP = re.compile(r"[A-Za-z0-9._/#-]{1,512}")
-
-
-def _has_space(text: str) -> bool:
-    return any(c.isspace() for c in text)
-
-
-def _check_word(problems: Problems, setting: str, value: object) -> None:
-    if not isinstance(value, str) or not value or _has_space(value):
-        problems.add(setting, value, "must be a non-empty name without spaces")
-
-
-def _after_scheme(uri: object, scheme: str) -> str | None:
-    if not isinstance(uri, str) or not uri.startswith(scheme) or _has_space(uri):
-        return None
-    return uri[len(scheme):].strip("/") or None
-
-
-def _s3_parts(uri: object) -> tuple[str, str] | None:
-    """``(bucket, prefix)`` of an ``s3://`` URI, the prefix without slashes at either end."""
-    rest = _after_scheme(uri, "s3://")
-    if rest is None:
-        return None
-    bucket, _, prefix = rest.partition("/")
-    return bucket, prefix.strip("/")
-
-
-def _hf_repo(uri: object) -> str | None:
-    return _after_scheme(uri, "hf://")
-
-
-def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) -> str:
+def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) -> HostBoot:
     """The user data for ``plan``: a bash script that checks the Neuron devices, installs what is
     missing, reads the Hugging Face token (when configured), pulls the image, exports the model
     once (or downloads it from the artifact cache or a prebuilt export), starts one
@@ -512,8 +203,8 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     token_file = TOKEN_FILE if options.hf_token_secret is not None else None
     common_env, replica_table, named_settings = _replica_settings(plan, engine, image, f"{MODEL_MOUNT}/{key}")
     probe = engine.readiness(plan)
-    prebuilt_s3 = _s3_parts(options.prebuilt_export)
-    prebuilt_hf = _hf_repo(options.prebuilt_export) if prebuilt_s3 is None else None
+    prebuilt_s3 = s3_parts(options.prebuilt_export)
+    prebuilt_hf = hf_repo(options.prebuilt_export) if prebuilt_s3 is None else None
     prebuilt = None
     if prebuilt_s3 is not None:
         bucket, prefix = prebuilt_s3
@@ -521,7 +212,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         prebuilt = f"s3://{bucket}/{prefix}/" if prefix else f"s3://{bucket}/"
     elif prebuilt_hf is not None:
         prebuilt = f"hf://{prebuilt_hf}"
-    cache = _s3_parts(options.artifact_cache) if prebuilt is None else None
+    cache = s3_parts(options.artifact_cache) if prebuilt is None else None
     signal, hook, monitoring = options.signal, options.warm_pool_hook, options.monitoring
     s3 = cache is not None or prebuilt_s3 is not None
     api_keys = options.api_keys_secret is not None
@@ -529,7 +220,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     report_phase = REPORT_PHASE if report else None
     log_groups = monitoring.log_groups if monitoring else {}
     # Values that may be deploy-time tokens go to stack.env, which the boot script writes as is;
-    # everything else is bundled and compressed at synth.
+    # everything else is in the bundle, made at synth.
     registry = parse_registry(options.image_registry) if options.image_registry else None
     stack_env: dict[str, str | None] = {
         "IMAGE": registry.reference(image.reference) if registry else image.reference,
@@ -543,12 +234,13 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         # For api-keys sync's failure metric; the publisher has its namespace in its config.
         "METRICS_NAMESPACE": monitoring.namespace if monitoring and api_keys else None,
         **{log_group_variable(kind): log_groups.get(kind) for kind in LOG_KINDS},
-        "PUBLISHER": options.metrics_publisher,
         "API_KEYS_SECRET": options.api_keys_secret,
-        "API_KEYS_PROGRAM": options.api_keys_program,
+        # For the boot script's FAILURE signal before it has its bundle (userdata/bootstrap.sh.j2).
+        "SIGNAL_STACK": signal.stack_name if signal else None,
+        "SIGNAL_RESOURCE": signal.logical_id if signal else None,
     }
     files = {
-        EXPORT_MODEL: _rendered(
+        EXPORT_MODEL: render(
             "export-model.sh.j2",
             key=key,
             replica_devices=plan.devices_per_replica,
@@ -574,9 +266,9 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
             poll_seconds=WAIT_POLL_SECONDS,
             download_attempts=DOWNLOAD_ATTEMPTS,
         ),
-        CHECK_EXPORT: _rendered("check-export.py.j2",
+        CHECK_EXPORT: render("check-export.py.j2",
                                 expect=json.dumps(engine.export_expectations(plan, image), sort_keys=True)),
-        RUN_REPLICA: _rendered(
+        RUN_REPLICA: render(
             "run-replica.sh.j2",
             key=key,
             mount=MODEL_MOUNT,
@@ -584,34 +276,35 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
             engine=engine.title,
             monitoring=monitoring is not None,
         ),
-        f"/etc/systemd/system/{REPLICA_UNIT}@.service": _rendered(
+        f"/etc/systemd/system/{REPLICA_UNIT}@.service": render(
             "neuron-replica@.service.j2", engine=engine.title, ready_unit=hook is not None),
         REPLICA_ENV: common_env,
         "/etc/neuron-serving/replicas.table": replica_table,
-        "/etc/haproxy/haproxy.cfg.new": _without_comments(render_router_config(
-            plan, engine, api_keys=api_keys, load_balancer_authentication=options.load_balancer_authentication)),
+        "/etc/haproxy/haproxy.cfg.new": render_router_config(
+            plan, engine, api_keys=api_keys, load_balancer_authentication=options.load_balancer_authentication),
     }
     if api_keys:
-        files[LOAD_API_KEYS] = _rendered("load-api-keys.sh.j2", program=API_KEYS)
+        files[API_KEYS] = _userdata_file(API_KEYS_SOURCE)
+        files[LOAD_API_KEYS] = render("load-api-keys.sh.j2", program=API_KEYS)
         for kind in ("service", "timer"):
-            files[f"/etc/systemd/system/{API_KEYS_UNIT}.{kind}"] = _rendered(
+            files[f"/etc/systemd/system/{API_KEYS_UNIT}.{kind}"] = render(
                 f"{API_KEYS_UNIT}.{kind}.j2", program=API_KEYS, unit=API_KEYS_UNIT,
                 metrics_file=API_KEYS_METRICS_FILE if monitoring is not None else None)
     if signal is not None or hook is not None:
-        files[WAIT_READY] = _rendered("wait-ready.sh.j2", seconds=_ready_seconds(plan, options),
+        files[WAIT_READY] = render("wait-ready.sh.j2", seconds=_ready_seconds(plan, options),
                                       router_port=plan.router_port,
                                       health_path=engine.health_path, probe_path=probe.path, probe_body=probe.body,
                                       report_phase=REPORT_PHASE, wait_ready=_phase("wait-ready"), ready=READY,
                                       failed=FAILED)
     if report:
-        files[REPORT_PHASE] = _rendered("report-phase.sh.j2", limit=TAG_VALUE_LIMIT,
+        files[REPORT_PHASE] = render("report-phase.sh.j2", limit=TAG_VALUE_LIMIT,
                                         phase_tag=PHASE_TAG, since_tag=SINCE_TAG, detail_tag=DETAIL_TAG)
     if hook is not None:
-        files[COMPLETE_LIFECYCLE] = _rendered("complete-lifecycle.sh.j2")
-        files["/etc/systemd/system/neuron-serving-ready.service"] = _rendered("neuron-serving-ready.service.j2")
+        files[COMPLETE_LIFECYCLE] = render("complete-lifecycle.sh.j2")
+        files["/etc/systemd/system/neuron-serving-ready.service"] = render("neuron-serving-ready.service.j2")
     if monitoring is not None:
         files.update(_monitoring_files(plan, engine, monitoring, api_keys=api_keys))
-    # The steps are bundled (compressed), so they hold no deploy-time value: those are in stack.env.
+    # The steps are in the bundle, so they hold no deploy-time value: those are in stack.env.
     steps = dict(
         devices=plan.instance.devices,
         instance_type=plan.instance.name,
@@ -644,15 +337,48 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         failed=FAILED,
         export_model=EXPORT_MODEL,
     )
-    files[BOOT_STEPS] = _rendered("boot-steps.sh.j2", **steps)
-    script = render(
-        "bootstrap.sh.j2",
-        description=Unquoted(_describe(plan)),
-        stack_env=Unquoted("".join(f"{k}={shlex.quote(v)}\n" for k, v in stack_env.items() if v is not None)),
-        bundle=Unquoted(packed(bundle(files))),
-        boot_steps=BOOT_STEPS,
-    )
-    return _without_comments(script, keep_header=True)
+    files[BOOT_STEPS] = render("boot-steps.sh.j2", **steps)
+    # Jinja drops a template's last line break; every file ends with one, as editors write them.
+    files = {path: text if text.endswith("\n") else text + "\n" for path, text in files.items()}
+    return HostBoot(description=_describe(plan), files=files,
+                    stack_env={k: v for k, v in stack_env.items() if v is not None})
+
+
+@dataclass(frozen=True)
+class HostBoot:
+    """A host's boot, rendered: its files (the bundle, which the stack ships as an asset) and the
+    values only the stack knows (``stack.env``, which may hold CDK tokens).
+
+    :param description: the configuration, for the boot script's header.
+    :param files: host path to content (:mod:`~neuron_serving.render.bundle`).
+    :param stack_env: the variables of ``/etc/neuron-serving/stack.env``.
+    """
+
+    description: str
+    files: Mapping[str, str]
+    stack_env: Mapping[str, str]
+
+    @property
+    def digest(self) -> str:
+        """The SHA-256 of the bundle's manifest, which the user data checks the bundle by."""
+        return digest(self.files)
+
+    def user_data(self, bundle: str, region: str) -> str:
+        """The boot script (EC2 user data) that downloads the bundle from ``bundle`` (an S3 URI;
+        bucket and key may be CDK tokens) in ``region``, checks it, installs its files and runs
+        the boot's steps (``userdata/bootstrap.sh.j2``).
+
+        The result is not checked against the user data limit: see :func:`check_user_data_size`.
+        """
+        env = {**self.stack_env, "BUNDLE": bundle, "STACK_REGION": region}
+        script = render(
+            "bootstrap.sh.j2",
+            description=Unquoted(self.description),
+            stack_env=Unquoted("".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items())),
+            digest=self.digest,
+            boot_steps=BOOT_STEPS,
+        )
+        return _without_comments(script)
 
 
 def _ready_seconds(plan: ServingPlan, options: BootOptions) -> int:
@@ -693,24 +419,30 @@ def _export_words(engine: Engine, plan: ServingPlan, image: ServingImage, key: s
     return " ".join(paths.get(word) or shlex.quote(word) for word in words)
 
 
+def _userdata_file(name: str) -> str:
+    """A file of ``neuron_serving.userdata`` as the package ships it."""
+    return (resources.files("neuron_serving.userdata") / name).read_text()
+
+
 def _monitoring_files(plan: ServingPlan, engine: Engine, monitoring: MonitoringOptions, *,
                       api_keys: bool) -> dict[str, str]:
     return {
-        START_MONITORING: _rendered(
+        PUBLISHER: _userdata_file(PUBLISHER_SOURCE),
+        START_MONITORING: render(
             "start-monitoring.sh.j2",
             log_group_variables=[log_group_variable(kind) for kind in AGENT_LOG_KINDS],
             agent_key_fingerprint=monitoring.agent_key_fingerprint,
             publisher=PUBLISHER,
             unit=METRICS_UNIT,
         ),
-        f"/etc/systemd/system/{METRICS_UNIT}.service": _rendered(
+        f"/etc/systemd/system/{METRICS_UNIT}.service": render(
             "neuron-serving-metrics.service.j2",
             stack_env="/etc/neuron-serving/stack.env",
             host_env="/etc/neuron-serving/host.env",
             publisher=PUBLISHER,
             config=PUBLISHER_CONFIG,
         ),
-        f"/etc/logrotate.d/{METRICS_UNIT}": _rendered(
+        f"/etc/logrotate.d/{METRICS_UNIT}": render(
             "neuron-serving-metrics.logrotate.j2", emf_logs=[EMF_LOG, *([API_KEYS_METRICS_FILE] if api_keys else [])]),
         PUBLISHER_CONFIG: render_publisher_config(plan, engine, monitoring),
         NEURON_MONITOR_CONFIG: render_neuron_monitor_config(plan),
@@ -774,7 +506,7 @@ def _replica_settings(plan: ServingPlan, engine: Engine, image: ServingImage,
         for k, v in env.items():
             if "\n" in v or "\r" in v:
                 problems.add(f"replica setting {k}", v, "must fit on one line of a docker env file")
-            elif k in own and (_has_space(v) or not v):
+            elif k in own and (has_space(v) or not v):
                 problems.add(f"replica setting {k}", v, "must be one word: it differs between replicas")
     problems.raise_if_any()
     common = "".join(f"{k}={v}\n" for k, v in envs[0].items() if k not in own)
@@ -787,66 +519,16 @@ def _replica_settings(plan: ServingPlan, engine: Engine, image: ServingImage,
     return common, rows, named
 
 
-def _rendered(template: str, **context: object) -> str:
-    return _without_comments(render(template, **context))
-
-
-def _without_comments(text: str, *, keep_header: bool = False) -> str:
-    """``text`` without its whole-line ``#`` comments, but with its ``#!`` line, shellcheck
-    directives and, with ``keep_header``, the comment lines it starts with.
-
-    The templates explain every step, and the router's is two thirds comments: kept, comments
-    would take a third of the 16 KB of user data. On the host, the scripts and configs
-    themselves are what bash, systemd, HAProxy and an operator need; the boot script's header
-    names the templates.
-    """
+def _without_comments(text: str) -> str:
+    """The boot script without its whole-line ``#`` comments, but with its header (the comment lines
+    it starts with: what it is, where it is explained) and its shellcheck directives: its comments
+    explain it in ``userdata/bootstrap.sh.j2``, and user data is counted against 16 KB. The
+    bundle's files keep theirs: operators read them on the host and in the cloud assembly."""
     lines = text.splitlines()
     header = 0
-    while keep_header and header < len(lines) and lines[header].startswith("#"):
+    while header < len(lines) and lines[header].startswith("#"):
         header += 1
     return "".join(
         f"{line}\n" for n, line in enumerate(lines)
-        if n < header or not line.lstrip().startswith("#") or line.startswith(("#!", "# shellcheck "))
+        if n < header or not line.lstrip().startswith("#") or line.startswith("# shellcheck ")
     )
-
-
-def packed(text: str) -> str:
-    """``text`` LZMA-compressed and base85-encoded on one line, which the host's ``python3`` unpacks
-    (:func:`unpacked`; userdata/bootstrap.sh.j2). Against gzip and base64 lines, 12% of the user
-    data of the largest configurations: LZMA's ``.lzma`` format (its 13-byte header) compresses
-    these files 7% smaller than gzip -9, base85 carries 4 bytes in 5 characters where base64 needs
-    5.3, and one line has no line breaks. Base85's alphabet (RFC 1924) has no ``[``, so the text can
-    hold no CDK token, and no quote or backslash, which JSON would escape in the template."""
-    compressed = lzma.compress(text.encode(), format=lzma.FORMAT_ALONE, preset=9 | lzma.PRESET_EXTREME)
-    return base64.b85encode(compressed).decode() + "\n"
-
-
-def unpacked(blob: str) -> str:
-    """The text :func:`packed` packed: what the boot script's ``python3`` line computes."""
-    return lzma.decompress(base64.b85decode(blob.strip())).decode()
-
-
-def bundle(files: dict[str, str]) -> str:
-    """``files`` (host path to content) as the ``put PATH MODE`` commands with quoted heredocs that
-    the boot script evaluates: executables (``#!``) get mode 755, the rest 644.
-
-    The bundle is compressed at synth, so no file may hold a deploy-time value: those reach the
-    host through ``stack.env``. A CDK token (``${Token[...]}``, as aws-cdk-lib encodes them in
-    strings) is therefore refused here, as is any text a quoted heredoc cannot carry.
-    """
-    commands = []
-    for path, text in files.items():
-        if not text.endswith("\n") or HEREDOC_END in text.splitlines():
-            raise ServingConfigError(
-                [problem(path, text[:60] + "...",
-                         f"cannot be embedded in a heredoc: it must end with a line break and have no "
-                         f"line '{HEREDOC_END}'")]
-            )
-        if _TOKEN_MARK in text:
-            raise ServingConfigError(
-                [problem(path, text[:60] + "...", "cannot hold a deploy-time value (a CDK token); "
-                         "the boot script passes those in stack.env")]
-            )
-        mode = 755 if text.startswith("#!") else 644
-        commands.append(f"put {path} {mode} <<'{HEREDOC_END}'\n{text}{HEREDOC_END}\n")
-    return "".join(commands)

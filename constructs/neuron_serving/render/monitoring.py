@@ -1,7 +1,7 @@
 """What a monitored host runs besides its replicas: the metrics publisher with its config,
 neuron-monitor's config, and the CloudWatch agent's, which only ships files.
 
-The publisher (``userdata/publish_metrics.py``, which the host fetches from S3) starts
+The publisher (``userdata/publish_metrics.py``, in the boot bundle) starts
 neuron-monitor with :func:`render_neuron_monitor_config`, scrapes every replica and the router,
 and appends EMF lines to :data:`~neuron_serving.plan.metrics.EMF_LOG` as
 :func:`render_publisher_config` tells it. With API keys, ``api-keys sync`` (``userdata/api_keys.py``)
@@ -10,7 +10,7 @@ appends one EMF line to its own file for each run that fails. The CloudWatch age
 awslogs driver ships each replica's output. Every metric is the publisher's or, for the failed
 key syncs, the sync's: the agent collects none.
 
-Everything here is rendered at synth and travels in the boot script's compressed bundle, which
+Everything here is rendered at synth and travels in the boot bundle (a CDK asset), which
 cannot hold deploy-time values: the log group names in the agent's config are placeholders
 (:func:`placeholder`) that the boot script replaces with the names in ``stack.env``.
 """

@@ -1,22 +1,106 @@
 #!/bin/bash
-# neuron-serving boot script, run as root by cloud-init: meta-llama/Llama-3.2-1B-Instruct on inf2.xlarge (1 replica of tensor_parallel 2, batch_size 4, sequence_length 4096), bf16
-# Every step is idempotent; logs and the step reached: /var/log/neuron-serving/. Explained in
-# cdk-neuron-serving's userdata/*.j2, whose comments are left out here.
+# neuron-serving boot script (cdk-neuron-serving, userdata/bootstrap.sh.j2): meta-llama/Llama-3.2-1B-Instruct on inf2.xlarge (1 replica of tensor_parallel 2, batch_size 4, sequence_length 4096), bf16
+# Logs and the step reached: /var/log/neuron-serving/. The rest of the boot is in its bundle.
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 PATH=$PATH:/opt/aws/neuron/bin:/snap/bin
 logs=$R/var/log/neuron-serving
-mkdir -p "$logs"
+mkdir -p "$logs" "$R/etc/neuron-serving"
 exec > >(tee -a "$logs/boot.log") 2>&1
-step=start why=
+step=bundle why=
 log() { echo "$(date -u +%FT%TZ) neuron-serving: $*"; }
 die() { why=$*; log "ERROR: $*"; exit 1; }
 on_exit() {
-  local rc=$?
-  [ "$rc" = 0 ] || { echo "failed $step" >"$logs/status"; log "FAILED in step $step (exit $rc)"; }
+  local rc=$? t
+  [ "$rc" != 0 ] || return 0
+  echo "failed $step" >"$logs/status"
+  echo "neuron-serving: failed in step $step: ${why:=exit $rc}" | tee -a "$R/dev/console"
+  [ -n "${SIGNAL_STACK:-}" ] || return 0
+  t=$(curl -sSf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' http://169.254.169.254/latest/api/token) &&
+    t=$(curl -sSf -m 5 -H "X-aws-ec2-metadata-token: $t" http://169.254.169.254/latest/meta-data/instance-id) &&
+    aws cloudformation signal-resource --region "$STACK_REGION" --stack-name "$SIGNAL_STACK" --logical-resource-id \
+      "$SIGNAL_RESOURCE" --status FAILURE --unique-id "$(echo -n "$t $step: $why" | tr -cs '[:alnum:] ._:/()=,+-' ' ' | head -c 64)"
 }
 trap on_exit EXIT
 trap 'why="command failed (exit $?) at line $LINENO: $BASH_COMMAND"; log "$why"' ERR
+cat >"$R/etc/neuron-serving/stack.env" <<'EOF'
+IMAGE=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
+BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.zip
+STACK_REGION=us-east-1
+EOF
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+aws_cli() {
+  local d
+  d=$(mktemp -d)
+  command -v unzip >/dev/null || { apt-get -o DPkg::Lock::Timeout=600 update -q &&
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q unzip; }
+  curl -fsSL -o "$d/cli.zip" "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"
+  unzip -q -d "$d" "$d/cli.zip"
+  "$d/aws/install" --update --bin-dir "$R/usr/local/bin" --install-dir "$R/usr/local/aws-cli"
+  rm -rf "$d"
+  PATH=$R/usr/local/bin:$PATH
+}
+command -v aws >/dev/null || snap install aws-cli --classic || aws_cli || die "no AWS CLI to download the boot bundle with"
+b=$(mktemp -d)
+aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" "$b/bundle.zip" ||
+  die "cannot download the boot bundle $BUNDLE: the host needs a route to S3 and its role s3:GetObject on it"
+python3 -m zipfile -e "$b/bundle.zip" "$b/files"
+cd "$b/files"
+sha256sum -c --quiet <<<"51f67938f112d25fafe10be12a5b74491947a1c89fa2d21fcb4b377eb95a4360  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+  die "the boot bundle $BUNDLE is not the stack's: its files differ from the manifest's checksums"
+while read -r _ path; do
+  [ "$(head -c 2 "$path")" = '#!' ] && mode=755 || mode=644
+  install -D -m "$mode" "$path" "$R/$path.new"
+  mv -f "$R/$path.new" "$R/$path"
+done <MANIFEST
+cd /
+rm -rf "$b"
+step=start
+# shellcheck source=/dev/null
+. "$R/opt/neuron-serving/bin/boot-steps"
+# ==> /etc/haproxy/haproxy.cfg.new <==
+<left out>
+# ==> /etc/neuron-serving/replica.env <==
+MODEL_ID=/models/v4-tgi-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-d50f7d6bc398d78d
+HF_NUM_CORES=2
+HF_AUTO_CAST_TYPE=bf16
+MAX_BATCH_SIZE=4
+MAX_TOTAL_TOKENS=4096
+MAX_INPUT_TOKENS=3072
+MAX_BATCH_PREFILL_TOKENS=12288
+MAX_CONCURRENT_REQUESTS=128
+HF_HUB_OFFLINE=1
+USAGE_STATS=off
+# ==> /etc/neuron-serving/replicas.table <==
+0 8081 0
+# ==> /etc/systemd/system/neuron-replica@.service <==
+# TGI replica %i. Enabled: a crash or a reboot brings it back without a new export.
+[Unit]
+Description=TGI Neuron replica %i
+Requires=docker.service
+After=docker.service network-online.target
+Wants=network-online.target
+StartLimitIntervalSec=0
+
+[Service]
+# After an interrupted export, the first start redoes it: 30 to 60+ minutes.
+TimeoutStartSec=infinity
+ExecStartPre=/opt/neuron-serving/bin/export-model
+ExecStartPre=-/usr/bin/env docker rm -f replica-%i
+ExecStart=/opt/neuron-serving/bin/run-replica %i
+ExecStop=/usr/bin/env docker stop -t 30 replica-%i
+Restart=always
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+# ==> /opt/neuron-serving/bin/boot-steps <==
+# The boot script's steps, sourced by it (userdata/bootstrap.sh.j2) once it has installed the
+# bundle's files: they run in its shell, with its R, logs, step, why, log, die and aws_cli, and its
+# traps. How the boot ends (run_step, signal, on_exit) is here too, to keep the user data small.
+# shellcheck shell=bash
+# put PATH MODE <content: writes a file under the root, replacing it atomically.
 put() {
   local path=$R$1
   mkdir -p "${path%/*}"
@@ -24,75 +108,101 @@ put() {
   chmod "$2" "$path.new"
   mv -f "$path.new" "$path"
 }
-put /etc/neuron-serving/stack.env 644 <<'EOF'
-IMAGE=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
-EOF
-files=$(python3 -c 'import base64,lzma,sys;sys.stdout.write(lzma.decompress(base64.b85decode(sys.stdin.read().strip())).decode())' <<'EOF'
-put /opt/neuron-serving/bin/export-model 755 <<'EOF'
-#!/bin/bash
-set -euo pipefail
-R=${NEURON_SERVING_ROOT:-}
+run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; }
+on_exit() {
+  local rc=$?
+  if [ "$rc" = 0 ]; then echo "done" >"$logs/status"; return; fi
+  echo "failed $step" >"$logs/status"
+  log "FAILED in step $step (exit $rc)"
+}
+# Values from the stack (IMAGE, HF_TOKEN_SECRET, ...), which may be deploy-time values.
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
-key=v4-tgi-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-d50f7d6bc398d78d
-exports=$R/var/lib/neuron-serving/exports
-final=$exports/$key
-marker=$final/.neuron-serving-complete
-check=$R/opt/neuron-serving/bin/check-export
-log=$R/var/log/neuron-serving/export.log
-mkdir -p "$exports" "${log%/*}"
-exec 9>"$exports/.lock"
-flock 9
-if [ -f "$marker" ] && "$check" "$final" >>"$log" 2>&1; then echo "export-model: $final is complete"; exit 0; fi
-rm -rf "$final.tmp" "$final" "$final.src"
-mkdir "$final.tmp"
-fail() { echo "export-model: $*" | tee -a "$log" >&2; exit 1; }
-finish() {
-  "$check" "$final.tmp" >>"$log" 2>&1 || fail "$(tail -n 1 "$log")"
-  mv "$final.tmp" "$final"
-  echo "$1 at $(date -u +%FT%TZ)" >"$marker"
-  echo "export-model: $final is complete"
-}
-report() { :; }
-hub() {
-  retry docker run --rm --entrypoint huggingface-cli -v "$exports:/models" "$IMAGE" \
-    download "$@"
-}
-retry() {
-  delay=10
-  for attempt in $(seq 5); do
-    "$@" >>"$log" 2>&1 && return
-    [ "$attempt" -lt 5 ] || return
-    echo "export-model: download failed (attempt $attempt of 5); retrying in ${delay}s" | tee -a "$log"
-    sleep "$delay"
-    delay=$((delay * 2))
-  done
-}
-model=meta-llama/Llama-3.2-1B-Instruct
-echo "export-model: downloading $model into $final.src; output in $log"
-hub "$model" --local-dir "/models/$key.src" \
-  --include config.json generation_config.json 'model*.safetensors' model.safetensors.index.json tokenizer.json tokenizer_config.json special_tokens_map.json tokenizer.model --exclude 'original/*' ||
-  fail "could not download $model after 5 attempts"
-compgen -G "$final.src/*.safetensors" >/dev/null || fail "$model has no safetensors weights"
-args=()
-for d in $(seq 0 0); do args+=(--device "/dev/neuron$d"); done
-echo "export-model: exporting into $final; output in $log"
-if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -e HF_HUB_OFFLINE=1 -v "$exports:/models" "$IMAGE" \
-  export neuron --model "/models/$key.src" --task text-generation --batch_size 4 --sequence_length 4096 --num_cores 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
-  tail -n 20 "$log" >&2
-  echo "export-model: export failed; see $log" >&2
-  exit 1
+
+run_step check-devices
+neuron-ls || log "neuron-ls failed (exit $?)"
+# The numbers of the /dev/neuronN nodes, in order.
+mapfile -t devs < <(ls "$R/dev" | sed -n 's/^neuron\([0-9]\+\)$/\1/p' | sort -n)
+first=${devs[0]-} last=${devs[*]: -1}
+if [ "$last" != 0 ] || [ ${#devs[@]} != 1 ]; then
+  [ "$first" = "$last" ] || first+="..$last"
+  die "expected 1 Neuron devices for inf2.xlarge, found ${#devs[@]}${first:+ (/dev/neuron$first)}; check the instance type and the Neuron driver (neuron-ls above)"
 fi
-rm -rf "$final.src"
-finish "exported"
-EOF
-put /opt/neuron-serving/bin/check-export 755 <<'EOF'
+# The Neuron runtime inside the image works with host drivers below 2.29 only
+# (Neuron release notes, runtime, Neuron 2.31.0); the DLAMI's driver is its aws-neuronx-dkms.
+driver=$(dpkg-query -W -f '${Version}' aws-neuronx-dkms 2>/dev/null) || driver=
+if [ -n "$driver" ] && dpkg --compare-versions "$driver" ge 2.29; then
+  die "the Neuron driver (aws-neuronx-dkms $driver) rejects the Neuron runtime 2.26.42 of $IMAGE; launch an AMI with a driver below 2.29 (dlami_parameter, ami_id)"
+fi
+
+run_step install-tools
+apt_install() {
+  # Early in the first boot, cloud-init or unattended-upgrades may hold the dpkg lock.
+  apt-get -o DPkg::Lock::Timeout=600 update -q
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
+}
+command -v docker >/dev/null || apt_install docker.io
+if ! command -v haproxy >/dev/null; then
+  apt_install haproxy
+  # Debian's and Ubuntu's haproxy package writes /var/log/haproxy.log through the rsyslog rule
+  # it installs (/etc/rsyslog.d/49-haproxy.conf), which rsyslog reads only when it starts.
+  systemctl try-restart rsyslog
+fi
+systemctl enable --now docker
+
+run_step pull-image
+image=$IMAGE
+delay=10
+for attempt in $(seq 5); do
+  if docker pull "$image"; then break; fi
+  [ "$attempt" -lt 5 ] || die "could not pull $image after 5 attempts"
+  log "pull failed (attempt $attempt of 5); retrying in ${delay}s"
+  sleep "$delay"
+  delay=$((delay * 2))
+done
+
+run_step export-model
+"$R/opt/neuron-serving/bin/export-model"
+
+run_step start-replicas
+units=()
+# Rows of replicas.table: replica index, host port, Neuron devices, settings of its own; those
+# whose value is the replica's name come from the loop. replica.env has the settings all share.
+while read -r -a row; do
+  i=${row[0]}
+  put "/etc/neuron-serving/replica-$i.conf" 644 <<CONF
+DEVICES="${row[2]//,/ }"
+PORT=${row[1]}
+ENV_FILE=/etc/neuron-serving/replica-$i.env
+CONF
+  { cat "$R/etc/neuron-serving/replica.env"; printf '%s\n' "${row[@]:3}" NEURON_PROCESS_TAG=replica-"$i"; } |
+    put "/etc/neuron-serving/replica-$i.env" 644
+  units+=("neuron-replica@$i")
+done <"$R/etc/neuron-serving/replicas.table"
+systemctl daemon-reload
+for unit in "${units[@]}"; do systemctl enable --now "$unit"; done
+
+run_step router
+haproxy -c -f "$R/etc/haproxy/haproxy.cfg.new"
+mv -f "$R/etc/haproxy/haproxy.cfg.new" "$R/etc/haproxy/haproxy.cfg"
+systemctl enable haproxy
+systemctl restart haproxy
+log "boot complete: 1 replica behind the router on port 8080"
+# ==> /opt/neuron-serving/bin/check-export <==
 #!/usr/bin/env python3
+# check-export DIR: exits 0 when DIR is an export the plan's replicas can load, else prints why
+# (its last line names the first problem) and exits 1. A replica that finds a wrong degree, shape
+# or dtype fails to load, or, without the weights, downloads the checkpoint at every start.
+# What an export holds is the serving image's optimum-neuron's to say (see
+# neuron_serving.plan.engines, Engine.export_expectations).
 import json
 import sys
 from pathlib import Path
 
 EXPECT = json.loads('{"config": "neuron_config.json", "fields": {"batch_size": 4, "sequence_length": 4096, "torch_dtype": "bfloat16", "tp_degree": 2}, "files": ["config.json", "neuron_config.json", "model.pt", "tokenizer_config.json", "checkpoint/weights/tp0_sharded_checkpoint.safetensors", "checkpoint/weights/tp1_sharded_checkpoint.safetensors"]}')
+# Fields compared by a rule of their own (neuron_serving.plan.engines.base.SAME_RELEASE): "release"
+# accepts any PEP 440 local label, the part of a version after "+" that the Neuron pip repository's
+# builds carry.
 RULES = EXPECT.get("compare", {})
 
 
@@ -118,13 +228,97 @@ found = problems(Path(sys.argv[1]))
 for line in found:
     print(f"check-export: {line}")
 sys.exit(1 if found else 0)
-EOF
-put /opt/neuron-serving/bin/run-replica 755 <<'EOF'
+# ==> /opt/neuron-serving/bin/export-model <==
 #!/bin/bash
+# Exports (compiles) the model once, inside the serving image so the compiler is the one
+# TGI runs. Called by the boot script and by each neuron-replica@ unit: the lock serializes them; the
+# marker, written last, makes later calls no-ops; an export without it is redone. An export is
+# marked complete only once check-export has found the plan's degree, shapes, dtype and the
+# weights in it, and a complete one that no longer passes is redone.
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+# IMAGE, and PREBUILT or CACHE_BUCKET and CACHE_PREFIX, from the stack.
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+key=v4-tgi-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-d50f7d6bc398d78d
+exports=$R/var/lib/neuron-serving/exports
+final=$exports/$key
+marker=$final/.neuron-serving-complete
+check=$R/opt/neuron-serving/bin/check-export
+log=$R/var/log/neuron-serving/export.log
+mkdir -p "$exports" "${log%/*}"
+exec 9>"$exports/.lock"
+flock 9
+if [ -f "$marker" ] && "$check" "$final" >>"$log" 2>&1; then echo "export-model: $final is complete"; exit 0; fi
+rm -rf "$final.tmp" "$final" "$final.src"
+mkdir "$final.tmp"
+# A failed boot reports the last line of the log: the compiler's error, or one of these.
+fail() { echo "export-model: $*" | tee -a "$log" >&2; exit 1; }
+finish() {
+  "$check" "$final.tmp" >>"$log" 2>&1 || fail "$(tail -n 1 "$log")"
+  mv "$final.tmp" "$final"
+  echo "$1 at $(date -u +%FT%TZ)" >"$marker"
+  echo "export-model: $final is complete"
+}
+# hub REPO ARGS...: huggingface-cli download inside the serving image, into the exports
+# directory; the only step that may reach the Hub, and so the only one given the token.
+report() { :; }
+hub() {
+  retry docker run --rm --entrypoint huggingface-cli -v "$exports:/models" "$IMAGE" \
+    download "$@"
+}
+# retry COMMAND...: a download, tried 5 times with waits of 10, 20, 40... s between, as
+# the image pull is: one reset connection must not fail the boot. The client retries neither the first
+# call of a download (huggingface_hub v0.34.4 src/huggingface_hub/hf_api.py model_info, one GET) nor
+# a failed request for a file (file_download.py _request_wrapper: HTTP 429 only). Each try goes on
+# from the last one, which deletes nothing: huggingface-cli download into the same --local-dir skips
+# the files whose etag matches its metadata in .cache/huggingface/download/ (file_download.py
+# _hf_hub_download_to_local_dir) and resumes <file>.<etag>.incomplete with a Range request, or with
+# hf_transfer on (the TGI image) starts that file over (_download_to_tmp_and_move); aws s3 sync
+# copies only what is missing or differs in size or time (aws/aws-cli 1.45.55
+# awscli/customizations/s3/syncstrategy/base.py, SizeAndLastModifiedSync).
+retry() {
+  delay=10
+  for attempt in $(seq 5); do
+    "$@" >>"$log" 2>&1 && return
+    [ "$attempt" -lt 5 ] || return
+    echo "export-model: download failed (attempt $attempt of 5); retrying in ${delay}s" | tee -a "$log"
+    sleep "$delay"
+    delay=$((delay * 2))
+  done
+}
+# optimum-neuron writes the weights into an export made from a local directory only (from a Hub
+# id, each replica would download the checkpoint at every start): the checkpoint's files that
+# the export needs are downloaded first.
+model=meta-llama/Llama-3.2-1B-Instruct
+echo "export-model: downloading $model into $final.src; output in $log"
+hub "$model" --local-dir "/models/$key.src" \
+  --include config.json generation_config.json 'model*.safetensors' model.safetensors.index.json tokenizer.json tokenizer_config.json special_tokens_map.json tokenizer.model --exclude 'original/*' ||
+  fail "could not download $model after 5 attempts"
+compgen -G "$final.src/*.safetensors" >/dev/null || fail "$model has no safetensors weights"
+# The compiler sees the devices of one replica, as each replica does, and never the Hub. The
+# arguments are the engine's (neuron_serving.plan.engines, Engine.export_arguments).
+args=()
+for d in $(seq 0 0); do args+=(--device "/dev/neuron$d"); done
+echo "export-model: exporting into $final; output in $log"
+if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -e HF_HUB_OFFLINE=1 -v "$exports:/models" "$IMAGE" \
+  export neuron --model "/models/$key.src" --task text-generation --batch_size 4 --sequence_length 4096 --num_cores 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
+  tail -n 20 "$log" >&2
+  echo "export-model: export failed; see $log" >&2
+  exit 1
+fi
+rm -rf "$final.src"
+finish "exported"
+# ==> /opt/neuron-serving/bin/run-replica <==
+#!/bin/bash
+# Runs TGI replica $1 for neuron-replica@$1.service. Only its own Neuron devices (never --privileged),
+# so replicas cannot touch each other's cores; its port on loopback, for the router only. It
+# serves the local export, which holds the weights: no Hub access and no token.
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 i=${1:?usage: run-replica INDEX}
 key=v4-tgi-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-d50f7d6bc398d78d
+# IMAGE, from the stack.
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
 # shellcheck source=/dev/null
@@ -133,130 +327,3 @@ args=()
 for d in $DEVICES; do args+=(--device "/dev/neuron$d"); done
 exec docker run --rm --name "replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80" \
   -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" "$IMAGE"
-EOF
-put /etc/systemd/system/neuron-replica@.service 644 <<'EOF'
-[Unit]
-Description=TGI Neuron replica %i
-Requires=docker.service
-After=docker.service network-online.target
-Wants=network-online.target
-StartLimitIntervalSec=0
-
-[Service]
-TimeoutStartSec=infinity
-ExecStartPre=/opt/neuron-serving/bin/export-model
-ExecStartPre=-/usr/bin/env docker rm -f replica-%i
-ExecStart=/opt/neuron-serving/bin/run-replica %i
-ExecStop=/usr/bin/env docker stop -t 30 replica-%i
-Restart=always
-RestartSec=10
-
-[Install]
-WantedBy=multi-user.target
-EOF
-put /etc/neuron-serving/replica.env 644 <<'EOF'
-MODEL_ID=/models/v4-tgi-llama-3-2-1b-instruct-tp2-b4-s4096-bf16-d50f7d6bc398d78d
-HF_NUM_CORES=2
-HF_AUTO_CAST_TYPE=bf16
-MAX_BATCH_SIZE=4
-MAX_TOTAL_TOKENS=4096
-MAX_INPUT_TOKENS=3072
-MAX_BATCH_PREFILL_TOKENS=12288
-MAX_CONCURRENT_REQUESTS=128
-HF_HUB_OFFLINE=1
-USAGE_STATS=off
-EOF
-put /etc/neuron-serving/replicas.table 644 <<'EOF'
-0 8081 0
-EOF
-put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'
-<render_router_config(plan) without its comment lines>
-EOF
-put /opt/neuron-serving/bin/boot-steps 644 <<'EOF'
-# shellcheck shell=bash
-run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; }
-on_exit() {
-  local rc=$?
-  if [ "$rc" = 0 ]; then echo "done" >"$logs/status"; return; fi
-  echo "failed $step" >"$logs/status"
-  log "FAILED in step $step (exit $rc)"
-}
-# shellcheck source=/dev/null
-. "$R/etc/neuron-serving/stack.env"
-
-run_step check-devices
-neuron-ls || log "neuron-ls failed (exit $?)"
-mapfile -t devs < <(ls "$R/dev" | sed -n 's/^neuron\([0-9]\+\)$/\1/p' | sort -n)
-first=${devs[0]-} last=${devs[*]: -1}
-if [ "$last" != 0 ] || [ ${#devs[@]} != 1 ]; then
-  [ "$first" = "$last" ] || first+="..$last"
-  die "expected 1 Neuron devices for inf2.xlarge, found ${#devs[@]}${first:+ (/dev/neuron$first)}; check the instance type and the Neuron driver (neuron-ls above)"
-fi
-driver=$(dpkg-query -W -f '${Version}' aws-neuronx-dkms 2>/dev/null) || driver=
-if [ -n "$driver" ] && dpkg --compare-versions "$driver" ge 2.29; then
-  die "the Neuron driver (aws-neuronx-dkms $driver) rejects the Neuron runtime 2.26.42 of $IMAGE; launch an AMI with a driver below 2.29 (dlami_parameter, ami_id)"
-fi
-
-run_step install-tools
-apt_install() {
-  apt-get -o DPkg::Lock::Timeout=600 update -q
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
-}
-command -v docker >/dev/null || apt_install docker.io
-if ! command -v aws >/dev/null && ! snap install aws-cli --classic; then
-  command -v unzip >/dev/null || apt_install unzip
-  awscli=$(mktemp -d)
-  curl -fsSL -o "$awscli/awscliv2.zip" "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"
-  unzip -q -d "$awscli" "$awscli/awscliv2.zip"
-  "$awscli/aws/install" --update --bin-dir "$R/usr/local/bin" --install-dir "$R/usr/local/aws-cli"
-  rm -rf "$awscli"
-  PATH=$R/usr/local/bin:$PATH
-fi
-if ! command -v haproxy >/dev/null; then
-  apt_install haproxy
-  systemctl try-restart rsyslog
-fi
-systemctl enable --now docker
-
-run_step pull-image
-image=$IMAGE
-delay=10
-for attempt in $(seq 5); do
-  if docker pull "$image"; then break; fi
-  [ "$attempt" -lt 5 ] || die "could not pull $image after 5 attempts"
-  log "pull failed (attempt $attempt of 5); retrying in ${delay}s"
-  sleep "$delay"
-  delay=$((delay * 2))
-done
-
-run_step export-model
-"$R/opt/neuron-serving/bin/export-model"
-
-run_step start-replicas
-units=()
-while read -r -a row; do
-  i=${row[0]}
-  put "/etc/neuron-serving/replica-$i.conf" 644 <<CONF
-DEVICES="${row[2]//,/ }"
-PORT=${row[1]}
-ENV_FILE=/etc/neuron-serving/replica-$i.env
-CONF
-  { cat "$R/etc/neuron-serving/replica.env"; printf '%s\n' "${row[@]:3}" NEURON_PROCESS_TAG=replica-"$i"; } |
-    put "/etc/neuron-serving/replica-$i.env" 644
-  units+=("neuron-replica@$i")
-done <"$R/etc/neuron-serving/replicas.table"
-systemctl daemon-reload
-for unit in "${units[@]}"; do systemctl enable --now "$unit"; done
-
-run_step router
-haproxy -c -f "$R/etc/haproxy/haproxy.cfg.new"
-mv -f "$R/etc/haproxy/haproxy.cfg.new" "$R/etc/haproxy/haproxy.cfg"
-systemctl enable haproxy
-systemctl restart haproxy
-log "boot complete: 1 replica behind the router on port 8080"
-EOF
-EOF
-)
-eval "$files"
-# shellcheck source=/dev/null
-. "$R/opt/neuron-serving/bin/boot-steps"

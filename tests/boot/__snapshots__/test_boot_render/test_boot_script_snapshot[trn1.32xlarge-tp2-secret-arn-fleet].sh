@@ -1,30 +1,29 @@
 #!/bin/bash
-# neuron-serving boot script, run as root by cloud-init: meta-llama/Llama-3.1-8B-Instruct on trn1.32xlarge (16 replicas of tensor_parallel 2, batch_size 4, sequence_length 4096), bf16
-# Every step is idempotent; logs and the step reached: /var/log/neuron-serving/. Explained in
-# cdk-neuron-serving's userdata/*.j2, whose comments are left out here.
+# neuron-serving boot script (cdk-neuron-serving, userdata/bootstrap.sh.j2): meta-llama/Llama-3.1-8B-Instruct on trn1.32xlarge (16 replicas of tensor_parallel 2, batch_size 4, sequence_length 4096), bf16
+# Logs and the step reached: /var/log/neuron-serving/. The rest of the boot is in its bundle.
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 PATH=$PATH:/opt/aws/neuron/bin:/snap/bin
 logs=$R/var/log/neuron-serving
-mkdir -p "$logs"
+mkdir -p "$logs" "$R/etc/neuron-serving"
 exec > >(tee -a "$logs/boot.log") 2>&1
-step=start why=
+step=bundle why=
 log() { echo "$(date -u +%FT%TZ) neuron-serving: $*"; }
 die() { why=$*; log "ERROR: $*"; exit 1; }
 on_exit() {
-  local rc=$?
-  [ "$rc" = 0 ] || { echo "failed $step" >"$logs/status"; log "FAILED in step $step (exit $rc)"; }
+  local rc=$? t
+  [ "$rc" != 0 ] || return 0
+  echo "failed $step" >"$logs/status"
+  echo "neuron-serving: failed in step $step: ${why:=exit $rc}" | tee -a "$R/dev/console"
+  [ -n "${SIGNAL_STACK:-}" ] || return 0
+  t=$(curl -sSf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' http://169.254.169.254/latest/api/token) &&
+    t=$(curl -sSf -m 5 -H "X-aws-ec2-metadata-token: $t" http://169.254.169.254/latest/meta-data/instance-id) &&
+    aws cloudformation signal-resource --region "$STACK_REGION" --stack-name "$SIGNAL_STACK" --logical-resource-id \
+      "$SIGNAL_RESOURCE" --status FAILURE --unique-id "$(echo -n "$t $step: $why" | tr -cs '[:alnum:] ._:/()=,+-' ' ' | head -c 64)"
 }
 trap on_exit EXIT
 trap 'why="command failed (exit $?) at line $LINENO: $BASH_COMMAND"; log "$why"' ERR
-put() {
-  local path=$R$1
-  mkdir -p "${path%/*}"
-  cat >"$path.new"
-  chmod "$2" "$path.new"
-  mv -f "$path.new" "$path"
-}
-put /etc/neuron-serving/stack.env 644 <<'EOF'
+cat >"$R/etc/neuron-serving/stack.env" <<'EOF'
 IMAGE=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
 HF_TOKEN_SECRET=arn:aws:secretsmanager:eu-west-1:123456789012:secret:neuron-serving/hf-token-AbCdEf
 CACHE_BUCKET='${Token[TOKEN.123]}'
@@ -36,189 +35,65 @@ LOG_GROUP_BOOT='${Token[TOKEN.201]}'
 LOG_GROUP_REPLICAS='${Token[TOKEN.202]}'
 LOG_GROUP_ROUTER='${Token[TOKEN.203]}'
 LOG_GROUP_METRICS='${Token[TOKEN.204]}'
-PUBLISHER='s3://${Token[TOKEN.210]}/${Token[TOKEN.211]}.py'
+SIGNAL_STACK=NeuronLlamaStack
+SIGNAL_RESOURCE=NeuronServingFleet
+BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.zip
+STACK_REGION=us-east-1
 EOF
-files=$(python3 -c 'import base64,lzma,sys;sys.stdout.write(lzma.decompress(base64.b85decode(sys.stdin.read().strip())).decode())' <<'EOF'
-put /opt/neuron-serving/bin/export-model 755 <<'EOF'
-#!/bin/bash
-set -euo pipefail
-R=${NEURON_SERVING_ROOT:-}
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
-key=v4-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-3b6bdb006d46c351
-exports=$R/var/lib/neuron-serving/exports
-final=$exports/$key
-marker=$final/.neuron-serving-complete
-check=$R/opt/neuron-serving/bin/check-export
-log=$R/var/log/neuron-serving/export.log
-mkdir -p "$exports" "${log%/*}"
-exec 9>"$exports/.lock"
-flock 9
-if [ -f "$marker" ] && "$check" "$final" >>"$log" 2>&1; then echo "export-model: $final is complete"; exit 0; fi
-rm -rf "$final.tmp" "$final" "$final.src"
-mkdir "$final.tmp"
-fail() { echo "export-model: $*" | tee -a "$log" >&2; exit 1; }
-finish() {
-  "$check" "$final.tmp" >>"$log" 2>&1 || fail "$(tail -n 1 "$log")"
-  mv "$final.tmp" "$final"
-  echo "$1 at $(date -u +%FT%TZ)" >"$marker"
-  echo "export-model: $final is complete"
+aws_cli() {
+  local d
+  d=$(mktemp -d)
+  command -v unzip >/dev/null || { apt-get -o DPkg::Lock::Timeout=600 update -q &&
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q unzip; }
+  curl -fsSL -o "$d/cli.zip" "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"
+  unzip -q -d "$d" "$d/cli.zip"
+  "$d/aws/install" --update --bin-dir "$R/usr/local/bin" --install-dir "$R/usr/local/aws-cli"
+  rm -rf "$d"
+  PATH=$R/usr/local/bin:$PATH
 }
-report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
-hub() {
-  retry docker run --rm --entrypoint huggingface-cli --env-file "$R"/etc/neuron-serving/hf-token.env -v "$exports:/models" "$IMAGE" \
-    download "$@"
+command -v aws >/dev/null || snap install aws-cli --classic || aws_cli || die "no AWS CLI to download the boot bundle with"
+b=$(mktemp -d)
+aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" "$b/bundle.zip" ||
+  die "cannot download the boot bundle $BUNDLE: the host needs a route to S3 and its role s3:GetObject on it"
+python3 -m zipfile -e "$b/bundle.zip" "$b/files"
+cd "$b/files"
+sha256sum -c --quiet <<<"e4472dc4601362f90b2ba70bb5c3dd4a275fe8b097242255a2fb84f5a79f7e49  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+  die "the boot bundle $BUNDLE is not the stack's: its files differ from the manifest's checksums"
+while read -r _ path; do
+  [ "$(head -c 2 "$path")" = '#!' ] && mode=755 || mode=644
+  install -D -m "$mode" "$path" "$R/$path.new"
+  mv -f "$R/$path.new" "$R/$path"
+done <MANIFEST
+cd /
+rm -rf "$b"
+step=start
+# shellcheck source=/dev/null
+. "$R/opt/neuron-serving/bin/boot-steps"
+# ==> /etc/haproxy/haproxy.cfg.new <==
+<left out>
+# ==> /etc/logrotate.d/neuron-serving-metrics <==
+# The publisher appends to its EMF file for as long as the host runs (with API keys, each failed run
+# of api-keys sync to its own); the CloudWatch agent has shipped them by the time they rotate (the
+# agent follows a truncated file from its start). One entry may name several files, as the httpd
+# entry of logrotate(8)'s sample configuration does (logrotate/logrotate 3.19.0, Ubuntu 22.04's,
+# logrotate.8.in).
+/var/log/neuron-serving/metrics.emf {
+    daily
+    rotate 1
+    compress
+    copytruncate
+    missingok
+    notifempty
 }
-retry() {
-  delay=10
-  for attempt in $(seq 5); do
-    "$@" >>"$log" 2>&1 && return
-    [ "$attempt" -lt 5 ] || return
-    echo "export-model: download failed (attempt $attempt of 5); retrying in ${delay}s" | tee -a "$log"
-    sleep "$delay"
-    delay=$((delay * 2))
-  done
-}
-# shellcheck source=/dev/null
-. "$R/etc/neuron-serving/host.env"
-export AWS_DEFAULT_REGION=$REGION
-s3=s3://$CACHE_BUCKET/
-cached=$CACHE_PREFIX$key
-sums() {
-  (cd "$1" && shopt -s globstar dotglob nullglob && set -- && cpus=$(nproc) &&
-    for f in **; do
-      [[ -f $f && $f != "${marker##*/}" ]] || continue
-      sha256sum -- "$f" &
-      set -- "$@" "$!"
-      if (($# >= cpus)); then wait "$1" || exit; shift; fi
-    done &&
-    for job; do wait "$job" || exit; done) | LC_ALL=C sort
-}
-if aws s3 cp "$s3$cached/COMPLETE" "$final.from" >>"$log" 2>&1; then
-  from=$(head -n 1 "$final.from")
-  [[ $from == "$cached"/?* ]] || fail "COMPLETE names $from"
-  from=$s3$from/
-  echo "export-model: downloading $from into $final; output in $log"
-  report download-export "$from"
-  if ! retry aws s3 sync --only-show-errors "$from" "$final.tmp"; then
-    why="could not be downloaded after 5 attempts (see $log)"
-  elif bad=$(LC_ALL=C comm -3 <(tail -n +2 "$final.from" | LC_ALL=C sort) <(sums "$final.tmp")); [ -n "$bad" ]; then
-    why="differs from the manifest in COMPLETE"
-    printf 'export-model: %s %s; lines only in the manifest, and (indented) only in the download:\n%s\n' \
-      "$from" "$why" "$bad" | tee -a "$log"
-  elif "$check" "$final.tmp" >>"$log" 2>&1; then
-    finish "downloaded from $from"
-    exit 0
-  else
-    why="is not an export of this plan"
-  fi
-  echo "export-model: $from $why; exporting here" | tee -a "$log"
-  report export-model "$from $why"
-  rm -rf "$final.tmp" && mkdir "$final.tmp"
-fi
-model=meta-llama/Llama-3.1-8B-Instruct revision=5f0b02c75b57c5855da9ae460ce51323ea669d8a
-echo "export-model: downloading $model into $final.src; output in $log"
-hub "$model" --revision "$revision" --local-dir "/models/$key.src" \
-  --include config.json generation_config.json 'model*.safetensors' model.safetensors.index.json tokenizer.json tokenizer_config.json special_tokens_map.json tokenizer.model --exclude 'original/*' ||
-  fail "could not download $model at revision $revision after 5 attempts"
-compgen -G "$final.src/*.safetensors" >/dev/null || fail "$model has no safetensors weights"
-args=()
-for d in $(seq 0 0); do args+=(--device "/dev/neuron$d"); done
-echo "export-model: exporting into $final; output in $log"
-if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -e HF_HUB_OFFLINE=1 -v "$exports:/models" "$IMAGE" \
-  export neuron --model "/models/$key.src" --task text-generation --batch_size 4 --sequence_length 4096 --num_cores 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
-  tail -n 20 "$log" >&2
-  echo "export-model: export failed; see $log" >&2
-  exit 1
-fi
-rm -rf "$final.src"
-finish "exported"
-up=$cached/$INSTANCE_ID
-echo "export-model: publishing $s3$up/"
-if ! { echo "$up" && sums "$final"; } >"$final.from" ||
-  ! aws s3 sync --only-show-errors --exclude "${marker##*/}" "$final" "$s3$up/" >>"$log" 2>&1 ||
-  ! aws s3api put-object --bucket "$CACHE_BUCKET" --key "$cached/COMPLETE" --body "$final.from" \
-    --if-none-match '*' >>"$log" 2>&1; then
-  err=$(tail -n 1 "$log")
-  [[ $err != *PreconditionFailed* ]] || err="another host published first"
-  echo "export-model: not published: $err"
-  aws s3 rm --recursive --only-show-errors "$s3$up/" >>"$log" 2>&1 || true
-fi
-EOF
-put /opt/neuron-serving/bin/check-export 755 <<'EOF'
-#!/usr/bin/env python3
-import json
-import sys
-from pathlib import Path
-
-EXPECT = json.loads('{"config": "neuron_config.json", "fields": {"batch_size": 4, "sequence_length": 4096, "torch_dtype": "bfloat16", "tp_degree": 2}, "files": ["config.json", "neuron_config.json", "model.pt", "tokenizer_config.json", "checkpoint/weights/tp0_sharded_checkpoint.safetensors", "checkpoint/weights/tp1_sharded_checkpoint.safetensors"]}')
-RULES = EXPECT.get("compare", {})
-
-
-def matches(key: str, found: object, wanted: object) -> bool:
-    if RULES.get(key) == "release":
-        return isinstance(found, str) and found.partition("+")[0] == str(wanted).partition("+")[0]
-    return found == wanted
-
-
-def problems(export: Path) -> list[str]:
-    missing = [name for name in EXPECT["files"] if not (export / name).is_file()]
-    if missing:
-        return [f"{export} lacks {', '.join(missing)}"]
-    try:
-        config = json.loads((export / EXPECT["config"]).read_text())
-    except (OSError, ValueError) as error:
-        return [f"{export}/{EXPECT['config']} cannot be read: {error}"]
-    return [f"{export}/{EXPECT['config']} has {key} {config.get(key)!r}, the plan {value!r}"
-            for key, value in EXPECT["fields"].items() if not matches(key, config.get(key), value)]
-
-
-found = problems(Path(sys.argv[1]))
-for line in found:
-    print(f"check-export: {line}")
-sys.exit(1 if found else 0)
-EOF
-put /opt/neuron-serving/bin/run-replica 755 <<'EOF'
-#!/bin/bash
-set -euo pipefail
-R=${NEURON_SERVING_ROOT:-}
-i=${1:?usage: run-replica INDEX}
-key=v4-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-3b6bdb006d46c351
-# shellcheck source=/dev/null
-. "$R/etc/neuron-serving/stack.env"
-# shellcheck source=/dev/null
-. "$R/etc/neuron-serving/replica-$i.conf"
-args=()
-for d in $DEVICES; do args+=(--device "/dev/neuron$d"); done
-# shellcheck source=/dev/null
-. "$R/etc/neuron-serving/host.env"
-args+=(--log-driver awslogs --log-opt "awslogs-region=$REGION" --log-opt "awslogs-group=$LOG_GROUP_REPLICAS"
-  --log-opt "awslogs-stream=$INSTANCE_ID/replica-$i" --log-opt mode=non-blocking --log-opt max-buffer-size=4m)
-exec docker run --rm --name "replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80" \
-  -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" "$IMAGE"
-EOF
-put /etc/systemd/system/neuron-replica@.service 644 <<'EOF'
-[Unit]
-Description=TGI Neuron replica %i
-Requires=docker.service
-After=docker.service network-online.target
-Wants=network-online.target
-Before=neuron-serving-ready.service
-StartLimitIntervalSec=0
-
-[Service]
-TimeoutStartSec=infinity
-ExecStartPre=/opt/neuron-serving/bin/export-model
-ExecStartPre=-/usr/bin/env docker rm -f replica-%i
-ExecStart=/opt/neuron-serving/bin/run-replica %i
-ExecStop=/usr/bin/env docker stop -t 30 replica-%i
-Restart=always
-RestartSec=10
-
-[Install]
-WantedBy=multi-user.target
-EOF
-put /etc/neuron-serving/replica.env 644 <<'EOF'
+# ==> /etc/neuron-serving/cloudwatch-agent.json.in <==
+{"agent":{"run_as_user":"root"},"logs":{"logs_collected":{"files":{"collect_list":[{"file_path":"/var/log/neuron-serving/boot.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/boot"},{"file_path":"/var/log/neuron-serving/export.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/export"},{"file_path":"/var/log/neuron-serving/ready.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/ready"},{"file_path":"/var/log/haproxy.log","log_group_name":"@LOG_GROUP_ROUTER@","log_stream_name":"{instance_id}"},{"file_path":"/var/log/neuron-serving/metrics.emf","log_group_name":"@LOG_GROUP_METRICS@","log_stream_name":"{instance_id}"}]}}}}
+# ==> /etc/neuron-serving/metrics.json <==
+{"disk_path":"/","interval_seconds":60,"metrics":{"BatchSize":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"CpuUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"DiskUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"EccCorrectedEvents":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"EccUncorrectedEvents":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"ExecutionErrors":{"dimensions":[["Service","ErrorType"],["Service","InstanceId","ErrorType"]],"unit":"Count"},"ExecutionLatency":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"ExecutionLatencyP99":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"GeneratedTokens":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"InFlightRequests":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"MemoryUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"NeuronCoreUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"NeuronDeviceMemoryUsed":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Bytes"},"QueueDuration":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"QueueSize":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"ReplicasUp":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"RequestDuration":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"RequestFailures":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"Requests":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"RouterQueue":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"TimePerOutputToken":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"UnauthorizedRequests":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"}},"namespace":"NeuronServing","neuron_monitor":["/opt/aws/neuron/bin/neuron-monitor","-c","/etc/neuron-serving/neuron-monitor.json"],"output":"/var/log/neuron-serving/metrics.emf","replica_metrics":{"counters":{"GeneratedTokens":[{"labels":{},"name":"tgi_request_generated_tokens_sum"}],"RequestFailures":[{"labels":{},"name":"tgi_request_failure"}],"Requests":[{"labels":{},"name":"tgi_request_count"}]},"histograms":{"QueueDuration":"tgi_request_queue_duration","RequestDuration":"tgi_request_duration","TimePerOutputToken":"tgi_request_mean_time_per_token_duration"},"queued":[{"labels":{},"name":"tgi_queue_size"}],"running":[{"labels":{},"name":"tgi_batch_current_size"}]},"replicas":[{"name":"replica-0","port":8081},{"name":"replica-1","port":8082},{"name":"replica-2","port":8083},{"name":"replica-3","port":8084},{"name":"replica-4","port":8085},{"name":"replica-5","port":8086},{"name":"replica-6","port":8087},{"name":"replica-7","port":8088},{"name":"replica-8","port":8089},{"name":"replica-9","port":8090},{"name":"replica-10","port":8091},{"name":"replica-11","port":8092},{"name":"replica-12","port":8093},{"name":"replica-13","port":8094},{"name":"replica-14","port":8095},{"name":"replica-15","port":8096}],"router_backend":"replicas","router_frontend":"router","router_metrics_url":"http://127.0.0.1:8404/metrics"}
+# ==> /etc/neuron-serving/neuron-monitor.json <==
+{"neuron_runtimes":[{"metrics":[{"type":"neuroncore_counters"},{"type":"memory_used"},{"type":"neuron_runtime_vcpu_usage"},{"type":"execution_stats"}],"tag_filter":"^replica-"}],"period":"60s","system_metrics":[{"type":"vcpu_usage"},{"type":"memory_info"},{"type":"neuron_hw_counters"}]}
+# ==> /etc/neuron-serving/replica.env <==
 MODEL_ID=/models/v4-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-3b6bdb006d46c351
 HF_NUM_CORES=2
 HF_AUTO_CAST_TYPE=bf16
@@ -229,8 +104,7 @@ MAX_BATCH_PREFILL_TOKENS=12288
 MAX_CONCURRENT_REQUESTS=128
 HF_HUB_OFFLINE=1
 USAGE_STATS=off
-EOF
-put /etc/neuron-serving/replicas.table 644 <<'EOF'
+# ==> /etc/neuron-serving/replicas.table <==
 0 8081 0
 1 8082 1
 2 8083 2
@@ -247,129 +121,32 @@ put /etc/neuron-serving/replicas.table 644 <<'EOF'
 13 8094 13
 14 8095 14
 15 8096 15
-EOF
-put /etc/haproxy/haproxy.cfg.new 644 <<'EOF'
-<render_router_config(plan) without its comment lines>
-EOF
-put /opt/neuron-serving/bin/wait-ready 755 <<'EOF'
-#!/bin/bash
-set -euo pipefail
-R=${NEURON_SERVING_ROOT:-}
-limit=${NEURON_SERVING_READY_SECONDS:-1500}
-report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
-own=${1:-}
-fail() { echo "$1"; [ -z "$own" ] || report failed "wait-ready: $1"; exit 1; }
-ready() {
-  curl -fsS -m 10 -o /dev/null "$1/health" && { [ -z "${2:-}" ] || curl -fsS -m 60 -o /dev/null \
-    -H 'Content-Type: application/json' -d '{"inputs": "ping", "parameters": {"max_new_tokens": 1}}' "$1/generate"; }
-}
-confs=("$R"/etc/neuron-serving/replica-*.conf)
-total=${#confs[@]} n=0
-[ -z "$own" ] || report wait-ready "0 of $total ready"
-for conf in "${confs[@]}" router; do
-  name=${conf##*/} port=8080 generate=
-  [ "$name" = router ] || name=${name%.conf} port=$(sed -n 's/^PORT=//p' "$conf") generate=1
-  until ready "http://127.0.0.1:$port" $generate; do
-    [ "$SECONDS" -lt "$limit" ] || fail "$name not ready in ${limit}s (port $port)"
-    sleep 10
-  done
-  echo "$name (port $port) ready"
-  [ "$name" = router ] || { n=$((n + 1)); report wait-ready "$n of $total ready"; }
-done
-report ready "$total of $total ready"
-EOF
-put /opt/neuron-serving/bin/report-phase 755 <<'EOF'
-#!/bin/bash
-R=${NEURON_SERVING_ROOT:-}
-host=$R/etc/neuron-serving/host.env
-[ -f "$host" ] || { echo "report-phase: $1 not reported: no host.env yet" >&2; exit 0; }
-# shellcheck source=/dev/null
-. "$host"
-detail=$(printf %s "${2:-}" | LC_ALL=C tr -cs 'A-Za-z0-9 +=._:/@-' ' ' | head -c 256)
-detail=${detail% }
-tags=$(printf '{"Key":"%s","Value":"%s"},' neuron-serving:phase "$1" neuron-serving:phase-since "$(date -u +%FT%TZ)" neuron-serving:detail "$detail")
-aws ec2 create-tags --cli-connect-timeout 10 --cli-read-timeout 20 --region "$REGION" --resources "$INSTANCE_ID" \
-  --tags "[${tags%,}]" >/dev/null || echo "report-phase: $1 not reported (exit $?)" >&2
-exit 0
-EOF
-put /opt/neuron-serving/bin/complete-lifecycle 755 <<'EOF'
-#!/bin/bash
-set -euo pipefail
-R=${NEURON_SERVING_ROOT:-}
-# shellcheck source=/dev/null
-. "$R/etc/neuron-serving/host.env"
-# shellcheck source=/dev/null
-. "$R/etc/neuron-serving/stack.env"
-action=(complete-lifecycle-action --lifecycle-action-result "$1")
-[ "$1" != HEARTBEAT ] || action=(record-lifecycle-action-heartbeat)
-aws autoscaling "${action[@]}" --region "$REGION" --instance-id "$INSTANCE_ID" \
-  --auto-scaling-group-name "$GROUP_NAME" --lifecycle-hook-name "$HOOK_NAME" ||
-  echo "complete-lifecycle: $1 not taken"
-EOF
-put /etc/systemd/system/neuron-serving-ready.service 644 <<'EOF'
+# ==> /etc/systemd/system/neuron-replica@.service <==
+# TGI replica %i. Enabled: a crash or a reboot brings it back without a new export.
 [Unit]
-Description=Tell Auto Scaling the replicas serve
-After=haproxy.service
+Description=TGI Neuron replica %i
+Requires=docker.service
+After=docker.service network-online.target
+Wants=network-online.target
+Before=neuron-serving-ready.service
+StartLimitIntervalSec=0
 
 [Service]
-Type=oneshot
+# After an interrupted export, the first start redoes it: 30 to 60+ minutes.
 TimeoutStartSec=infinity
-ExecStart=/opt/neuron-serving/bin/wait-ready --report
-ExecStart=/opt/neuron-serving/bin/complete-lifecycle CONTINUE
-StandardOutput=append:/var/log/neuron-serving/ready.log
+ExecStartPre=/opt/neuron-serving/bin/export-model
+ExecStartPre=-/usr/bin/env docker rm -f replica-%i
+ExecStart=/opt/neuron-serving/bin/run-replica %i
+ExecStop=/usr/bin/env docker stop -t 30 replica-%i
+Restart=always
+RestartSec=10
 
 [Install]
 WantedBy=multi-user.target
-EOF
-put /opt/neuron-serving/bin/start-monitoring 755 <<'EOF'
-#!/bin/bash
-set -euo pipefail
-R=${NEURON_SERVING_ROOT:-}
-etc=$R/etc/neuron-serving
-# shellcheck source=/dev/null
-. "$etc/stack.env"
-# shellcheck source=/dev/null
-. "$etc/host.env"
-ctl=$R/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl
-if [ ! -x "$ctl" ]; then
-  apt_get() { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 "$@"; }
-  get() { curl -sSf --retry 4 --retry-all-errors -m 300 -o "$1" "$2"; }
-  url=https://s3.$REGION.amazonaws.com/amazoncloudwatch-agent-$REGION/ubuntu/amd64/latest/amazon-cloudwatch-agent.deb
-  deb=$R/var/cache/neuron-serving/amazon-cloudwatch-agent.deb
-  mkdir -p "${deb%/*}"
-  get "$deb" "$url"
-  asc=https://s3.amazonaws.com/amazoncloudwatch-agent/assets/amazon-cloudwatch-agent.gpg
-  get "$deb.sig" "$url.sig"
-  get "$deb.gpg" "$asc"
-  key=937616F3450B7D806CBD9725D58167303B789C72
-  refuse() { echo "CloudWatch agent not installed: $*" >&2; exit 1; }
-  command -v gpg >/dev/null || { apt_get update -q && apt_get install -y -q gpg; }
-  home=$(mktemp -d)
-  trap 'rm -rf "$home"' EXIT
-  g() { gpg --homedir "$home" --batch --no-autostart -q "$@"; }
-  { g --import-options import-export --import "$deb.gpg" >"$home/k" && g --with-colons --show-keys "$home/k"; } |
-    awk -F: -v k="$key" '$1=="pub"{p=1} $1=="fpr"&&p{p=0;ok=ok||$10==k} END{exit !ok}' || refuse "$asc holds no key $key"
-  gpgv --homedir "$home" --keyring "$home/k" --status-fd 1 "$deb.sig" "$deb" |
-    awk -v k="$key" '$2=="NEWSIG"{g=0} $2=="GOODSIG"{g=1} g&&$2=="VALIDSIG"&&$NF==k{ok=1} END{exit !ok}' ||
-    refuse "$url.sig is no good signature by $key"
-  apt_get install -y -q "$deb"
-  rm -f "$deb"*
-fi
-conf=$(<"$etc/cloudwatch-agent.json.in")
-for v in LOG_GROUP_BOOT LOG_GROUP_ROUTER LOG_GROUP_METRICS; do conf=${conf//@$v@/"${!v}"}; done
-printf '%s\n' "$conf" >"$etc/cloudwatch-agent.json"
-"$ctl" -a fetch-config -m ec2 -s -c "file:$etc/cloudwatch-agent.json"
-aws s3 cp --region "$REGION" --only-show-errors "$PUBLISHER" "$R/opt/neuron-serving/bin/publish-metrics.new"
-chmod 755 "$R/opt/neuron-serving/bin/publish-metrics.new"
-mv -f "$R/opt/neuron-serving/bin/publish-metrics.new" "$R/opt/neuron-serving/bin/publish-metrics"
-systemctl daemon-reload
-if [ -n "${1:-}" ]; then
-  systemctl enable neuron-serving-metrics
-else
-  systemctl enable --now neuron-serving-metrics
-fi
-EOF
-put /etc/systemd/system/neuron-serving-metrics.service 644 <<'EOF'
+# ==> /etc/systemd/system/neuron-serving-metrics.service <==
+# Publishes the host's metrics (userdata/publish_metrics.py): it runs neuron-monitor, scrapes the
+# replicas and the router, and appends EMF lines that the CloudWatch agent ships. Enabled, so it
+# also runs after a reboot or a start from the warm pool.
 [Unit]
 Description=Publish the Neuron serving metrics
 After=network-online.target docker.service
@@ -377,6 +154,8 @@ Wants=network-online.target
 StartLimitIntervalSec=0
 
 [Service]
+# SERVICE (stack.env) and INSTANCE_ID (host.env), the values of the Service and InstanceId
+# dimensions. systemd reads the shell-quoted values of stack.env as the shell does.
 EnvironmentFile=/etc/neuron-serving/stack.env
 EnvironmentFile=/etc/neuron-serving/host.env
 ExecStart=/usr/bin/env python3 /opt/neuron-serving/bin/publish-metrics /etc/neuron-serving/metrics.json
@@ -385,29 +164,41 @@ RestartSec=10
 
 [Install]
 WantedBy=multi-user.target
-EOF
-put /etc/logrotate.d/neuron-serving-metrics 644 <<'EOF'
-/var/log/neuron-serving/metrics.emf {
-    daily
-    rotate 1
-    compress
-    copytruncate
-    missingok
-    notifempty
-}
-EOF
-put /etc/neuron-serving/metrics.json 644 <<'EOF'
-{"disk_path":"/","interval_seconds":60,"metrics":{"BatchSize":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"CpuUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"DiskUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"EccCorrectedEvents":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"EccUncorrectedEvents":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"ExecutionErrors":{"dimensions":[["Service","ErrorType"],["Service","InstanceId","ErrorType"]],"unit":"Count"},"ExecutionLatency":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"ExecutionLatencyP99":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"GeneratedTokens":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"InFlightRequests":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"MemoryUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"NeuronCoreUtilization":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Percent"},"NeuronDeviceMemoryUsed":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Bytes"},"QueueDuration":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"QueueSize":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"ReplicasUp":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"RequestDuration":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"RequestFailures":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"Requests":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Count"},"RouterQueue":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"},"TimePerOutputToken":{"dimensions":[["Service"],["Service","InstanceId"],["Service","InstanceId","Replica"]],"unit":"Seconds"},"UnauthorizedRequests":{"dimensions":[["Service"],["Service","InstanceId"]],"unit":"Count"}},"namespace":"NeuronServing","neuron_monitor":["/opt/aws/neuron/bin/neuron-monitor","-c","/etc/neuron-serving/neuron-monitor.json"],"output":"/var/log/neuron-serving/metrics.emf","replica_metrics":{"counters":{"GeneratedTokens":[{"labels":{},"name":"tgi_request_generated_tokens_sum"}],"RequestFailures":[{"labels":{},"name":"tgi_request_failure"}],"Requests":[{"labels":{},"name":"tgi_request_count"}]},"histograms":{"QueueDuration":"tgi_request_queue_duration","RequestDuration":"tgi_request_duration","TimePerOutputToken":"tgi_request_mean_time_per_token_duration"},"queued":[{"labels":{},"name":"tgi_queue_size"}],"running":[{"labels":{},"name":"tgi_batch_current_size"}]},"replicas":[{"name":"replica-0","port":8081},{"name":"replica-1","port":8082},{"name":"replica-2","port":8083},{"name":"replica-3","port":8084},{"name":"replica-4","port":8085},{"name":"replica-5","port":8086},{"name":"replica-6","port":8087},{"name":"replica-7","port":8088},{"name":"replica-8","port":8089},{"name":"replica-9","port":8090},{"name":"replica-10","port":8091},{"name":"replica-11","port":8092},{"name":"replica-12","port":8093},{"name":"replica-13","port":8094},{"name":"replica-14","port":8095},{"name":"replica-15","port":8096}],"router_backend":"replicas","router_frontend":"router","router_metrics_url":"http://127.0.0.1:8404/metrics"}
-EOF
-put /etc/neuron-serving/neuron-monitor.json 644 <<'EOF'
-{"neuron_runtimes":[{"metrics":[{"type":"neuroncore_counters"},{"type":"memory_used"},{"type":"neuron_runtime_vcpu_usage"},{"type":"execution_stats"}],"tag_filter":"^replica-"}],"period":"60s","system_metrics":[{"type":"vcpu_usage"},{"type":"memory_info"},{"type":"neuron_hw_counters"}]}
-EOF
-put /etc/neuron-serving/cloudwatch-agent.json.in 644 <<'EOF'
-{"agent":{"run_as_user":"root"},"logs":{"logs_collected":{"files":{"collect_list":[{"file_path":"/var/log/neuron-serving/boot.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/boot"},{"file_path":"/var/log/neuron-serving/export.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/export"},{"file_path":"/var/log/neuron-serving/ready.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/ready"},{"file_path":"/var/log/haproxy.log","log_group_name":"@LOG_GROUP_ROUTER@","log_stream_name":"{instance_id}"},{"file_path":"/var/log/neuron-serving/metrics.emf","log_group_name":"@LOG_GROUP_METRICS@","log_stream_name":"{instance_id}"}]}}}}
-EOF
-put /opt/neuron-serving/bin/boot-steps 644 <<'EOF'
+# ==> /etc/systemd/system/neuron-serving-ready.service <==
+# After a start from the warm pool, completes the launch lifecycle action once every replica
+# serves (the replica units order themselves before this one). On the first boot the boot
+# script does this. When wait-ready fails, the action is left to the hook's timeout and the
+# load balancer's health check.
+# wait-ready --report tags the instance with its progress, then ready or failed (report-phase).
+[Unit]
+Description=Tell Auto Scaling the replicas serve
+After=haproxy.service
+
+[Service]
+Type=oneshot
+# wait-ready gives up on its own.
+TimeoutStartSec=infinity
+ExecStart=/opt/neuron-serving/bin/wait-ready --report
+ExecStart=/opt/neuron-serving/bin/complete-lifecycle CONTINUE
+StandardOutput=append:/var/log/neuron-serving/ready.log
+
+[Install]
+WantedBy=multi-user.target
+# ==> /opt/neuron-serving/bin/boot-steps <==
+# The boot script's steps, sourced by it (userdata/bootstrap.sh.j2) once it has installed the
+# bundle's files: they run in its shell, with its R, logs, step, why, log, die and aws_cli, and its
+# traps. How the boot ends (run_step, signal, on_exit) is here too, to keep the user data small.
 # shellcheck shell=bash
+# put PATH MODE <content: writes a file under the root, replacing it atomically.
+put() {
+  local path=$R$1
+  mkdir -p "${path%/*}"
+  cat >"$path.new"
+  chmod "$2" "$path.new"
+  mv -f "$path.new" "$path"
+}
 run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; "$bin/report-phase" "$1"; }
+# report-phase tags this instance with the phase, for `neuron-serving status`.
 warm='' bin=$R/opt/neuron-serving/bin
 signal() {
   aws cloudformation signal-resource --region "$REGION" --stack-name NeuronLlamaStack \
@@ -420,17 +211,26 @@ on_exit() {
   echo "failed $step" >"$logs/status"
   log "FAILED in step $step (exit $rc)"
   local lines="" full=""
+  # Report all there is, even if some of it cannot be had (before the instance metadata, say).
   set +eu
   trap - ERR
+  # The reason, with the end of the export's log when the export failed, also to the console
+  # (aws ec2 get-console-output).
   [ "$step" != export-model ] || lines=$(tail -n 20 "$logs/export.log") why=$(grep . <<<"$lines" | tail -n 1)
+  # A full disk fails whichever step was writing, with that step's own error: said first, as the
+  # signal keeps 64 characters. df -P: 1024-byte blocks, the fourth column free (POSIX df).
   full=$(df -P "$R/var/lib/neuron-serving" | awk 'NR==2 && $4 < 1048576 {print "disk full: " $6 " (" int($4/1024) " MiB free)"}')
   [ -z "$full" ] || why="$full; ${why:-exit $rc}"
   printf 'neuron-serving: failed in step %s: %s\n%s\n' "$step" "${why:=exit $rc}" "$lines" | tee -a "$R/dev/console"
   "$bin/report-phase" failed "$step: ${why:-exit $rc}"
+  # SignalResource has no reason field, but the stack events show the unique id, of 1 to 64
+  # characters: it carries the reason. Never from the warm pool, where nothing awaits signals.
   [ -n "$warm" ] || signal FAILURE "$(echo -n "$INSTANCE_ID $step: $why" |
     tr -cs '[:alnum:] ._:/()=,+-' ' ' | head -c 64)"
+  # The group then replaces the host.
   [ ! -x "$bin/complete-lifecycle" ] || "$bin/complete-lifecycle" ABANDON
 }
+# Values from the stack (IMAGE, HF_TOKEN_SECRET, ...), which may be deploy-time values.
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
 
@@ -440,9 +240,14 @@ md() { curl -sSf -m 5 -H "X-aws-ec2-metadata-token: $imds" "http://169.254.169.2
 REGION=$(md placement/region)
 INSTANCE_ID=$(md instance-id)
 printf 'REGION=%s\nINSTANCE_ID=%s\n' "$REGION" "$INSTANCE_ID" | put /etc/neuron-serving/host.env 644
+# Launched into the warm pool (Warmed:*), the host prepares everything and starts nothing; the
+# group stops it once the lifecycle action is complete.
 for _ in 1 2 3 4 5 6; do state=$(md autoscaling/target-lifecycle-state) && break; sleep 5; done
 log "lifecycle state: ${state:=InService}"
 [[ $state != Warmed:* ]] || warm=1
+# The launch lifecycle action lapses after the hook's heartbeat timeout (at most 2 hours, the
+# RecordLifecycleActionHeartbeat API reference) unless heartbeats renew it, and an export may
+# take hours: one every quarter of the timeout until this script ends.
 heartbeats() {
   trap 'kill "$nap" 2>/dev/null; exit 0' TERM
   while sleep "${NEURON_SERVING_HEARTBEAT_SECONDS:-1800}" & nap=$!; wait "$nap"; do
@@ -454,12 +259,15 @@ beat=$!
 
 run_step check-devices
 neuron-ls || log "neuron-ls failed (exit $?)"
+# The numbers of the /dev/neuronN nodes, in order.
 mapfile -t devs < <(ls "$R/dev" | sed -n 's/^neuron\([0-9]\+\)$/\1/p' | sort -n)
 first=${devs[0]-} last=${devs[*]: -1}
 if [ "$last" != 15 ] || [ ${#devs[@]} != 16 ]; then
   [ "$first" = "$last" ] || first+="..$last"
   die "expected 16 Neuron devices for trn1.32xlarge, found ${#devs[@]}${first:+ (/dev/neuron$first)}; check the instance type and the Neuron driver (neuron-ls above)"
 fi
+# The Neuron runtime inside the image works with host drivers below 2.29 only
+# (Neuron release notes, runtime, Neuron 2.31.0); the DLAMI's driver is its aws-neuronx-dkms.
 driver=$(dpkg-query -W -f '${Version}' aws-neuronx-dkms 2>/dev/null) || driver=
 if [ -n "$driver" ] && dpkg --compare-versions "$driver" ge 2.29; then
   die "the Neuron driver (aws-neuronx-dkms $driver) rejects the Neuron runtime 2.26.42 of $IMAGE; launch an AMI with a driver below 2.29 (dlami_parameter, ami_id)"
@@ -467,33 +275,41 @@ fi
 
 run_step install-tools
 apt_install() {
+  # Early in the first boot, cloud-init or unattended-upgrades may hold the dpkg lock.
   apt-get -o DPkg::Lock::Timeout=600 update -q
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
 }
 command -v docker >/dev/null || apt_install docker.io
-if ! command -v aws >/dev/null && ! snap install aws-cli --classic ||
-  [[ $(aws s3api put-object --generate-cli-skeleton) != *IfNoneMatch* ]]; then
-  ! command -v aws >/dev/null || log "$(aws --version) lacks --if-none-match: installing v2"
-  command -v unzip >/dev/null || apt_install unzip
-  awscli=$(mktemp -d)
-  curl -fsSL -o "$awscli/awscliv2.zip" "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"
-  unzip -q -d "$awscli" "$awscli/awscliv2.zip"
-  "$awscli/aws/install" --update --bin-dir "$R/usr/local/bin" --install-dir "$R/usr/local/aws-cli"
-  rm -rf "$awscli"
-  PATH=$R/usr/local/bin:$PATH
+# The artifact cache's publish passes s3api put-object --if-none-match, which came with S3's
+# conditional writes in AWS CLI 1.34.2 and 2.17.34 (aws/aws-cli CHANGELOG.rst at those tags,
+# 2024-08-20; botocore 1.35.2). An older CLI rejects the option ("Unknown options", exit 255 in
+# 1.34.1, tried), which publish once took for another host's win; Debian 12's awscli is 2.9.19.
+# The CLI's own S3 model says whether it has the option: --generate-cli-skeleton prints the
+# operation's parameters, IfNoneMatch among them from 1.34.2 (tried with awscli 1.34.1, 1.34.2
+# and 1.46.3), and needs no region, credentials or network. Such a CLI is replaced by AWS's.
+# The boot script has an AWS CLI (it downloaded the bundle with it); its aws_cli installs AWS's.
+if [[ $(aws s3api put-object --generate-cli-skeleton) != *IfNoneMatch* ]]; then
+  log "$(aws --version) lacks --if-none-match: installing v2"
+  aws_cli
 fi
 if ! command -v haproxy >/dev/null; then
   apt_install haproxy
+  # Debian's and Ubuntu's haproxy package writes /var/log/haproxy.log through the rsyslog rule
+  # it installs (/etc/rsyslog.d/49-haproxy.conf), which rsyslog reads only when it starts.
   systemctl try-restart rsyslog
 fi
 systemctl enable --now docker
 
 run_step monitoring
+# Early, so that the rest of this log reaches CloudWatch even if the boot fails. Without it the
+# host still serves.
 "$R/opt/neuron-serving/bin/start-monitoring" "$warm" ||
   log "WARNING: monitoring not started (exit $?): this host ships no logs or metrics"
 
 run_step hf-token
+# The token only passes through shell builtins: never in an argument list or a log.
 secret=$HF_TOKEN_SECRET
+# A secret is read in its own region, which its ARN names; a name is in the instance's.
 region=$REGION
 [[ $secret != arn:* ]] || IFS=: read -r _ _ _ region _ <<<"$secret"
 token=$(aws secretsmanager get-secret-value --region "$region" --secret-id "$secret" --query SecretString --output text)
@@ -521,6 +337,8 @@ run_step export-model
 
 run_step start-replicas
 units=()
+# Rows of replicas.table: replica index, host port, Neuron devices, settings of its own; those
+# whose value is the replica's name come from the loop. replica.env has the settings all share.
 while read -r -a row; do
   i=${row[0]}
   put "/etc/neuron-serving/replica-$i.conf" 644 <<CONF
@@ -534,6 +352,7 @@ CONF
 done <"$R/etc/neuron-serving/replicas.table"
 systemctl daemon-reload
 systemctl enable neuron-serving-ready "${units[@]}"
+# In the warm pool, the units are only enabled: they start on the next boot.
 [ -n "$warm" ] || systemctl start "${units[@]}"
 
 run_step router
@@ -541,6 +360,7 @@ haproxy -c -f "$R/etc/haproxy/haproxy.cfg.new"
 mv -f "$R/etc/haproxy/haproxy.cfg.new" "$R/etc/haproxy/haproxy.cfg"
 systemctl enable haproxy
 if [ -n "$warm" ]; then
+  # Before the lifecycle action completes: the group then stops the instance.
   "$bin/report-phase" warmed
   "$bin/complete-lifecycle" CONTINUE
   log "prepared for the warm pool"
@@ -549,13 +369,824 @@ fi
 systemctl restart haproxy
 
 run_step wait-ready
+# wait-ready reports each replica that serves, then that all do; a failure is this script's to report.
 "$bin/wait-ready" | tee -a "$logs/ready.log" || die "$(tail -n 1 "$logs/ready.log")"
 signal SUCCESS "$INSTANCE_ID"
 "$bin/complete-lifecycle" CONTINUE
 log "boot complete: 16 replicas behind the router on port 8080"
-EOF
-EOF
-)
-eval "$files"
+# ==> /opt/neuron-serving/bin/check-export <==
+#!/usr/bin/env python3
+# check-export DIR: exits 0 when DIR is an export the plan's replicas can load, else prints why
+# (its last line names the first problem) and exits 1. A replica that finds a wrong degree, shape
+# or dtype fails to load, or, without the weights, downloads the checkpoint at every start.
+# What an export holds is the serving image's optimum-neuron's to say (see
+# neuron_serving.plan.engines, Engine.export_expectations).
+import json
+import sys
+from pathlib import Path
+
+EXPECT = json.loads('{"config": "neuron_config.json", "fields": {"batch_size": 4, "sequence_length": 4096, "torch_dtype": "bfloat16", "tp_degree": 2}, "files": ["config.json", "neuron_config.json", "model.pt", "tokenizer_config.json", "checkpoint/weights/tp0_sharded_checkpoint.safetensors", "checkpoint/weights/tp1_sharded_checkpoint.safetensors"]}')
+# Fields compared by a rule of their own (neuron_serving.plan.engines.base.SAME_RELEASE): "release"
+# accepts any PEP 440 local label, the part of a version after "+" that the Neuron pip repository's
+# builds carry.
+RULES = EXPECT.get("compare", {})
+
+
+def matches(key: str, found: object, wanted: object) -> bool:
+    if RULES.get(key) == "release":
+        return isinstance(found, str) and found.partition("+")[0] == str(wanted).partition("+")[0]
+    return found == wanted
+
+
+def problems(export: Path) -> list[str]:
+    missing = [name for name in EXPECT["files"] if not (export / name).is_file()]
+    if missing:
+        return [f"{export} lacks {', '.join(missing)}"]
+    try:
+        config = json.loads((export / EXPECT["config"]).read_text())
+    except (OSError, ValueError) as error:
+        return [f"{export}/{EXPECT['config']} cannot be read: {error}"]
+    return [f"{export}/{EXPECT['config']} has {key} {config.get(key)!r}, the plan {value!r}"
+            for key, value in EXPECT["fields"].items() if not matches(key, config.get(key), value)]
+
+
+found = problems(Path(sys.argv[1]))
+for line in found:
+    print(f"check-export: {line}")
+sys.exit(1 if found else 0)
+# ==> /opt/neuron-serving/bin/complete-lifecycle <==
+#!/bin/bash
+# Completes this instance's launch lifecycle action in its Auto Scaling group with $1: CONTINUE,
+# or ABANDON (the group replaces the host); or, with HEARTBEAT, extends it by the hook's
+# heartbeat timeout. Launched into the warm pool, the boot script completes it once the host is
+# prepared; started from the pool (cloud-init runs no user data then),
+# neuron-serving-ready.service does once every replica serves.
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
 # shellcheck source=/dev/null
-. "$R/opt/neuron-serving/bin/boot-steps"
+. "$R/etc/neuron-serving/host.env"
+# GROUP_NAME and HOOK_NAME, from the stack.
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+action=(complete-lifecycle-action --lifecycle-action-result "$1")
+[ "$1" != HEARTBEAT ] || action=(record-lifecycle-action-heartbeat)
+# Fails when no action is pending, as after a reboot in service: nothing to do then.
+aws autoscaling "${action[@]}" --region "$REGION" --instance-id "$INSTANCE_ID" \
+  --auto-scaling-group-name "$GROUP_NAME" --lifecycle-hook-name "$HOOK_NAME" ||
+  echo "complete-lifecycle: $1 not taken"
+# ==> /opt/neuron-serving/bin/export-model <==
+#!/bin/bash
+# Exports (compiles) the model once, inside the serving image so the compiler is the one
+# TGI runs. Called by the boot script and by each neuron-replica@ unit: the lock serializes them; the
+# marker, written last, makes later calls no-ops; an export without it is redone. An export is
+# marked complete only once check-export has found the plan's degree, shapes, dtype and the
+# weights in it, and a complete one that no longer passes is redone.
+# Artifact cache: <cache>/<key>/COMPLETE names a complete upload, which is downloaded instead of
+# exporting. Else this host exports, uploads under <cache>/<key>/<instance id>/, then creates
+# COMPLETE with a conditional write that fails if it exists: of racing hosts exactly one
+# publishes; the others delete their upload and keep their own export. COMPLETE is written
+# last, so an upload without it is never used.
+# COMPLETE is the upload's prefix, then its manifest: one `sha256sum` line per file. A download
+# is served only if its files are exactly the manifest's, unchanged; the hosts' role may create
+# COMPLETE but never replace or delete it (NeuronArtifactCache.grant_cache), so a host that
+# alters a published upload makes the others export for themselves, never serve its files.
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+# IMAGE, and PREBUILT or CACHE_BUCKET and CACHE_PREFIX, from the stack.
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+key=v4-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-3b6bdb006d46c351
+exports=$R/var/lib/neuron-serving/exports
+final=$exports/$key
+marker=$final/.neuron-serving-complete
+check=$R/opt/neuron-serving/bin/check-export
+log=$R/var/log/neuron-serving/export.log
+mkdir -p "$exports" "${log%/*}"
+exec 9>"$exports/.lock"
+flock 9
+if [ -f "$marker" ] && "$check" "$final" >>"$log" 2>&1; then echo "export-model: $final is complete"; exit 0; fi
+rm -rf "$final.tmp" "$final" "$final.src"
+mkdir "$final.tmp"
+# A failed boot reports the last line of the log: the compiler's error, or one of these.
+fail() { echo "export-model: $*" | tee -a "$log" >&2; exit 1; }
+finish() {
+  "$check" "$final.tmp" >>"$log" 2>&1 || fail "$(tail -n 1 "$log")"
+  mv "$final.tmp" "$final"
+  echo "$1 at $(date -u +%FT%TZ)" >"$marker"
+  echo "export-model: $final is complete"
+}
+# hub REPO ARGS...: huggingface-cli download inside the serving image, into the exports
+# directory; the only step that may reach the Hub, and so the only one given the token.
+# Tags the instance with the phase, once it is known that the export is downloaded after all, or
+# made here after all (report-phase).
+report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
+hub() {
+  retry docker run --rm --entrypoint huggingface-cli --env-file "$R"/etc/neuron-serving/hf-token.env -v "$exports:/models" "$IMAGE" \
+    download "$@"
+}
+# retry COMMAND...: a download, tried 5 times with waits of 10, 20, 40... s between, as
+# the image pull is: one reset connection must not fail the boot. The client retries neither the first
+# call of a download (huggingface_hub v0.34.4 src/huggingface_hub/hf_api.py model_info, one GET) nor
+# a failed request for a file (file_download.py _request_wrapper: HTTP 429 only). Each try goes on
+# from the last one, which deletes nothing: huggingface-cli download into the same --local-dir skips
+# the files whose etag matches its metadata in .cache/huggingface/download/ (file_download.py
+# _hf_hub_download_to_local_dir) and resumes <file>.<etag>.incomplete with a Range request, or with
+# hf_transfer on (the TGI image) starts that file over (_download_to_tmp_and_move); aws s3 sync
+# copies only what is missing or differs in size or time (aws/aws-cli 1.45.55
+# awscli/customizations/s3/syncstrategy/base.py, SizeAndLastModifiedSync).
+retry() {
+  delay=10
+  for attempt in $(seq 5); do
+    "$@" >>"$log" 2>&1 && return
+    [ "$attempt" -lt 5 ] || return
+    echo "export-model: download failed (attempt $attempt of 5); retrying in ${delay}s" | tee -a "$log"
+    sleep "$delay"
+    delay=$((delay * 2))
+  done
+}
+# REGION and INSTANCE_ID, from the boot script.
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/host.env"
+export AWS_DEFAULT_REGION=$REGION
+s3=s3://$CACHE_BUCKET/
+cached=$CACHE_PREFIX$key
+# sums DIR: the manifest of DIR: "<sha256>  <path>" for each file below it but the marker, as
+# sha256sum prints it (GNU coreutils manual, "md5sum invocation"; sha256sum is coreutils too),
+# path relative to DIR, lines sorted bytewise. Up to one sha256sum per CPU at once: hashing, not
+# the disk, is the limit once a download sits in the page cache (gnulib's SHA-256 in coreutils
+# 9.1: about 370 MB/s on one core here). Each writes its one line, under PIPE_BUF, in one write(2),
+# which POSIX makes atomic on a pipe. `wait PID` returns that job's status even after it ended;
+# `wait -n` does not see jobs that ended before it was called (bash 5.2.15, tried), so the oldest
+# job is waited for by its PID. The running jobs' PIDs are the positional parameters.
+sums() {
+  (cd "$1" && shopt -s globstar dotglob nullglob && set -- && cpus=$(nproc) &&
+    for f in **; do
+      [[ -f $f && $f != "${marker##*/}" ]] || continue
+      sha256sum -- "$f" &
+      set -- "$@" "$!"
+      if (($# >= cpus)); then wait "$1" || exit; shift; fi
+    done &&
+    for job; do wait "$job" || exit; done) | LC_ALL=C sort
+}
+if aws s3 cp "$s3$cached/COMPLETE" "$final.from" >>"$log" 2>&1; then
+  from=$(head -n 1 "$final.from")
+  # Only ever an upload of this key, never the whole cache.
+  [[ $from == "$cached"/?* ]] || fail "COMPLETE names $from"
+  from=$s3$from/
+  echo "export-model: downloading $from into $final; output in $log"
+  report download-export "$from"
+  # comm -3 prints, in sorted order, the lines only in the manifest and, after a tab, those only
+  # in the download (GNU coreutils manual, "comm invocation"): a changed file is in both, an extra
+  # or missing one in one. Nothing printed: the download is the published upload, byte for byte.
+  # Any host may write below the upload, so a download that fails (such as one with a key the
+  # CLI will not write outside the directory, "../x": awscli 1.46.3 skips it and exits 2, tried
+  # against moto) is refused too, and never stops this host from serving.
+  if ! retry aws s3 sync --only-show-errors "$from" "$final.tmp"; then
+    why="could not be downloaded after 5 attempts (see $log)"
+  elif bad=$(LC_ALL=C comm -3 <(tail -n +2 "$final.from" | LC_ALL=C sort) <(sums "$final.tmp")); [ -n "$bad" ]; then
+    why="differs from the manifest in COMPLETE"
+    printf 'export-model: %s %s; lines only in the manifest, and (indented) only in the download:\n%s\n' \
+      "$from" "$why" "$bad" | tee -a "$log"
+  elif "$check" "$final.tmp" >>"$log" 2>&1; then
+    finish "downloaded from $from"
+    exit 0
+  else
+    why="is not an export of this plan"
+  fi
+  # Never served, and never overwritten either: this host exports for itself.
+  echo "export-model: $from $why; exporting here" | tee -a "$log"
+  report export-model "$from $why"
+  rm -rf "$final.tmp" && mkdir "$final.tmp"
+fi
+# optimum-neuron writes the weights into an export made from a local directory only (from a Hub
+# id, each replica would download the checkpoint at every start): the checkpoint's files that
+# the export needs are downloaded first, at the pinned revision.
+model=meta-llama/Llama-3.1-8B-Instruct revision=5f0b02c75b57c5855da9ae460ce51323ea669d8a
+echo "export-model: downloading $model into $final.src; output in $log"
+hub "$model" --revision "$revision" --local-dir "/models/$key.src" \
+  --include config.json generation_config.json 'model*.safetensors' model.safetensors.index.json tokenizer.json tokenizer_config.json special_tokens_map.json tokenizer.model --exclude 'original/*' ||
+  fail "could not download $model at revision $revision after 5 attempts"
+compgen -G "$final.src/*.safetensors" >/dev/null || fail "$model has no safetensors weights"
+# The compiler sees the devices of one replica, as each replica does, and never the Hub. The
+# arguments are the engine's (neuron_serving.plan.engines, Engine.export_arguments).
+args=()
+for d in $(seq 0 0); do args+=(--device "/dev/neuron$d"); done
+echo "export-model: exporting into $final; output in $log"
+if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -e HF_HUB_OFFLINE=1 -v "$exports:/models" "$IMAGE" \
+  export neuron --model "/models/$key.src" --task text-generation --batch_size 4 --sequence_length 4096 --num_cores 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
+  tail -n 20 "$log" >&2
+  echo "export-model: export failed; see $log" >&2
+  exit 1
+fi
+rm -rf "$final.src"
+finish "exported"
+up=$cached/$INSTANCE_ID
+echo "export-model: publishing $s3$up/"
+if ! { echo "$up" && sums "$final"; } >"$final.from" ||
+  ! aws s3 sync --only-show-errors --exclude "${marker##*/}" "$final" "$s3$up/" >>"$log" 2>&1 ||
+  ! aws s3api put-object --bucket "$CACHE_BUCKET" --key "$cached/COMPLETE" --body "$final.from" \
+    --if-none-match '*' >>"$log" 2>&1; then
+  # The last line of the log is the AWS CLI's error. Only S3's PreconditionFailed (HTTP 412: the
+  # key exists) means that another host published first; botocore names the code: "An error
+  # occurred (PreconditionFailed) when calling the PutObject operation: ..." (awscli 1.46.3
+  # against moto, tests/harness/test_aws.py). Any other failure (denied, throttled, a CLI without
+  # the option) is said as it is. An upload without COMPLETE is never used, so it goes.
+  err=$(tail -n 1 "$log")
+  [[ $err != *PreconditionFailed* ]] || err="another host published first"
+  echo "export-model: not published: $err"
+  aws s3 rm --recursive --only-show-errors "$s3$up/" >>"$log" 2>&1 || true
+fi
+# ==> /opt/neuron-serving/bin/publish-metrics <==
+#!/usr/bin/env python3
+"""Publishes a Neuron serving host's metrics as CloudWatch embedded metric format (EMF) lines.
+
+Run by systemd as ``publish_metrics.py CONFIG_JSON`` with ``SERVICE`` and ``INSTANCE_ID`` in the
+environment (the ``Service`` and ``InstanceId`` dimension values). ``NEURON_SERVING_ROOT``, empty
+on a host, prefixes every file read or written (the config, the output, the disk measured), so
+tests can run the script against a directory; the neuron-monitor command line is not prefixed.
+
+The config, rendered at synth from the metric catalog (``neuron_serving.plan.metrics``), names
+the namespace, the interval, the output file, the neuron-monitor command line, each replica's
+name and loopback port, ``replica_metrics`` (the serving engine's Prometheus names behind the
+replica metrics: ``neuron_serving.plan.engines``, ``ReplicaMetrics.to_json``), the router's
+Prometheus URL and backend, the disk to measure, and
+``metrics``: for each published metric its unit and dimension sets. That map is the contract: a
+metric is written only if it is there, with that unit and those of its dimension sets whose keys
+the metric has (``Replica`` for per-replica metrics, ``ErrorType`` for execution errors).
+
+Design:
+
+- neuron-monitor runs as a child process and prints one JSON report per period (its period is
+  the interval). Each report starts a round: scrape every replica's ``/metrics`` and the
+  router's, measure the disk, compute, append EMF lines. With no report for two intervals
+  (neuron-monitor missing, dead or silent), rounds run on their own clock without Neuron data,
+  and neuron-monitor is restarted at most once every :data:`RESTART_INTERVALS` intervals.
+- The computation is pure and kept apart from the I/O: :func:`parse_prometheus` reads the text
+  exposition format, :class:`Publisher` turns one round's inputs into EMF events and keeps the
+  state that counter deltas need. Counters become per-interval deltas (none on a series' first
+  observation; a drop means a restart, and the delta is then the new value). A replica's histogram
+  becomes one value per request of the interval, placed evenly inside the request's bucket, so
+  that CloudWatch computes percentiles across replicas and instances from the raw values.
+- Metrics with the same dimension values share one event; value arrays longer than EMF's 100
+  are split over extra events. Bad input never stops the publisher: what cannot be read is
+  logged to stderr (the journal) and left out of the round.
+
+Standard library only, and Python 3.10 syntax: the script runs with the host's own Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, NamedTuple, TypeGuard
+
+ERROR_TYPES = ("generic", "numerical", "transient", "model", "runtime", "hardware")
+"""neuron-monitor's ``error_summary`` keys: the values of the ``ErrorType`` dimension."""
+MAX_VALUES = 100
+"""EMF: at most this many values in one metric's array."""
+SCRAPE_TIMEOUT = 5.0
+"""Seconds a replica or the router has to answer a scrape."""
+RESTART_INTERVALS = 3
+"""A missing, dead or silent neuron-monitor is restarted at most once in this many intervals."""
+CONFIG_KEYS = {"namespace", "interval_seconds", "output", "neuron_monitor", "replicas", "replica_metrics",
+               "router_metrics_url", "router_backend", "router_frontend", "disk_path", "metrics"}
+
+# The router and the replicas listen on loopback: no proxy from the environment may apply.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_SAMPLE = re.compile(r'([a-zA-Z_:][\w:]*)\s*(?:\{((?:[^"}]|"(?:[^"\\]|\\.)*")*)\})?\s+(\S+)(?:\s+-?\d+)?\s*$')
+_LABEL = re.compile(r'\s*([a-zA-Z_]\w*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_ESCAPE = re.compile(r"\\(.)")
+
+
+def log(message: str) -> None:
+    print(f"publish_metrics: {message}", file=sys.stderr, flush=True)
+
+
+class Sample(NamedTuple):
+    """One sample of the Prometheus text format: ``name{labels} value``."""
+
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def parse_prometheus(text: str) -> list[Sample]:
+    """The samples of a Prometheus text exposition; comments, timestamps and unreadable lines are
+    skipped. Label values are unescaped; ``+Inf``, ``-Inf`` and ``NaN`` are floats."""
+    samples = []
+    for line in text.splitlines():
+        match = _SAMPLE.match(line.strip())  # a comment's "#" cannot start a metric name
+        if match is None:
+            continue
+        labels = {key: _ESCAPE.sub(lambda e: "\n" if e.group(1) == "n" else e.group(1), raw)
+                  for key, raw in _LABEL.findall(match.group(2) or "")}
+        with contextlib.suppress(ValueError):
+            samples.append(Sample(match.group(1), labels, float(match.group(3))))
+    return samples
+
+
+def total(samples: list[Sample], name: str, **labels: str) -> float | None:
+    """The sum of the samples of ``name`` (or ``name_total``) that have ``labels``; ``None`` if none."""
+    found = [s.value for s in samples if s.name in (name, name + "_total")
+             and all(s.labels.get(k) == v for k, v in labels.items())]
+    return sum(found) if found else None
+
+
+def buckets(samples: list[Sample], name: str) -> dict[float, float]:
+    """Histogram ``name``'s cumulative bucket counts by upper bound, summed over other labels."""
+    counts: dict[float, float] = {}
+    for s in samples:
+        if s.name == name + "_bucket" and "le" in s.labels:
+            counts[float(s.labels["le"])] = counts.get(float(s.labels["le"]), 0.0) + s.value
+    return counts
+
+
+def histogram_values(previous: dict[float, float] | None, current: dict[float, float]) -> list[float]:
+    """One value per observation made between two scrapes of a histogram, spread evenly inside its
+    bucket (lower, upper]; the +Inf bucket's at the largest finite bound. No previous scrape: none.
+    A count that went down means the histogram restarted, and every current observation counts."""
+    if previous is None:
+        return []
+    if any(count < previous.get(bound, 0.0) for bound, count in current.items()):
+        previous = {}
+    finite = [b for b in current if math.isfinite(b)]
+    top, lower, below = max(finite, default=0.0), min([0.0, *finite]), 0.0
+    values: list[float] = []
+    for bound in sorted(current):
+        cumulative = current[bound] - previous.get(bound, 0.0)
+        n, below = max(0, round(cumulative - below)), max(below, cumulative)
+        values += [lower + (bound - lower) * (i + 0.5) / n if bound < math.inf else top for i in range(n)]
+        lower = min(bound, top)
+    return values
+
+
+def _sum(samples: list[Sample], sources: list[dict[str, Any]]) -> float | None:
+    """The sum of ``total`` over ``sources`` (each ``{"name": ..., "labels": {...}}``); ``None``
+    if no source has a sample."""
+    found = [v for v in (total(samples, s["name"], **s["labels"]) for s in sources) if v is not None]
+    return sum(found) if found else None
+
+
+def _ok(group: Any) -> TypeGuard[dict[str, Any]]:
+    """Whether a neuron-monitor metric group is present and reports no error."""
+    return isinstance(group, dict) and not group.get("error")
+
+
+def _round(value: float) -> float:
+    """Integers as they are, other values to 6 significant digits: short lines, enough precision."""
+    rounded = value if value.is_integer() else float(f"{value:.6g}")
+    return int(rounded) if rounded.is_integer() and abs(rounded) < 2**53 else rounded
+
+
+class Publisher:
+    """Turns the inputs of one round into EMF events, keeping what counter deltas need.
+
+    :param config: the publisher's config (``namespace``, ``replicas``, ``replica_metrics``,
+        ``router_backend``, ``router_frontend`` and ``metrics`` are read here).
+    :param service: the ``Service`` dimension's value.
+    :param instance_id: the ``InstanceId`` dimension's value.
+    """
+
+    def __init__(self, config: dict[str, Any], service: str, instance_id: str) -> None:
+        self.namespace: str = config["namespace"]
+        self.metrics: dict[str, dict[str, Any]] = config["metrics"]
+        self.replicas = {r["name"] for r in config["replicas"]}
+        self.sources: dict[str, Any] = config["replica_metrics"]
+        self.backend: str = config["router_backend"]
+        self.frontend: str = config["router_frontend"]
+        self.instance = {"Service": service, "InstanceId": instance_id}
+        for name, spec in self.metrics.items():
+            if not isinstance(spec["unit"], str) or not all(isinstance(s, list) for s in spec["dimensions"]):
+                raise ValueError(f"metrics.{name} ({spec!r}) needs a unit and a list of dimension sets")
+        self._last: dict[Any, Any] = {}
+        self._out: dict[tuple[tuple[str, str], ...], dict[str, list[float]]] = {}
+
+    def collect(self, report: Any, replicas: dict[str, str | None], router: str | None,
+                disk: tuple[int, int] | None, now_ms: int) -> list[dict[str, Any]]:
+        """The EMF events of one round.
+
+        :param report: neuron-monitor's latest report (a JSON object), or ``None`` without one.
+        :param replicas: each replica's ``/metrics`` text by replica name, ``None`` if it did not answer.
+        :param router: the router's ``/metrics`` text, or ``None``.
+        :param disk: bytes used and available on the measured file system, or ``None``.
+        :param now_ms: the events' timestamp, in milliseconds since the epoch.
+        """
+        self._out = {}
+        share = self._queue_share(router, sum(text is not None for text in replicas.values()))
+        steps = [(f"{name}'s metrics", partial(self._replica, name, text, share)) for name, text in replicas.items()
+                 if text is not None]
+        if router is not None:
+            steps.append(("the router's metrics", partial(self._router, router)))
+        if report is not None:
+            steps += [(f"neuron-monitor's {what}", partial(step, report)) for what, step in (
+                ("runtime data", self._runtimes), ("hardware counters", self._ecc), ("vCPU usage", self._cpu),
+                ("memory info", self._memory))]
+        for what, step in steps:
+            try:
+                step()
+            except Exception as error:
+                log(f"skipped {what}: {error!r}")
+        if disk is not None and sum(disk) > 0:
+            self._add(self.instance, "DiskUtilization", 100.0 * disk[0] / sum(disk))
+        return self._events(now_ms)
+
+    def _add(self, dimensions: dict[str, str], metric: str, value: Any) -> None:
+        numbers = [float(v) for v in (value if isinstance(value, list) else [value])
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+        if numbers:
+            self._out.setdefault(tuple(dimensions.items()), {}).setdefault(metric, []).extend(numbers)
+
+    def _delta(self, key: Any, value: float) -> float | None:
+        previous, self._last[key] = self._last.get(key), value
+        if previous is None:
+            return None
+        return value - previous if value >= previous else value
+
+    def _queue_share(self, router: str | None, replicas: int) -> float:
+        """Each replica's share of the requests the router holds for the replicas (its backend
+        queue), so that InFlightRequests counts every request waiting for a replica: the router
+        sends each replica only its batch and queues the rest itself."""
+        if router is None or replicas == 0:
+            return 0.0
+        try:
+            queued = total(parse_prometheus(router), "haproxy_backend_current_queue", proxy=self.backend)
+        except Exception as error:
+            log(f"no router queue in this round's InFlightRequests: {error!r}")
+            return 0.0
+        return (queued or 0.0) / replicas
+
+    def _replica(self, replica: str, text: str, router_share: float = 0.0) -> None:
+        samples = parse_prometheus(text)
+        dims = {**self.instance, "Replica": replica}
+        queued, batch = _sum(samples, self.sources["queued"]), _sum(samples, self.sources["running"])
+        self._add(dims, "QueueSize", queued)
+        self._add(dims, "BatchSize", batch)
+        self._add(dims, "InFlightRequests", None if queued is None or batch is None else queued + batch + router_share)
+        # Servers create a counter (or a labelled series) at its first increment: absent means zero.
+        for metric, sources in self.sources["counters"].items():
+            self._add(dims, metric, self._delta((replica, metric), _sum(samples, sources) or 0.0))
+        for metric, source in self.sources["histograms"].items():
+            current = buckets(samples, source)
+            previous, self._last[(replica, source)] = self._last.get((replica, source)), current
+            self._add(dims, metric, histogram_values(previous, current))
+
+    def _router(self, text: str) -> None:
+        samples = parse_prometheus(text)
+        queued = total(samples, "haproxy_backend_current_queue", proxy=self.backend)
+        if queued is None:
+            raise ValueError(f"no backend {self.backend!r}")
+        self._add(self.instance, "RouterQueue", queued)
+        self._add(self.instance, "ReplicasUp", sum(
+            1 for s in samples if s.name == "haproxy_server_status" and s.value == 1
+            and s.labels.get("proxy") == self.backend and s.labels.get("state") == "UP"))
+        # Requests the frontend refused (a missing or unknown API key), counted since HAProxy started.
+        denied = total(samples, "haproxy_frontend_requests_denied_total", proxy=self.frontend) or 0.0
+        self._add(self.instance, "UnauthorizedRequests", self._delta("denied", denied))
+
+    def _runtimes(self, report: dict[str, Any]) -> None:
+        runtimes = report.get("neuron_runtime_data") or []
+        cores: list[float] = []
+        memory: list[float] = []
+        errors = dict.fromkeys(ERROR_TYPES, 0.0)
+        for runtime in runtimes:
+            data = {} if runtime.get("error") else runtime.get("report") or {}
+            counters, used, stats = (data.get(k) for k in ("neuroncore_counters", "memory_used", "execution_stats"))
+            if _ok(counters):
+                cores += [c.get("neuroncore_utilization") for c in (counters.get("neuroncores_in_use") or {}).values()]
+            if _ok(used):
+                memory.append(used["neuron_runtime_used_bytes"]["neuron_device"])
+            if _ok(stats):
+                for kind in ERROR_TYPES:
+                    errors[kind] += (stats.get("error_summary") or {}).get(kind) or 0
+                latency = (stats.get("latency_stats") or {}).get("total_latency")
+                if latency and runtime.get("neuron_runtime_tag") in self.replicas:
+                    dims = {**self.instance, "Replica": runtime["neuron_runtime_tag"]}
+                    self._add(dims, "ExecutionLatency", latency.get("p50"))
+                    self._add(dims, "ExecutionLatencyP99", latency.get("p99"))
+        self._add(self.instance, "NeuronCoreUtilization", cores)
+        self._add(self.instance, "NeuronDeviceMemoryUsed", sum(memory) if memory or not runtimes else None)
+        for kind, count in errors.items():
+            self._add({**self.instance, "ErrorType": kind}, "ExecutionErrors", count)
+
+    def _ecc(self, report: dict[str, Any]) -> None:
+        # Counted since the device was last reset, per device: published as deltas, all devices summed.
+        counters = (report.get("system_data") or {}).get("neuron_hw_counters")
+        devices = (counters.get("neuron_devices") or []) if _ok(counters) else []
+        for metric, kind in (("EccCorrectedEvents", "corrected"), ("EccUncorrectedEvents", "uncorrected")):
+            deltas = [self._delta((metric, d.get("neuron_device_index")),
+                                  (d.get(f"mem_ecc_{kind}") or 0) + (d.get(f"sram_ecc_{kind}") or 0))
+                      for d in devices]
+            known = [d for d in deltas if d is not None]
+            self._add(self.instance, metric, sum(known) if known else None)
+
+    def _cpu(self, report: dict[str, Any]) -> None:
+        cpu = (report.get("system_data") or {}).get("vcpu_usage")
+        if _ok(cpu):
+            self._add(self.instance, "CpuUtilization", min(100.0, max(0.0, 100.0 - cpu["average_usage"]["idle"])))
+
+    def _memory(self, report: dict[str, Any]) -> None:
+        memory = (report.get("system_data") or {}).get("memory_info")
+        if _ok(memory) and memory.get("memory_total_bytes"):
+            used = 100.0 * memory["memory_used_bytes"] / memory["memory_total_bytes"]
+            self._add(self.instance, "MemoryUtilization", used)
+
+    def _events(self, now_ms: int) -> list[dict[str, Any]]:
+        events = []
+        for key, measured in self._out.items():
+            dims = dict(key)
+            chosen = []
+            for metric, values in measured.items():
+                spec = self.metrics.get(metric)
+                sets = [list(s) for s in spec["dimensions"] if set(s) <= dims.keys()] if spec else []
+                if spec and sets:
+                    chosen.append((metric, spec["unit"], sets, [_round(v) for v in values]))
+            for start in range(0, max((len(values) for *_, values in chosen), default=0), MAX_VALUES):
+                event: dict[str, Any] = {"_aws": {"Timestamp": now_ms, "CloudWatchMetrics": []}, **dims}
+                directives: dict[str, dict[str, Any]] = {}
+                for metric, unit, sets, values in chosen:
+                    if values[start:]:
+                        chunk = values[start:start + MAX_VALUES]
+                        event[metric] = chunk if len(chunk) > 1 else chunk[0]
+                        directive = {"Namespace": self.namespace, "Dimensions": sets, "Metrics": []}
+                        directives.setdefault(repr(sets), directive)["Metrics"].append({"Name": metric, "Unit": unit})
+                event["_aws"]["CloudWatchMetrics"] = list(directives.values())
+                events.append(event)
+        return events
+
+
+def fetch(url: str) -> str | None:
+    """The body of ``url``, or ``None`` (logged) when it does not answer with one."""
+    try:
+        with _OPENER.open(url, timeout=SCRAPE_TIMEOUT) as response:
+            return response.read().decode("utf-8", "replace")  # type: ignore[no-any-return]
+    except Exception as error:
+        log(f"no metrics from {url}: {error}")
+        return None
+
+
+def disk_usage(path: str) -> tuple[int, int] | None:
+    """Bytes used and available to unprivileged users on ``path``'s file system, as ``df`` counts."""
+    try:
+        st = os.statvfs(path)
+    except OSError as error:
+        log(f"no disk usage of {path}: {error}")
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+def append_events(path: str, events: list[dict[str, Any]]) -> None:
+    """Append one JSON line per event to ``path``, creating its directory."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "a", encoding="utf-8") as out:
+        out.write("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in events))
+
+
+def start_monitor(argv: list[str], lines: queue.Queue[str]) -> subprocess.Popen[str] | None:
+    """neuron-monitor as a child process whose output lines go to ``lines``; ``None`` if it cannot start."""
+    try:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    except OSError as error:
+        log(f"cannot start neuron-monitor: {error}")
+        return None
+    threading.Thread(target=_forward, args=(process.stdout, lines), daemon=True).start()
+    return process
+
+
+def _forward(stream: Any, lines: queue.Queue[str]) -> None:
+    for line in stream:
+        lines.put(line)
+
+
+def stop(process: subprocess.Popen[str] | None) -> None:
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def run(config: dict[str, Any], root: str, publisher: Publisher, stopping: threading.Event) -> None:
+    """Publish a round per neuron-monitor report, or per interval without one, until ``stopping``."""
+    interval, argv = float(config["interval_seconds"]), [str(a) for a in config["neuron_monitor"]]
+    names = [r["name"] for r in config["replicas"]]
+    urls = [f"http://127.0.0.1:{r['port']}/metrics" for r in config["replicas"]] + [config["router_metrics_url"]]
+    lines: queue.Queue[str] = queue.Queue()
+    monitor, started = start_monitor(argv, lines), time.monotonic()
+    last = started
+    with ThreadPoolExecutor(max_workers=len(urls)) as pool:
+        try:
+            while not stopping.is_set():
+                due = last + interval * (2 if monitor is not None and monitor.poll() is None else 1)
+                try:
+                    # Short waits, so that SIGTERM is noticed within a second.
+                    report = json.loads(lines.get(timeout=max(0.0, min(1.0, due - time.monotonic()))))
+                except queue.Empty:
+                    if time.monotonic() < due:
+                        continue
+                    report = None
+                    if time.monotonic() - started >= RESTART_INTERVALS * interval:
+                        stop(monitor)
+                        monitor, started = start_monitor(argv, lines), time.monotonic()
+                except ValueError as error:
+                    log(f"unreadable neuron-monitor report: {error}")
+                    continue
+                last = time.monotonic()
+                texts = list(pool.map(fetch, urls))
+                events = publisher.collect(report, dict(zip(names, texts[:-1], strict=True)), texts[-1],
+                                           disk_usage(root + config["disk_path"]), int(time.time() * 1000))
+                try:
+                    append_events(root + config["output"], events)
+                except OSError as error:
+                    log(f"cannot write {root + config['output']}: {error}")
+        finally:
+            stop(monitor)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(f"usage: {argv[0]} CONFIG_JSON", file=sys.stderr)
+        return 2
+    root = os.environ.get("NEURON_SERVING_ROOT", "")
+    try:
+        with open(root + argv[1], encoding="utf-8") as f:
+            config = json.load(f)
+        if CONFIG_KEYS - set(config):
+            raise KeyError(f"the config lacks {sorted(CONFIG_KEYS - set(config))}")
+        publisher = Publisher(config, os.environ["SERVICE"], os.environ["INSTANCE_ID"])
+    except (OSError, ValueError, LookupError, TypeError) as error:
+        log(f"cannot start: {error!r}")
+        return 1
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    run(config, root, publisher, stopping)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
+# ==> /opt/neuron-serving/bin/report-phase <==
+#!/bin/bash
+# report-phase PHASE [DETAIL]: tells the operator where the boot is, as three tags on this
+# instance (neuron_serving.plan.phases), which `neuron-serving status` reads with
+# ec2:DescribeInstances: the phase, when it began (UTC) and the detail. One CreateTags call; the
+# host's role may tag this instance only, and with these three keys only.
+# It never fails, so that reporting never stops a boot: a refused or failed call is logged (on
+# stderr: boot.log, or ready.log under neuron-serving-ready.service). Before the metadata step
+# has written host.env (the region and the instance id), it only logs.
+R=${NEURON_SERVING_ROOT:-}
+host=$R/etc/neuron-serving/host.env
+[ -f "$host" ] || { echo "report-phase: $1 not reported: no host.env yet" >&2; exit 0; }
+# REGION and INSTANCE_ID, from the boot script's metadata step.
+# shellcheck source=/dev/null
+. "$host"
+# A tag value holds at most 256 letters, digits, spaces and + - = . _ : / @ (EC2 user
+# guide, "Tag restrictions"): any other character becomes a space. None of those needs quoting
+# in JSON. The phase names are the scripts' own (neuron_serving.plan.phases.PHASES).
+detail=$(printf %s "${2:-}" | LC_ALL=C tr -cs 'A-Za-z0-9 +=._:/@-' ' ' | head -c 256)
+detail=${detail% }
+tags=$(printf '{"Key":"%s","Value":"%s"},' neuron-serving:phase "$1" neuron-serving:phase-since "$(date -u +%FT%TZ)" neuron-serving:detail "$detail")
+# Short timeouts: an EC2 endpoint out of reach must not hold the boot up for minutes per phase.
+aws ec2 create-tags --cli-connect-timeout 10 --cli-read-timeout 20 --region "$REGION" --resources "$INSTANCE_ID" \
+  --tags "[${tags%,}]" >/dev/null || echo "report-phase: $1 not reported (exit $?)" >&2
+exit 0
+# ==> /opt/neuron-serving/bin/run-replica <==
+#!/bin/bash
+# Runs TGI replica $1 for neuron-replica@$1.service. Only its own Neuron devices (never --privileged),
+# so replicas cannot touch each other's cores; its port on loopback, for the router only. It
+# serves the local export, which holds the weights: no Hub access and no token.
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+i=${1:?usage: run-replica INDEX}
+key=v4-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-3b6bdb006d46c351
+# IMAGE and LOG_GROUP_REPLICAS, from the stack.
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/replica-$i.conf"
+args=()
+for d in $DEVICES; do args+=(--device "/dev/neuron$d"); done
+# The container's output to CloudWatch Logs, one stream per replica. Non-blocking, the driver
+# creates its stream on the first line: the replica starts and serves even when CloudWatch Logs
+# cannot be reached, and drops output beyond the buffer rather than wait.
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/host.env"
+args+=(--log-driver awslogs --log-opt "awslogs-region=$REGION" --log-opt "awslogs-group=$LOG_GROUP_REPLICAS"
+  --log-opt "awslogs-stream=$INSTANCE_ID/replica-$i" --log-opt mode=non-blocking --log-opt max-buffer-size=4m)
+exec docker run --rm --name "replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80" \
+  -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" "$IMAGE"
+# ==> /opt/neuron-serving/bin/start-monitoring <==
+#!/bin/bash
+# Ships the host's logs and publishes its metrics, for the boot script's monitoring step, which
+# goes on without them when this fails: serving matters more than its metrics. Installs the
+# CloudWatch agent when missing, once AWS's signature of it verifies, and gives it its config,
+# then enables the metrics publisher and starts it, unless $1 is non-empty (a host prepared for
+# the warm pool: the publisher starts with the replicas, on the next boot).
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+etc=$R/etc/neuron-serving
+# The log group names, from the stack.
+# shellcheck source=/dev/null
+. "$etc/stack.env"
+# shellcheck source=/dev/null
+. "$etc/host.env"
+ctl=$R/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl
+if [ ! -x "$ctl" ]; then
+  # The package from the instance's region (Ubuntu on x86_64, as every Inferentia and Trainium
+  # instance type is), installed by apt-get rather than dpkg -i: apt-get waits for the dpkg lock,
+  # which unattended upgrades may hold early in the first boot.
+  apt_get() { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+  get() { curl -sSf --retry 4 --retry-all-errors -m 300 -o "$1" "$2"; }
+  url=https://s3.$REGION.amazonaws.com/amazoncloudwatch-agent-$REGION/ubuntu/amd64/latest/amazon-cloudwatch-agent.deb
+  deb=$R/var/cache/neuron-serving/amazon-cloudwatch-agent.deb
+  mkdir -p "${deb%/*}"
+  get "$deb" "$url"
+  # Installed only once AWS's signature verifies, as the CloudWatch user guide has it ("Verifying
+  # the signature of the CloudWatch agent package"): the signature is at the package's URL plus
+  # .sig; AWS's public key is where the guide gives it, in the global bucket (the guide names no
+  # regional copy). The key file is a download too: what is trusted is the key's fingerprint,
+  # which the guide documents and the render pins (MonitoringOptions.agent_key_fingerprint).
+  asc=https://s3.amazonaws.com/amazoncloudwatch-agent/assets/amazon-cloudwatch-agent.gpg
+  get "$deb.sig" "$url.sig"
+  get "$deb.gpg" "$asc"
+  key=937616F3450B7D806CBD9725D58167303B789C72
+  refuse() { echo "CloudWatch agent not installed: $*" >&2; exit 1; }
+  # Minimal Ubuntu images lack gpg (cloud-init installs it when missing, for the same reason).
+  # gpgv, which Ubuntu's apt depends on (apt 2.4 of 22.04: gpgv | gpgv2 | gpgv1), verifies, but
+  # reads only binary keyrings and lists no fingerprints: gpg turns the key file into one and
+  # lists it.
+  command -v gpg >/dev/null || { apt_get update -q && apt_get install -y -q gpg; }
+  # In a directory of its own, never root's keyring; --no-autostart: no gpg-agent outlives it.
+  home=$(mktemp -d)
+  trap 'rm -rf "$home"' EXIT
+  g() { gpg --homedir "$home" --batch --no-autostart -q "$@"; }
+  # The key file through gpg's import checks into a keyring for gpgv (import-export stores
+  # nothing); one of its keys (primary: the fpr record after a pub record) must be the pinned one.
+  { g --import-options import-export --import "$deb.gpg" >"$home/k" && g --with-colons --show-keys "$home/k"; } |
+    awk -F: -v k="$key" '$1=="pub"{p=1} $1=="fpr"&&p{p=0;ok=ok||$10==k} END{exit !ok}' || refuse "$asc holds no key $key"
+  # gpgv trusts every key of the keyring it is given, and its exit status says that a signature
+  # is good, not whose: its status lines must show a good signature (GOODSIG) whose VALIDSIG
+  # names the pinned key as the primary key (its last field).
+  gpgv --homedir "$home" --keyring "$home/k" --status-fd 1 "$deb.sig" "$deb" |
+    awk -v k="$key" '$2=="NEWSIG"{g=0} $2=="GOODSIG"{g=1} g&&$2=="VALIDSIG"&&$NF==k{ok=1} END{exit !ok}' ||
+    refuse "$url.sig is no good signature by $key"
+  apt_get install -y -q "$deb"
+  rm -f "$deb"*
+fi
+# The agent's config with the stack's log group names, which are deploy-time values.
+conf=$(<"$etc/cloudwatch-agent.json.in")
+for v in LOG_GROUP_BOOT LOG_GROUP_ROUTER LOG_GROUP_METRICS; do conf=${conf//@$v@/"${!v}"}; done
+printf '%s\n' "$conf" >"$etc/cloudwatch-agent.json"
+# -s (re)starts the agent and enables it: it ships this boot's logs, and starts on the next boot.
+"$ctl" -a fetch-config -m ec2 -s -c "file:$etc/cloudwatch-agent.json"
+systemctl daemon-reload
+if [ -n "${1:-}" ]; then
+  systemctl enable neuron-serving-metrics
+else
+  systemctl enable --now neuron-serving-metrics
+fi
+# ==> /opt/neuron-serving/bin/wait-ready <==
+#!/bin/bash
+# Waits until every replica serves (/health answers 200, then a one-token generation does),
+# then the router (/health); loading the model onto the NeuronCores takes minutes. Exits 1 with
+# a line that starts with the name of the first that did not in time: a failed boot reports its
+# first 64 characters. NEURON_SERVING_READY_SECONDS overrides the limit (tests, a quick check).
+# Reports "<n> of <N> ready" as each replica serves, then ready (report-phase). With --report
+# (neuron-serving-ready.service, after a start from the warm pool or a reboot) it also reports
+# entering the phase and failing it, which the boot script does otherwise.
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+limit=${NEURON_SERVING_READY_SECONDS:-1500}
+report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
+own=${1:-}
+fail() { echo "$1"; [ -z "$own" ] || report failed "wait-ready: $1"; exit 1; }
+ready() {
+  curl -fsS -m 10 -o /dev/null "$1/health" && { [ -z "${2:-}" ] || curl -fsS -m 60 -o /dev/null \
+    -H 'Content-Type: application/json' -d '{"inputs": "ping", "parameters": {"max_new_tokens": 1}}' "$1/generate"; }
+}
+confs=("$R"/etc/neuron-serving/replica-*.conf)
+total=${#confs[@]} n=0
+[ -z "$own" ] || report wait-ready "0 of $total ready"
+for conf in "${confs[@]}" router; do
+  name=${conf##*/} port=8080 generate=
+  [ "$name" = router ] || name=${name%.conf} port=$(sed -n 's/^PORT=//p' "$conf") generate=1
+  until ready "http://127.0.0.1:$port" $generate; do
+    [ "$SECONDS" -lt "$limit" ] || fail "$name not ready in ${limit}s (port $port)"
+    sleep 10
+  done
+  echo "$name (port $port) ready"
+  [ "$name" = router ] || { n=$((n + 1)); report wait-ready "$n of $total ready"; }
+done
+report ready "$total of $total ready"

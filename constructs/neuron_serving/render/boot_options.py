@@ -1,0 +1,294 @@
+"""What a boot script needs beyond the serving plan (:class:`BootOptions`), and the CloudFormation
+resources it reports to (:class:`ReadinessSignal`, :class:`WarmPoolHook`), each checked when made:
+every problem at once, naming the option."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..plan.engines import DEFAULT_ENGINE, ENGINES
+from ..plan.errors import Problems
+from ..plan.metrics import MonitoringOptions
+from ..plan.registry import ecr_registry_problem
+from .bundle import TOKEN_MARK
+
+DEFAULT_PULL_ATTEMPTS = 5
+"""Image pulls tried before the boot fails; the waits between them grow 10, 20, 40, 80 s."""
+
+MIN_HEARTBEAT_TIMEOUT_SECONDS = 30
+MAX_HEARTBEAT_TIMEOUT_SECONDS = 7200
+"""The bounds of a lifecycle hook's HeartbeatTimeout (Auto Scaling API reference, PutLifecycleHook)."""
+
+@dataclass(frozen=True)
+class ReadinessSignal:
+    """The CloudFormation resource the host signals: SUCCESS once every replica serves, FAILURE
+    with the reason when a boot step fails (see the module documentation).
+
+    :param stack_name: the stack's name (or id).
+    :param logical_id: the logical id of the instance or Auto Scaling group with the creation
+        or update policy that waits for the signal.
+    """
+
+    stack_name: str
+    logical_id: str
+
+    def __post_init__(self) -> None:
+        problems = Problems()
+        _check_word(problems, "signal.stack_name", self.stack_name)
+        _check_word(problems, "signal.logical_id", self.logical_id)
+        problems.raise_if_any()
+
+
+@dataclass(frozen=True)
+class WarmPoolHook:
+    """The Auto Scaling launch lifecycle hook the host completes, for groups with a warm pool.
+
+    The host reads its target lifecycle state from the instance metadata. Launched into the warm
+    pool (``Warmed:*``), it prepares everything (image, export or download, units enabled but not
+    started, router config), completes the hook with CONTINUE, signals nothing, and the group
+    stops it. Started from the pool, cloud-init runs no user data: the units serve from the local
+    export (no pull, no export) and ``neuron-serving-ready.service`` completes the hook (which
+    fires again) once ``wait-ready`` passes. Launched straight into service, the boot script
+    completes it after the readiness signal. A failed boot completes it with ABANDON, so the
+    group replaces the host. Completing an action none awaits (a later reboot) fails harmlessly.
+
+    Only a warm pool of stopped instances works: a running or hibernated one never boots again,
+    so nothing would start the replicas.
+
+    :param hook_name: the lifecycle hook's name.
+    :param group_name: the Auto Scaling group's name, which the stack knows (a CDK token is
+        fine); on the host it would take tags in the instance metadata or a DescribeTags grant.
+    :param heartbeat_timeout_seconds: the hook's heartbeat timeout, which the hook must be
+        created with: the boot script records a heartbeat every quarter of it, so a boot may take
+        as long as the hook's global timeout allows (100 heartbeat timeouts, at most 48 hours).
+        Default: 7200, the API's maximum.
+    """
+
+    hook_name: str
+    group_name: str
+    heartbeat_timeout_seconds: int = MAX_HEARTBEAT_TIMEOUT_SECONDS
+
+    def __post_init__(self) -> None:
+        problems = Problems()
+        _check_word(problems, "warm_pool_hook.hook_name", self.hook_name)
+        _check_word(problems, "warm_pool_hook.group_name", self.group_name)
+        timeout = self.heartbeat_timeout_seconds
+        if not isinstance(timeout, int) or isinstance(timeout, bool) or not (
+            MIN_HEARTBEAT_TIMEOUT_SECONDS <= timeout <= MAX_HEARTBEAT_TIMEOUT_SECONDS
+        ):
+            problems.add("warm_pool_hook.heartbeat_timeout_seconds", timeout,
+                         f"must be an integer from {MIN_HEARTBEAT_TIMEOUT_SECONDS} to {MAX_HEARTBEAT_TIMEOUT_SECONDS} "
+                         "(the PutLifecycleHook API's HeartbeatTimeout)")
+        problems.raise_if_any()
+
+    @property
+    def heartbeat_interval_seconds(self) -> int:
+        """How often the boot script records a heartbeat: four chances per timeout."""
+        return self.heartbeat_timeout_seconds // 4
+
+
+EXPORT_ROLES = ("serve", "wait", "build")
+"""What a host does about the export: ``serve`` (download it from the cache, or make and publish it,
+then serve), ``wait`` (never compile: wait for a builder's export in the cache, then serve) or
+``build`` (make and publish it, serve nothing, then leave its Auto Scaling group)."""
+
+WAIT_POLL_SECONDS = 30
+"""How often a waiting host looks for the builder's export (one GetObject of a missing key)."""
+
+
+@dataclass(frozen=True)
+class BootOptions:
+    """What the boot script needs beyond the serving plan.
+
+    :param engine: the serving engine, a key of :data:`~neuron_serving.plan.engines.ENGINES`.
+        Default: ``tgi``.
+    :param image: the serving image, one of the engine's ``images`` (whose tools the script is
+        written for), optionally pinned to a digest: ``<known image>@sha256:<64 lowercase hex
+        digits>``, which the host then pulls and runs by that digest and which is part of the
+        export key. The export runs inside it, so the compiler is the one the replicas run
+        with. Default: the engine's first image, by its tag.
+    :param hf_token_secret: name or ARN of a Secrets Manager secret whose plain-text value is a
+        Hugging Face token, for gated models. Only this id is in the user data; the host reads
+        the token at boot into a root-only file, which only the Hub download is given (never
+        the compiler or a replica). The instance role must be allowed to read the secret.
+        Default: no token (public models only).
+    :param pull_attempts: how many times the image pull is tried before the boot fails.
+        Default: 5 (about 2.5 minutes of waits).
+    :param artifact_cache: an S3 URI prefix (``s3://bucket/prefix``; the bucket may be a CDK
+        token) shared by hosts: a host downloads ``<prefix>/<export key>/`` when another one
+        published it, else exports and publishes its export there. Needs s3:GetObject,
+        s3:PutObject and s3:DeleteObject below the prefix and s3:ListBucket on it. Ignored with
+        ``prebuilt_export``. Default: every host exports for itself.
+    :param prebuilt_export: an export to serve instead of exporting: ``s3://bucket/prefix``
+        (``aws s3 sync``) or ``hf://org/repo`` (a Hugging Face repository of a Neuron export,
+        downloaded inside the serving image, with the token when one is configured). It must
+        match the plan's shapes, degree and dtype and the image's compiler. Default: none.
+    :param model_revision: the Hub revision (commit, branch or tag) of the model to export: the
+        checkpoint is downloaded at it (optimum-cli has no revision option), and it is part of the
+        export key. Default: none (the repository's default branch).
+    :param signal: the CloudFormation resource to signal once every replica serves, or on
+        failure. Default: no signal.
+    :param warm_pool_hook: the launch lifecycle hook of an Auto Scaling group with a warm pool.
+        Default: none (the host starts serving on its first boot and completes no hook).
+    :param monitoring: publish the catalog's metrics and ship the logs to these log groups (the
+        service name and group names may be CDK tokens; the namespace may not). The instance
+        role needs logs:CreateLogStream, logs:PutLogEvents and logs:DescribeLogStreams on the
+        groups (the agent and docker create the streams); the host downloads the CloudWatch
+        agent from its region's S3 when the image lacks it, and installs it only if its
+        signature is a good one by the key ``monitoring.agent_key_fingerprint`` pins (AWS's).
+        Default: no monitoring.
+    :param api_keys_secret: name or ARN of the Secrets Manager secret of the endpoint's API keys
+        (``neuron_serving/userdata/api_keys.py`` describes it; a CDK token is fine). The router
+        then refuses every request without a known key, and ``api-keys sync`` keeps its keys in
+        line with the secret: before the router starts (a secret that cannot be read fails the
+        boot), then every minute (``neuron-serving-api-keys.timer``). The instance role needs
+        secretsmanager:GetSecretValue on it. Default: no API keys.
+    :param load_balancer_authentication: with ``api_keys_secret``, the router also accepts
+        requests that the load balancer signed in (see ``render_router_config``). Default: false.
+
+    :param export_role: ``serve``, ``wait`` or ``build`` (:data:`EXPORT_ROLES`); ``wait`` and ``build``
+        need ``artifact_cache``. Default: ``serve``.
+    :param image_registry: a private ECR registry (and optional repository prefix) holding the image
+        under its usual repository path and tag (:mod:`~neuron_serving.plan.registry`): the host
+        logs docker in to it and pulls from it. Default: the image's own (public) registry.
+    :param export_wait_minutes: with ``wait``, how long the host waits for the builder's export
+        before its boot fails. Default: 12 hours (CloudFormation's longest wait for a signal).
+    :param ready_seconds: with a signal or a warm pool hook, how long ``wait-ready`` waits for every
+        replica to load its model and answer, then for the router, polling every 10 s (the
+        environment variable ``NEURON_SERVING_READY_SECONDS`` overrides it on the host). With a
+        warm pool hook it may not exceed the hook's heartbeat timeout: started from the pool, the
+        host waits with no heartbeat. Default: ``plan.timing.readiness_seconds`` at the plan's
+        default root volume throughput (``plan.volume.default_throughput``).
+
+    Boot progress (see the module documentation) has no option of its own: it is on exactly when
+    the host reads its instance metadata (:attr:`reports_phases`), that is with any option above
+    that calls AWS (an S3 artifact cache or prebuilt export, API keys, a signal, a warm pool hook
+    or monitoring). Such a host already has its region and instance id and an AWS role; one
+    without calls no AWS API at all and needs no role, and it would gain one only to report. The
+    instance role then needs ``ec2:CreateTags`` on the instance itself and for the three keys of
+    :data:`~neuron_serving.plan.phases.PHASE_TAGS` only (``NeuronBootScript.grant_boot`` grants
+    exactly that); without it the host logs each refused report and boots all the same.
+    """
+
+    engine: str = DEFAULT_ENGINE
+    image: str | None = None
+    hf_token_secret: str | None = None
+    pull_attempts: int = DEFAULT_PULL_ATTEMPTS
+    artifact_cache: str | None = None
+    prebuilt_export: str | None = None
+    model_revision: str | None = None
+    signal: ReadinessSignal | None = None
+    warm_pool_hook: WarmPoolHook | None = None
+    monitoring: MonitoringOptions | None = None
+    api_keys_secret: str | None = None
+    load_balancer_authentication: bool = False
+    export_role: str = "serve"
+    export_wait_minutes: int = 12 * 60
+    image_registry: str | None = None
+    ready_seconds: int | None = None
+
+    @property
+    def reports_phases(self) -> bool:
+        """Whether the host reads its instance metadata, and so reports its boot's phases as tags
+        on its instance (see the class documentation)."""
+        s3 = (s3_parts(self.prebuilt_export) is not None
+              or (self.artifact_cache is not None and self.prebuilt_export is None))
+        return (s3 or self.api_keys_secret is not None or self.signal is not None
+                or self.warm_pool_hook is not None or self.monitoring is not None)
+
+    def __post_init__(self) -> None:
+        problems = Problems()
+        if self.engine not in ENGINES:
+            problems.add("engine", self.engine, f"must be one of {', '.join(ENGINES)}")
+        if self.image is not None and (not isinstance(self.image, str) or not self.image or has_space(self.image)):
+            problems.add("image", self.image, "must be a non-empty image reference without spaces, or None")
+        secret = self.hf_token_secret
+        if secret is not None and (not isinstance(secret, str) or not secret or has_space(secret)):
+            problems.add("hf_token_secret", secret, "must be a secret name or ARN without spaces, or None")
+        attempts = self.pull_attempts
+        if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+            problems.add("pull_attempts", attempts, "must be an integer of at least 1")
+        cache = self.artifact_cache
+        if cache is not None and s3_parts(cache) is None:
+            problems.add("artifact_cache", cache, "must be an S3 URI prefix such as s3://bucket/exports, "
+                         "without spaces, or None")
+        prebuilt = self.prebuilt_export
+        if prebuilt is not None and s3_parts(prebuilt) is None and hf_repo(prebuilt) is None:
+            problems.add("prebuilt_export", prebuilt, "must be s3://bucket/prefix or hf://org/repo, "
+                         "without spaces, or None")
+        revision = self.model_revision
+        if revision is not None and (not isinstance(revision, str) or not _REVISION.fullmatch(revision)):
+            problems.add("model_revision", revision, "must be a Hub commit, branch or tag: letters, digits and "
+                         "._/- only, at most 255 characters, or None")
+        elif revision is not None and prebuilt is not None:
+            problems.add("model_revision", revision, "does not apply to a prebuilt_export, which is served as is")
+        if self.signal is not None and not isinstance(self.signal, ReadinessSignal):
+            problems.add("signal", self.signal, "must be a ReadinessSignal or None")
+        if self.warm_pool_hook is not None and not isinstance(self.warm_pool_hook, WarmPoolHook):
+            problems.add("warm_pool_hook", self.warm_pool_hook, "must be a WarmPoolHook or None")
+        monitoring = self.monitoring
+        if monitoring is not None and not isinstance(monitoring, MonitoringOptions):
+            problems.add("monitoring", monitoring, "must be a MonitoringOptions or None")
+        elif monitoring is not None:
+            if TOKEN_MARK in monitoring.namespace:
+                problems.add("monitoring.namespace", monitoring.namespace, "must be known at synth, not a CDK "
+                             "token: it is in the publisher's config, in the boot bundle made at synth")
+            for kind, group in monitoring.log_groups.items():
+                if TOKEN_MARK not in group and not _LOG_GROUP.fullmatch(group):
+                    problems.add(f"monitoring.log_groups[{kind!r}]", group, "must be a CloudWatch Logs group name: "
+                                 "1 to 512 letters, digits and ._/#- (or a CDK token)")
+        keys = self.api_keys_secret
+        if keys is not None and (not isinstance(keys, str) or not keys or has_space(keys)):
+            problems.add("api_keys_secret", keys, "must be a secret name or ARN without spaces, or None")
+        if self.load_balancer_authentication and keys is None:
+            problems.add("load_balancer_authentication", True, "applies only with api_keys_secret")
+        if self.export_role not in EXPORT_ROLES:
+            problems.add("export_role", self.export_role, f"must be one of {', '.join(EXPORT_ROLES)}")
+        elif self.export_role != "serve" and (cache is None or prebuilt is not None):
+            problems.add("export_role", self.export_role, "needs artifact_cache and no prebuilt_export: the "
+                         "builder publishes the export there, and the serving hosts wait for it there")
+        if self.export_role == "build" and (self.signal is not None or self.warm_pool_hook is not None):
+            problems.add("export_role", self.export_role, "takes no signal or warm_pool_hook: a builder serves "
+                         "nothing, and leaves its group once the export is in the cache")
+        if self.image_registry is not None and (shape := ecr_registry_problem(str(self.image_registry))) is not None:
+            problems.add("image_registry", self.image_registry, shape)
+        wait = self.export_wait_minutes
+        if not isinstance(wait, int) or isinstance(wait, bool) or wait < 1:
+            problems.add("export_wait_minutes", wait, "must be a whole number of minutes, at least 1")
+        ready = self.ready_seconds
+        if ready is not None and (not isinstance(ready, int) or isinstance(ready, bool) or ready < 1):
+            problems.add("ready_seconds", ready, "must be a whole number of seconds, at least 1, or None")
+        problems.raise_if_any()
+
+
+_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,254}")
+_LOG_GROUP = re.compile(r"[A-Za-z0-9._/#-]{1,512}")
+
+
+def has_space(text: str) -> bool:
+    return any(c.isspace() for c in text)
+
+
+def _check_word(problems: Problems, setting: str, value: object) -> None:
+    if not isinstance(value, str) or not value or has_space(value):
+        problems.add(setting, value, "must be a non-empty name without spaces")
+
+
+def _after_scheme(uri: object, scheme: str) -> str | None:
+    if not isinstance(uri, str) or not uri.startswith(scheme) or has_space(uri):
+        return None
+    return uri[len(scheme):].strip("/") or None
+
+
+def s3_parts(uri: object) -> tuple[str, str] | None:
+    """``(bucket, prefix)`` of an ``s3://`` URI, the prefix without slashes at either end."""
+    rest = _after_scheme(uri, "s3://")
+    if rest is None:
+        return None
+    bucket, _, prefix = rest.partition("/")
+    return bucket, prefix.strip("/")
+
+
+def hf_repo(uri: object) -> str | None:
+    return _after_scheme(uri, "hf://")

@@ -461,8 +461,8 @@ def check_user_data_size(script: str, plan: ServingPlan) -> None:
         raise ServingConfigError(
             [
                 f"the boot script for {_configuration(plan)} is {size} bytes, over the EC2 user data "
-                f"limit of {USER_DATA_LIMIT_BYTES} bytes; a larger tensor_parallel (fewer replicas), "
-                "a shorter model_id or a shorter image name makes it smaller"
+                f"limit of {USER_DATA_LIMIT_BYTES} bytes: it holds the boot bundle's place and the stack's values "
+                "(stack.env), so shorter secret names, image names or name prefixes make it smaller"
             ]
         )
 

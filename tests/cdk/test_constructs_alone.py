@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from aws_cdk import CfnElement, Duration, RemovalPolicy, Stack
+from aws_cdk import CfnElement, CfnParameter, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_iam as iam
@@ -326,10 +326,6 @@ def test_a_launch_template_names_a_root_volume_too_small_for_its_iops() -> None:
                                     machine_image=neuron_dlami(DLAMI_PARAMETER), root_volume_gib=5)
 
 
-@pytest.mark.xfail(strict=True, raises=ServingConfigError,
-                   reason="root_volume_gib is compared when given, so a token's placeholder number is refused at "
-                   "construction (root_volume_gib (-1.888...e+289) must be at least 1) instead of its value being "
-                   "checked at synth through check_props")
 def test_a_token_root_volume_is_checked_when_the_app_synthesizes() -> None:
     stack = bare_stack()
     NeuronServingLaunchTemplate(stack, "Host", vpc=imported_vpc(stack), boot_script=boot_script(stack),
@@ -495,13 +491,37 @@ def test_a_token_desired_capacity_is_checked_when_the_app_synthesizes() -> None:
         Template.from_stack(stack)
 
 
-@pytest.mark.xfail(strict=True, reason="MinInstancesInService is max(min_capacity - 1, 0) computed when the fleet is "
-                   "built: a token min_capacity is a large negative placeholder then, so the rolling update keeps 0 "
-                   "hosts in service, not min_capacity - 1 as the fleet promises")
 def test_a_token_min_capacity_still_keeps_min_capacity_minus_one_in_service() -> None:
     built = _fleet(min_capacity=known_at_synth(3), max_capacity=4)
     built.template.has_resource("AWS::AutoScaling::AutoScalingGroup", {"UpdatePolicy": Match.object_like({
         "AutoScalingRollingUpdate": Match.object_like({"MinInstancesInService": 2})})})
+
+
+def test_a_token_min_capacity_scales_back_to_itself_on_schedule() -> None:
+    stack = bare_stack()
+    vpc = imported_vpc(stack)
+    host = NeuronServingLaunchTemplate(stack, "Host", vpc=vpc, boot_script=boot_script(stack),
+                                       machine_image=neuron_dlami(DLAMI_PARAMETER))
+    fleet = NeuronServingFleet(stack, "Fleet", vpc=vpc, launch_template=host, min_capacity=known_at_synth(3),
+                               max_capacity=4)
+    fleet.scale_on_schedule(scale_down="0 20 * * 1-5", scale_up="0 7 * * 1-5")
+    template = Template.from_stack(stack)
+    template.has_resource_properties("AWS::AutoScaling::ScheduledAction", {
+        "Recurrence": "0 7 * * 1-5", "MinSize": 3, "DesiredCapacity": 3})
+    template.has_resource_properties("AWS::AutoScaling::ScheduledAction", {
+        "Recurrence": "0 20 * * 1-5", "MinSize": 0, "DesiredCapacity": 0})
+
+
+def test_a_min_capacity_only_cloudformation_knows_is_refused_at_synth_naming_it() -> None:
+    stack = bare_stack()
+    vpc = imported_vpc(stack)
+    host = NeuronServingLaunchTemplate(stack, "Host", vpc=vpc, boot_script=boot_script(stack),
+                                       machine_image=neuron_dlami(DLAMI_PARAMETER))
+    minimum = CfnParameter(stack, "Min", type="Number", default=2)
+    NeuronServingFleet(stack, "Fleet", vpc=vpc, launch_template=host, min_capacity=minimum.value_as_number,
+                       max_capacity=4)
+    with pytest.raises(Exception, match=r"min_capacity \(.*\) must be known at synth: a rolling update keeps"):
+        Template.from_stack(stack)
 
 
 # --- NeuronServingEndpoint ----------------------------------------------------------------------
@@ -712,9 +732,6 @@ def test_a_token_latency_threshold_is_checked_when_the_app_synthesizes() -> None
         Template.from_stack(stack)
 
 
-@pytest.mark.xfail(strict=True, raises=ServingConfigError,
-                   reason="log_retention_days is checked against CloudWatch Logs' list when given, so a token's "
-                   "placeholder number is refused at construction instead of its value being checked at synth")
 def test_a_token_retention_is_checked_when_the_app_synthesizes() -> None:
     stack = bare_stack()
     NeuronServingMonitoring(stack, "Monitoring", log_retention_days=known_at_synth(15))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import jsii
-from aws_cdk import CfnResource, Duration, Stack
+from aws_cdk import CfnResource, Duration, IStableNumberProducer, Lazy, Stack, Token
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
@@ -111,7 +111,9 @@ class NeuronServingFleet(Construct):
             signals=autoscaling.Signals.wait_for_min_capacity(timeout=timeout),
             update_policy=autoscaling.UpdatePolicy.rolling_update(
                 max_batch_size=1,
-                min_instances_in_service=max(min_capacity - 1, 0),
+                min_instances_in_service=_from_min_capacity(
+                    self, min_capacity, less=1, at_least=0,
+                    why="a rolling update keeps min_capacity - 1 hosts in service"),
                 wait_on_resource_signals=True,
                 pause_time=timeout,
             ),
@@ -239,10 +241,33 @@ class NeuronServingFleet(Construct):
             "ScaleBack",
             schedule=autoscaling.Schedule.expression(scale_up.strip()),
             min_capacity=self.min_capacity,
-            desired_capacity=max(self.min_capacity, 1),
+            desired_capacity=_from_min_capacity(self, self.min_capacity, less=0, at_least=1,
+                                                why="scaling back starts at least one host"),
         )
 
 
 def _capacity_problems(min_capacity: int, max_capacity: int, desired_capacity: int | None) -> list[str]:
     return [problem(name, value, allowed)
             for name, value, allowed in limits.capacity_problems(min_capacity, max_capacity, desired_capacity)]
+
+
+def _from_min_capacity(scope: Construct, min_capacity: int, *, less: int, at_least: int, why: str) -> float:
+    """``max(min_capacity - less, at_least)``. A token known at synth (a ``Lazy`` value) is resolved
+    then; one only CloudFormation knows (a parameter) cannot be computed on, which synthesis reports
+    naming the prop and ``why`` it is computed on."""
+    if not Token.is_unresolved(min_capacity):
+        return max(min_capacity - less, at_least)
+    return Token.as_number(Lazy.number(_Computed(scope, min_capacity, less, at_least, why)))
+
+
+@jsii.implements(IStableNumberProducer)
+class _Computed:
+    def __init__(self, scope: Construct, min_capacity: int, less: int, at_least: int, why: str) -> None:
+        self._scope, self._min_capacity, self._less, self._at_least, self._why = (
+            scope, min_capacity, less, at_least, why)
+
+    def produce(self) -> int:
+        value = Stack.of(self._scope).resolve(self._min_capacity)
+        if not isinstance(value, int | float):
+            raise ServingConfigError([problem("min_capacity", value, f"must be known at synth: {self._why}")])
+        return max(int(value) - self._less, self._at_least)

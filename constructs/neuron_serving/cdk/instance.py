@@ -13,6 +13,7 @@ from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan
 from .boot_script import NeuronBootScript
 from .scanners import nag_arn
+from .validation import check_props
 
 SESSION_MANAGER_ACTIONS = (
     "ssmmessages:CreateControlChannel",
@@ -72,14 +73,17 @@ class NeuronServingLaunchTemplate(Construct):
         super().__init__(scope, construct_id)
         plan = boot_script.plan
         size = plan.root_volume_gib if root_volume_gib is None else root_volume_gib
-        if size < plan.instance.min_root_volume_gib or size < 1:
-            raise ServingConfigError([
-                problem("root_volume_gib", size,
-                        f"must be at least {max(1, plan.instance.min_root_volume_gib)} on {plan.instance.name}")
-            ])
+
+        def size_problems(gib: int) -> list[str]:
+            if gib < plan.instance.min_root_volume_gib or gib < 1:
+                least = max(1, plan.instance.min_root_volume_gib)
+                return [problem("root_volume_gib", gib, f"must be at least {least} on {plan.instance.name}")]
+            too_many = boot_script.root_volume.size_problem(gib)
+            return [] if too_many is None else [too_many]
+
+        if problems := check_props(self, [size], size_problems):
+            raise ServingConfigError(problems)
         volume = boot_script.root_volume
-        if (too_many := volume.size_problem(size)) is not None:
-            raise ServingConfigError([too_many])
         self.plan: ServingPlan = plan
         self.boot_script = boot_script
         self.role: iam.IRole = role or iam.Role(

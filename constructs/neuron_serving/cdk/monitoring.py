@@ -136,8 +136,7 @@ class NeuronServingMonitoring(Construct):
         stack = Stack.of(self)
         self.thresholds = thresholds or AlarmThresholds()
         problems = Problems()
-        if (retention := limits.log_retention(log_retention_days)) is not None:
-            problems.add("log_retention_days", log_retention_days, retention)
+        problems.add_all(check_props(self, [log_retention_days], _retention_problems))
         if alarm_email is not None and (wrong := email(alarm_email)) is not None:
             problems.add("alarm_email", alarm_email, wrong)
         for name, (low, high) in _THRESHOLD_RANGES:
@@ -480,3 +479,8 @@ def _graph(title: str, metrics: list[cloudwatch.IMetric], *,
         left_annotations=[cloudwatch.HorizontalAnnotation(value=annotation[0], label=annotation[1])]
         if annotation else None,
     )
+
+
+def _retention_problems(days: int) -> list[str]:
+    wrong = limits.log_retention(days)
+    return [] if wrong is None else [problem("log_retention_days", days, wrong)]

@@ -30,6 +30,9 @@ from neuron_serving.plan.metrics import MonitoringOptions
 from neuron_serving.plan.timing import readiness_seconds
 from neuron_serving.plan.volume import default_throughput
 from neuron_serving.render.boot import (
+    API_KEYS as KEY_SYNC,
+)
+from neuron_serving.render.boot import (
     BOOT_STEPS,
     SIGNAL_ID_LIMIT,
     USER_DATA_LIMIT_BYTES,
@@ -40,7 +43,10 @@ from neuron_serving.render.boot import (
 )
 from neuron_serving.render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook
 from neuron_serving.render.bundle import digest, manifest, write_bundle
+from neuron_serving.render.monitoring import PUBLISHER
 from tests.harness.userdata import DEPLOYED_BUNDLE, EMBEDDED_FILE, embedded_files, readable, user_data
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CONFIGS: dict[str, tuple[Callable[[], ServingPlan], str | None]] = {
     "inf2.xlarge-1-replica": (lambda: make_plan("inf2.xlarge", model_id=SMALL_MODEL), None),
@@ -62,7 +68,7 @@ DIGEST = "sha256:" + "0123456789abcdef" * 4
 
 API_KEYS = {"api_keys_secret": "${Token[TOKEN.901]}",
             "load_balancer_authentication": True}
-"""API keys with browser sign-in, the secret and the key sync's copy in S3 as unresolved tokens."""
+"""API keys with browser sign-in, the secret an unresolved token."""
 
 OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
     "trn1.32xlarge-tp2-secret-arn-fleet": ("trn1.32xlarge-tp2-secret-arn", FLEET),
@@ -198,8 +204,14 @@ def test_size_check_accepts_a_script_of_exactly_the_limit() -> None:
 )
 def test_boot_script_snapshot(config: str, snapshot: SnapshotAssertion) -> None:
     _, boot = rendered(config)
-    # The router config has its own tests; here it would only make each of its changes a boot change.
-    assert readable(boot, leave_out=("/etc/haproxy/haproxy.cfg.new",)) == snapshot(extension_class=ShellSnapshot)
+    # The router config has its own tests, and the publisher and the key sync are the package's files
+    # as they are (tests/monitor, tests/ops): here each of their changes would only be a boot change.
+    copies = {PUBLISHER: "publish_metrics.py", KEY_SYNC: "api_keys.py"}
+    shown = readable(boot, leave_out=("/etc/haproxy/haproxy.cfg.new", *copies))
+    assert shown == snapshot(extension_class=ShellSnapshot)
+    for path, source in copies.items():
+        if path in boot.files:
+            assert boot.files[path] == (ROOT / "userdata" / source).read_text()
 
 
 def test_rendering_is_deterministic() -> None:

@@ -156,6 +156,17 @@ class Router:
         if self.process.poll() is not None:
             pytest.fail(f"haproxy exited with {self.process.returncode}:\n{self.log_path.read_text()}")
 
+    def wait_for_log(self, text: str, count: int, timeout: float = 5.0) -> str:
+        """The log once it has ``count`` lines with ``text``: HAProxy writes a request's line when
+        the stream ends, which may be just after the client has its response, and a stop then may
+        come first. Fails the test with the log when the lines do not come within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while (log := self.log_path.read_text()).count(text) < count:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{count} log lines with {text!r} not written within {timeout} s:\n{log}")
+            time.sleep(0.05)
+        return log
+
     def stop(self) -> None:
         """Stop HAProxy, then the fakes; safe to call more than once."""
         if self.process.poll() is None:

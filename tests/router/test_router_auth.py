@@ -121,6 +121,7 @@ def test_no_key_appears_in_any_log_line_the_router_writes(secure_router) -> None
         router.request("POST", "/generate", generate(), headers=bearer(key))
         router.request("POST", "/generate_stream", generate(2), headers=bearer(key))
         router.request("GET", "/metrics", headers=bearer(key))
+    router.wait_for_log("GET /metrics ", 2)
     router.stop()
 
     log = router.log_path.read_text()

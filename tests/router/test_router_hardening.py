@@ -87,12 +87,8 @@ def test_a_key_in_the_query_string_is_refused_and_the_log_holds_the_path_without
     refused = router.request("POST", f"{route}?api_key={ALICE}&x=1", json.loads(body))
     served = router.request("POST", f"{route}?api_key={ALICE}", json.loads(body), headers=bearer(ALICE))
     absolute, _ = answer(router.port, http("POST", f"http://router{route}?key={ALICE}", body=body))
-    # HAProxy writes a request's line when its stream ends, which may follow the answer: wait for
-    # the three lines before stopping it.
     line = f'"POST {route} HTTP/1.1"'
-    deadline = time.monotonic() + 5
-    while router.log_path.read_text().count(line) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    router.wait_for_log(line, 3)
     router.stop()
 
     assert (refused.status, served.status, absolute.status) == (401, 200, 401)

@@ -48,21 +48,19 @@ def cdk_synth(npx_env: dict[str, str]) -> Callable[..., subprocess.CompletedProc
         args = ["npx", "cdk", "synth", "NeuronLlamaStack", "--quiet", "--output", str(outdir)]
         for item in context:
             args += ["-c", item]
-        return subprocess.run(args, cwd=ROOT, env=npx_env, capture_output=True, text=True, timeout=300)
+        result = subprocess.run(args, cwd=ROOT, env=npx_env, capture_output=True, text=True, timeout=300)
+        # Every jsii node banner (end-of-life, deprecated, untested, known broken) has this line: aws/jsii
+        # v1.139.0, packages/@jsii/check-node/src/index.ts, veryVisibleMessage. package.json pins Node 24,
+        # whose end-of-life is 2028-04-30 in check-node's constants.ts (22's is 2027-04-30).
+        assert "This software is currently running on node" not in result.stderr
+        assert "end-of-life" not in result.stderr
+        return result
 
     return run
 
 
-def test_cdk_synth_runs_on_the_pinned_node_without_a_jsii_banner(cdk_synth, npx_env, tmp_path):
-    result = cdk_synth(tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert (tmp_path / "NeuronLlamaStack.template.json").exists()
-    # Every jsii node banner (end-of-life, deprecated, untested, known broken) has this line:
-    # aws/jsii v1.139.0, packages/@jsii/check-node/src/index.ts, veryVisibleMessage. package.json pins
-    # Node 24, whose end-of-life is 2028-04-30 in check-node's constants.ts (22's is 2027-04-30, after
-    # which jsii 1.142.0 prints a deprecation banner for it).
-    assert "This software is currently running on node" not in result.stderr
-    assert "end-of-life" not in result.stderr
+def test_npx_runs_the_node_package_json_pins(npx_env):
+    # Every synth below runs through npx and asserts that jsii printed no banner (cdk_synth).
     pinned = json.loads((ROOT / "package.json").read_text())["devDependencies"].get("node")
     node = subprocess.run(["npx", "node", "--version"], cwd=ROOT, env=npx_env, capture_output=True, text=True,
                           timeout=60, check=True).stdout.strip()

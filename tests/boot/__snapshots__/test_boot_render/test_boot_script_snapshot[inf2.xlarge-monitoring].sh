@@ -35,11 +35,14 @@ STACK_REGION=us-east-1
 EOF
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
+apt_install() {
+  apt-get -o DPkg::Lock::Timeout=600 update -q
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
+}
 aws_cli() {
   local d
   d=$(mktemp -d)
-  command -v unzip >/dev/null || { apt-get -o DPkg::Lock::Timeout=600 update -q &&
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q unzip; }
+  command -v unzip >/dev/null || apt_install unzip
   curl -fsSL -o "$d/cli.zip" "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"
   unzip -q -d "$d" "$d/cli.zip"
   "$d/aws/install" --update --bin-dir "$R/usr/local/bin" --install-dir "$R/usr/local/aws-cli"
@@ -52,7 +55,7 @@ aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" "$b/bundle.zip" 
   die "cannot download the boot bundle $BUNDLE: the host needs a route to S3 and its role s3:GetObject on it"
 python3 -m zipfile -e "$b/bundle.zip" "$b/files"
 cd "$b/files"
-sha256sum -c --quiet <<<"421bfbf37bc321dd87d17212a800becf37d3f75cd414656108b905f73a4954ba  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+sha256sum -c --quiet <<<"346ad97a8e585317975d647631b4fdc5fa08e29d6be06d9a31acd7470f1479b6  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: its files differ from the manifest's checksums"
 while read -r _ path; do
   [ "$(head -c 2 "$path")" = '#!' ] && mode=755 || mode=644
@@ -143,8 +146,8 @@ RestartSec=10
 WantedBy=multi-user.target
 # ==> /opt/neuron-serving/bin/boot-steps <==
 # The boot script's steps, sourced by it (userdata/bootstrap.sh.j2) once it has installed the
-# bundle's files: they run in its shell, with its R, logs, step, why, log, die and aws_cli, and its
-# traps. How the boot ends (run_step, signal, on_exit) is here too, to keep the user data small.
+# bundle's files: they run in its shell, with its R, logs, step, why, log, die, apt_install and
+# aws_cli, its stack.env values and its traps. How the boot ends (run_step, signal, on_exit) is here too, to keep the user data small.
 # shellcheck shell=bash
 # put PATH MODE <content: writes a file under the root, replacing it atomically.
 put() {
@@ -164,9 +167,7 @@ on_exit() {
   log "FAILED in step $step (exit $rc)"
   "$bin/report-phase" failed "$step: ${why:-exit $rc}"
 }
-# Values from the stack (IMAGE, HF_TOKEN_SECRET, ...), which may be deploy-time values.
-# shellcheck source=/dev/null
-. "$R/etc/neuron-serving/stack.env"
+# The stack's values (IMAGE, HF_TOKEN_SECRET, ...) are this shell's: the boot script sourced stack.env.
 
 run_step metadata
 imds=$(curl -sSf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' http://169.254.169.254/latest/api/token)
@@ -192,11 +193,6 @@ if [ -n "$driver" ] && dpkg --compare-versions "$driver" ge 2.29; then
 fi
 
 run_step install-tools
-apt_install() {
-  # Early in the first boot, cloud-init or unattended-upgrades may hold the dpkg lock.
-  apt-get -o DPkg::Lock::Timeout=600 update -q
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
-}
 command -v docker >/dev/null || apt_install docker.io
 if ! command -v haproxy >/dev/null; then
   apt_install haproxy

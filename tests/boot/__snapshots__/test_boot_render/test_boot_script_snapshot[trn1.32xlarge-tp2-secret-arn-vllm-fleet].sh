@@ -42,11 +42,14 @@ STACK_REGION=us-east-1
 EOF
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
+apt_install() {
+  apt-get -o DPkg::Lock::Timeout=600 update -q
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
+}
 aws_cli() {
   local d
   d=$(mktemp -d)
-  command -v unzip >/dev/null || { apt-get -o DPkg::Lock::Timeout=600 update -q &&
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q unzip; }
+  command -v unzip >/dev/null || apt_install unzip
   curl -fsSL -o "$d/cli.zip" "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"
   unzip -q -d "$d" "$d/cli.zip"
   "$d/aws/install" --update --bin-dir "$R/usr/local/bin" --install-dir "$R/usr/local/aws-cli"
@@ -59,7 +62,7 @@ aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" "$b/bundle.zip" 
   die "cannot download the boot bundle $BUNDLE: the host needs a route to S3 and its role s3:GetObject on it"
 python3 -m zipfile -e "$b/bundle.zip" "$b/files"
 cd "$b/files"
-sha256sum -c --quiet <<<"d4ee411e4b3b225f67e406c4828b556c13c0d5970326c187687669b223943944  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+sha256sum -c --quiet <<<"4b6edea6eeefb4fd04e23e15e78c737fe0a6302b2b9abc0fb1d73e2417b9ba3b  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: its files differ from the manifest's checksums"
 while read -r _ path; do
   [ "$(head -c 2 "$path")" = '#!' ] && mode=755 || mode=644
@@ -187,8 +190,8 @@ StandardOutput=append:/var/log/neuron-serving/ready.log
 WantedBy=multi-user.target
 # ==> /opt/neuron-serving/bin/boot-steps <==
 # The boot script's steps, sourced by it (userdata/bootstrap.sh.j2) once it has installed the
-# bundle's files: they run in its shell, with its R, logs, step, why, log, die and aws_cli, and its
-# traps. How the boot ends (run_step, signal, on_exit) is here too, to keep the user data small.
+# bundle's files: they run in its shell, with its R, logs, step, why, log, die, apt_install and
+# aws_cli, its stack.env values and its traps. How the boot ends (run_step, signal, on_exit) is here too, to keep the user data small.
 # shellcheck shell=bash
 # put PATH MODE <content: writes a file under the root, replacing it atomically.
 put() {
@@ -202,8 +205,8 @@ run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; "
 # report-phase tags this instance with the phase, for `neuron-serving status`.
 warm='' bin=$R/opt/neuron-serving/bin
 signal() {
-  aws cloudformation signal-resource --region "$REGION" --stack-name NeuronLlamaStack \
-    --logical-resource-id NeuronServingFleet --status "$1" --unique-id "$2" || log "no $1 signal taken"
+  aws cloudformation signal-resource --region "$REGION" --stack-name "$SIGNAL_STACK" \
+    --logical-resource-id "$SIGNAL_RESOURCE" --status "$1" --unique-id "$2" || log "no $1 signal taken"
 }
 on_exit() {
   local rc=$?
@@ -231,9 +234,7 @@ on_exit() {
   # The group then replaces the host.
   [ ! -x "$bin/complete-lifecycle" ] || "$bin/complete-lifecycle" ABANDON
 }
-# Values from the stack (IMAGE, HF_TOKEN_SECRET, ...), which may be deploy-time values.
-# shellcheck source=/dev/null
-. "$R/etc/neuron-serving/stack.env"
+# The stack's values (IMAGE, HF_TOKEN_SECRET, ...) are this shell's: the boot script sourced stack.env.
 
 run_step metadata
 imds=$(curl -sSf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' http://169.254.169.254/latest/api/token)
@@ -275,11 +276,6 @@ if [ -n "$driver" ] && dpkg --compare-versions "$driver" ge 2.29; then
 fi
 
 run_step install-tools
-apt_install() {
-  # Early in the first boot, cloud-init or unattended-upgrades may hold the dpkg lock.
-  apt-get -o DPkg::Lock::Timeout=600 update -q
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
-}
 command -v docker >/dev/null || apt_install docker.io
 # The artifact cache's publish passes s3api put-object --if-none-match, which came with S3's
 # conditional writes in AWS CLI 1.34.2 and 2.17.34 (aws/aws-cli CHANGELOG.rst at those tags,

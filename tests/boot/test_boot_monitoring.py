@@ -47,6 +47,7 @@ from neuron_serving.render.monitoring import (
     render_neuron_monitor_config,
     render_publisher_config,
 )
+from tests.harness.userdata import host_stack_env
 
 MakeHost = Callable[..., Host]
 
@@ -337,7 +338,7 @@ def test_without_monitoring_no_agent_publisher_or_awslogs(make_host: MakeHost) -
 
 def deployed_stack_env(boot: HostBoot, names: dict[str, str]) -> str:
     """stack.env as the host writes it once CloudFormation has put ``names`` for the tokens."""
-    stack_env = embedded_files(boot)["/etc/neuron-serving/stack.env"]
+    stack_env = host_stack_env(boot)
     for token, name in names.items():
         stack_env = stack_env.replace(token, name)
     return stack_env

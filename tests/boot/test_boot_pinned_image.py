@@ -41,7 +41,7 @@ def test_a_pinned_image_is_pulled_by_its_digest_and_every_container_runs_the_pin
     for replica in plan.replicas:
         assert host.run(RUN_REPLICA, str(replica.index)).returncode == 0
 
-    assert host.path("/etc/neuron-serving/stack.env").read_text().startswith(f"IMAGE={pinned}\n")
+    assert f"\nIMAGE={pinned}\n" in host.path("/etc/neuron-serving/stack.env").read_text()
     assert [argv for argv in host.calls("docker") if argv[0] == "pull"] == [["pull", pinned]]
     # docker/cli v28.2.2 vendor/github.com/docker/docker/client/image_pull.go: the repository and the
     # digest, as the "tag" parameter; the reference's tag is not sent, so the engine pulls the digest.

@@ -34,6 +34,7 @@ from neuron_serving.render.boot import (
 )
 from neuron_serving.render.boot import (
     BOOT_STEPS,
+    BUNDLE_ENV,
     SIGNAL_ID_LIMIT,
     USER_DATA_LIMIT_BYTES,
     WAIT_READY,
@@ -44,7 +45,15 @@ from neuron_serving.render.boot import (
 from neuron_serving.render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook
 from neuron_serving.render.bundle import digest, manifest, write_bundle
 from neuron_serving.render.monitoring import PUBLISHER
-from tests.harness.userdata import DEPLOYED_BUNDLE, EMBEDDED_FILE, embedded_files, readable, user_data
+from tests.harness.userdata import (
+    DEPLOYED_BUNDLE,
+    EMBEDDED_FILE,
+    STACK_ENV,
+    embedded_files,
+    host_stack_env,
+    readable,
+    user_data,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -170,10 +179,11 @@ def test_largest_configurations_stay_well_under_the_user_data_limit(config: str)
     script = user_data(boot)
     size = len(script.encode())
     assert len(plan.replicas) >= 12
-    # The files are in the bundle, whatever their number: the user data is the bootstrap and stack.env.
-    assert size <= 4 * KILOBYTE, f"{config}: {size} bytes"
+    # The files are in the bundle, whatever their number: the user data is the bootstrap and the
+    # deploy-time values of stack.env, about 40 bytes and a name per token.
+    assert size <= 3 * KILOBYTE, f"{config}: {size} bytes"
     smallest = min(len(user_data(rendered(c)[1]).encode()) for c in CONFIGS)
-    assert size - smallest <= KILOBYTE, "only stack.env grows with the features"
+    assert size - smallest <= KILOBYTE // 2, "only stack.env's deploy-time values grow with the features"
     check_user_data_size(script, plan)
 
 
@@ -227,17 +237,17 @@ def test_secret_id_is_shell_quoted_so_an_unresolved_cdk_token_stays_one_word() -
 
 def test_the_bundle_holds_the_boot_files_and_the_user_data_only_stack_env() -> None:
     _, boot = rendered("inf2.48xlarge-tp8-secret-name")
-    assert sorted(boot.files) == ["/etc/haproxy/haproxy.cfg.new", "/etc/neuron-serving/replica.env",
+    assert sorted(boot.files) == ["/etc/haproxy/haproxy.cfg.new", BUNDLE_ENV, "/etc/neuron-serving/replica.env",
                                   "/etc/neuron-serving/replicas.table",
                                   "/etc/systemd/system/neuron-replica@.service", BOOT_STEPS,
                                   "/opt/neuron-serving/bin/check-export", "/opt/neuron-serving/bin/export-model",
                                   "/opt/neuron-serving/bin/run-replica"]
     assert boot.files["/etc/systemd/system/neuron-replica@.service"].rstrip().endswith("WantedBy=multi-user.target")
-    # Only stack.env is in the user data: it may carry deploy-time values, among them the bundle's place.
-    assert EMBEDDED_FILE.findall(user_data(boot)) == [(
-        "/etc/neuron-serving/stack.env",
-        f"IMAGE={TGI_3_3_5.reference}\nHF_TOKEN_SECRET=neuron-serving/hf-token\nBUNDLE={DEPLOYED_BUNDLE}\n"
-        "STACK_REGION=us-east-1\n")]
+    # Only stack.env is in the user data, and in it only what the boot script needs before it has the
+    # bundle (no signal here: the bundle's place and region); the values known at synth are bundled.
+    assert EMBEDDED_FILE.findall(user_data(boot)) == [
+        (STACK_ENV, f"BUNDLE={DEPLOYED_BUNDLE}\nSTACK_REGION=us-east-1\n")]
+    assert boot.files[BUNDLE_ENV] == f"IMAGE={TGI_3_3_5.reference}\nHF_TOKEN_SECRET=neuron-serving/hf-token\n"
     assert f'sha256sum -c --quiet <<<"{boot.digest}  MANIFEST"' in user_data(boot)
 
 
@@ -319,14 +329,17 @@ def test_without_fleet_options_the_script_has_no_metadata_readiness_signal_or_ca
 def test_deploy_time_values_stay_one_quoted_word_in_stack_env_and_only_there() -> None:
     boot = rendered("trn1.32xlarge-tp2-secret-arn-fleet")[1]
     script, files = user_data(boot), embedded_files(boot)
-    assert files["/etc/neuron-serving/stack.env"] == (
-        f"IMAGE={TGI_3_3_5.reference}\nHF_TOKEN_SECRET={SECRET_ARN}\nCACHE_BUCKET='${{Token[TOKEN.123]}}'\nCACHE_PREFIX=exports/\n"
-        "GROUP_NAME=NeuronLlamaStack-NeuronServingFleet\nHOOK_NAME=neuron-serving-launch\n"
+    assert files[STACK_ENV] == (
+        "CACHE_BUCKET='${Token[TOKEN.123]}'\n"
         "SERVICE='${Token[TOKEN.200]}'\nLOG_GROUP_BOOT='${Token[TOKEN.201]}'\n"
         "LOG_GROUP_REPLICAS='${Token[TOKEN.202]}'\nLOG_GROUP_ROUTER='${Token[TOKEN.203]}'\n"
         "LOG_GROUP_METRICS='${Token[TOKEN.204]}'\n"
         f"SIGNAL_STACK=NeuronLlamaStack\nSIGNAL_RESOURCE=NeuronServingFleet\nBUNDLE={DEPLOYED_BUNDLE}\n"
         "STACK_REGION=us-east-1\n")
+    # The values known at synth travel in the bundle; on the host, stack.env holds both.
+    assert files[BUNDLE_ENV] == (
+        f"IMAGE={TGI_3_3_5.reference}\nHF_TOKEN_SECRET={SECRET_ARN}\nCACHE_PREFIX=exports/\n"
+        "GROUP_NAME=NeuronLlamaStack-NeuronServingFleet\nHOOK_NAME=neuron-serving-launch\n")
     export_model = files["/opt/neuron-serving/bin/export-model"]
     assert "\ns3=s3://$CACHE_BUCKET/\ncached=$CACHE_PREFIX$key\n" in export_model
     assert '--bucket "$CACHE_BUCKET" --key' in export_model
@@ -341,7 +354,7 @@ def test_deploy_time_values_stay_one_quoted_word_in_stack_env_and_only_there() -
 )
 def test_the_artifact_cache_prefix_may_be_empty_or_nested(cache: str, line: str) -> None:
     script = render_boot_script(make_plan("inf2.48xlarge", 8), BootOptions(artifact_cache=cache))
-    stack_env = embedded_files(script)["/etc/neuron-serving/stack.env"]
+    stack_env = host_stack_env(script)
     assert "\nCACHE_BUCKET=cache-bucket\n" in stack_env
     assert f"\n{line}\n" in stack_env
 

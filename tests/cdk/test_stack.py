@@ -9,6 +9,7 @@ from neuron_serving.cdk.instance import SESSION_MANAGER_ACTIONS
 from neuron_serving.plan import ServingRequest, plan_serving
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
 from neuron_serving.plan.timing import longest_generation_seconds
+from neuron_serving.render.boot import BUNDLE_ENV
 
 from .conftest import CERTIFICATE, SNAPSHOT_CONFIGS, synthesize
 
@@ -109,7 +110,9 @@ def test_user_data_is_the_rendered_boot_script(synth):
     # The artifact cache's bucket name is a deploy-time token inside the script.
     assert user_data == template.stack.resolve(template.stack.boot_script.script)
     pieces = user_data["Fn::Join"][1]
-    assert TGI_3_3_5.reference in pieces[0]
+    # The image, known at synth, is in the bundle; the bucket's name in the user data.
+    assert TGI_3_3_5.reference not in json.dumps(user_data)
+    assert f"IMAGE={TGI_3_3_5.reference}\n" in template.stack.boot_script.boot.files[BUNDLE_ENV]
     bucket = template.stack.get_logical_id(template.stack.artifact_cache.bucket.node.default_child)
     assert {"Ref": bucket} in pieces
 
@@ -121,8 +124,7 @@ def test_a_pinned_image_is_the_serving_image_output_and_what_the_hosts_pull(synt
     template = synth(image=PINNED_TGI)
     template.template.has_output("ServingImage", {
         "Value": PINNED_TGI, "Description": "The TGI image: optimum-neuron 0.3.0, Neuron SDK 2.24"})
-    pieces = template.only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
-    assert f"IMAGE={PINNED_TGI}\n" in pieces[0]
+    assert f"IMAGE={PINNED_TGI}\n" in template.stack.boot_script.boot.files[BUNDLE_ENV]
 
 
 def test_a_malformed_digest_fails_synthesis_naming_image():
@@ -157,7 +159,8 @@ def test_the_token_secret_is_readable_by_the_instance_and_never_in_the_template(
         "Effect": "Allow",
         "Resource": "arn:aws:secretsmanager:us-east-1:111122223333:secret:hf-AbCdEf",
     }
-    assert "arn:aws:secretsmanager:us-east-1:111122223333:secret:hf-AbCdEf" in template.stack.boot_script.script
+    assert "HF_TOKEN_SECRET=arn:aws:secretsmanager:us-east-1:111122223333:secret:hf-AbCdEf\n" in (
+        template.stack.boot_script.boot.files[BUNDLE_ENV])
 
 
 def test_a_token_secret_given_by_name_is_granted_by_name_pattern(synth):
@@ -348,27 +351,26 @@ def test_instance_is_grantable_and_connectable_like_an_l2(synth):
     assert host.role is instance.role and instance.grant_principal is host.role
 
 
-def test_user_data_over_16_kb_fails_synthesis():
+def test_values_known_at_synth_however_long_go_to_the_bundle_not_the_user_data():
     from aws_cdk import App, Stack
-    from aws_cdk import aws_ec2 as ec2
     from aws_cdk import aws_secretsmanager as secretsmanager
 
-    from neuron_serving import NeuronBootScript, NeuronServingLaunchTemplate, neuron_dlami
+    from neuron_serving import NeuronBootScript
 
     # A setting's shape check keeps secret names to 512 characters; the construct takes any secret.
+    # Such a name once made user data over EC2's 16 KB; only deploy-time values are in it now.
     stack = Stack(App(), "Own")
-    vpc = ec2.Vpc(stack, "Vpc", restrict_default_security_group=False)
-    secret = secretsmanager.Secret.from_secret_name_v2(stack, "Token", "neuron-serving/" + "x" * 16000)
-    with pytest.raises(ValueError, match=r"over the EC2 user data limit of 16384 bytes"):
-        boot = NeuronBootScript(stack, "Boot", plan=plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge")),
-                                hf_token_secret=secret)
-        NeuronServingLaunchTemplate(stack, "Host", vpc=vpc, boot_script=boot, machine_image=neuron_dlami("/p"))
+    name = "neuron-serving/" + "x" * 16000
+    secret = secretsmanager.Secret.from_secret_name_v2(stack, "Token", name)
+    boot = NeuronBootScript(stack, "Boot", plan=plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge")),
+                            hf_token_secret=secret)
+    assert f"HF_TOKEN_SECRET={name}\n" in boot.boot.files[BUNDLE_ENV]
+    assert name not in boot.script and len(boot.script.encode()) < 3 * 1024
 
 
 def test_the_vllm_stack_boots_the_vllm_image_on_its_dlami_and_scales_on_in_flight_requests(synth):
     template = synth(**SNAPSHOT_CONFIGS["vllm_fleet_trn1"])
-    pieces = template.only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"][1]
-    assert "IMAGE=ghcr.io/huggingface/optimum-neuron-vllm:0.4.5\n" in pieces[0]
+    assert "IMAGE=ghcr.io/huggingface/optimum-neuron-vllm:0.4.5\n" in template.stack.boot_script.boot.files[BUNDLE_ENV]
     image_id = template.only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["ImageId"]
     assert image_id == "resolve:ssm:/aws/service/neuron/dlami/base/ubuntu-22.04/latest/image_id"
     [policy] = [p["Properties"] for p in template.resources("AWS::AutoScaling::ScalingPolicy").values()

@@ -8,7 +8,7 @@ import re
 import zipfile
 from pathlib import Path
 
-from neuron_serving.render.boot import HostBoot
+from neuron_serving.render.boot import BUNDLE_ENV, HostBoot
 from neuron_serving.render.bundle import MANIFEST, write_bundle
 
 BUNDLE = re.compile(r"^BUNDLE='?(s3://[^/\s]+/([0-9a-f]{64})\.zip)'?$", re.M)
@@ -54,6 +54,9 @@ def zipped_boot(boot: HostBoot, scratch: Path) -> bytes:
     return zipped(directory)
 
 
+STACK_ENV = "/etc/neuron-serving/stack.env"
+"""The values from the stack, which every script of the boot sources."""
+
 EMBEDDED_FILE = re.compile(r"^cat >\"\$R(\S+)\" <<'EOF'\n(.*?)^EOF$", re.MULTILINE | re.DOTALL)
 """A file the user data writes itself from a quoted heredoc (stack.env)."""
 
@@ -72,6 +75,12 @@ def embedded_files(boot: HostBoot) -> dict[str, str]:
     """Every file ``boot`` writes, by its path on the host: stack.env from its user data, the
     rest from its bundle."""
     return {**dict(EMBEDDED_FILE.findall(user_data(boot))), **boot.files}
+
+
+def host_stack_env(boot: HostBoot) -> str:
+    """``/etc/neuron-serving/stack.env`` as the host has it once the boot's steps run: the user
+    data's deploy-time values, then the bundle's ``bundle.env`` (userdata/boot-steps.sh.j2)."""
+    return embedded_files(boot)[STACK_ENV] + boot.files[BUNDLE_ENV]
 
 
 def readable(boot: HostBoot, *, leave_out: tuple[str, ...] = ()) -> str:

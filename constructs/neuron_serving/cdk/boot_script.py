@@ -36,8 +36,10 @@ class NeuronBootScript(Construct):
     The host's files (scripts, units, configs, the metrics publisher and the key sync) are the boot
     bundle, an S3 asset of the stack (:attr:`bundle`; readable in the cloud assembly as
     ``asset.<hash>/``), which the user data downloads and installs once its checksums match the
-    ones it carries: the user data is a few kilobytes whatever the features. It is still checked
-    against the EC2 user-data limit (16 KB) when constructed.
+    ones it carries. The stack's values known at synth travel in the bundle too (``bundle.env``);
+    the user data holds only the deploy-time ones (names CloudFormation fills in), so it is 2.4 to
+    2.8 KB whatever the features. It is still checked against the EC2 user-data limit (16 KB)
+    when constructed.
 
     :param plan: the serving plan to realise on the host.
     :param engine: the serving engine: ``tgi`` or ``vllm`` (see :mod:`neuron_serving.plan.engines`).

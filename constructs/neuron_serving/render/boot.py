@@ -29,7 +29,8 @@ builds; devices handed to docker stay the real ``/dev/neuronN``):
   metrics publisher ``/opt/neuron-serving/bin/publish-metrics`` (``userdata/publish_metrics.py``)
   and its unit ``neuron-serving-metrics.service`` (``userdata/neuron-serving-metrics.service.j2``), and
   ``/etc/logrotate.d/neuron-serving-metrics``; see :mod:`~neuron_serving.render.monitoring`;
-- ``/etc/neuron-serving/``: ``stack.env`` (values from the stack), ``replica.env`` (the
+- ``/etc/neuron-serving/``: ``stack.env`` (values from the stack; ``bundle.env`` holds those
+  known at synth), ``replica.env`` (the
   engine's settings all replicas share), ``replicas.table`` (what differs per replica),
   ``replica-N.conf`` (devices, port,
   env file), ``replica-N.env`` (``docker --env-file``), ``hf-token.env`` (mode 0600, only with
@@ -44,9 +45,10 @@ The files travel as the boot bundle (:mod:`~neuron_serving.render.bundle`): a CD
 user data downloads from S3 and installs only when its manifest's SHA-256 is the one the user data
 carries and every file matches the manifest (:meth:`HostBoot.user_data`), so the user data stays a
 couple of kilobytes whatever the features. The bundle is made at synth, so it cannot hold
-deploy-time values (CDK tokens such as the cache bucket's name): those, and every value the stack
-chooses (image, cache location, prebuilt export, lifecycle hook), are in
-``/etc/neuron-serving/stack.env``, which the boot script writes as is and the files source. The
+deploy-time values (CDK tokens such as the cache bucket's name): the user data writes those, with
+the bundle's place and the target of its FAILURE signal, to ``/etc/neuron-serving/stack.env``;
+the boot's steps add the stack's values known at synth (image, cache prefix, prebuilt export,
+lifecycle hook), which come as the bundle's ``bundle.env``, and the files source the whole. The
 options and their checks are in :mod:`~neuron_serving.render.boot_options`.
 
 **Artifact cache.** Exports live in S3 under ``<artifact_cache>/<export key>/``: a host that
@@ -123,7 +125,7 @@ from ..plan.timing import readiness_seconds
 from ..plan.volume import default_throughput
 from ..userdata.api_keys import METRICS_FILE as API_KEYS_METRICS_FILE
 from .boot_options import WAIT_POLL_SECONDS, BootOptions, has_space, hf_repo, s3_parts
-from .bundle import digest
+from .bundle import TOKEN_MARK, digest
 from .monitoring import (
     AGENT_CONFIG_TEMPLATE,
     AGENT_LOG_KINDS,
@@ -178,6 +180,11 @@ REPLICA_UNIT = "neuron-replica"
 """The systemd template unit of the replicas: ``neuron-replica@N`` runs replica N."""
 REPLICA_ENV = "/etc/neuron-serving/replica.env"
 """The ``docker --env-file`` lines every replica shares; each ``replica-N.env`` starts with them."""
+BUNDLE_ENV = "/etc/neuron-serving/bundle.env"
+"""The stack's values known at synth, which the boot's steps add to stack.env."""
+BOOTSTRAP_ENV = ("SIGNAL_STACK", "SIGNAL_RESOURCE")
+"""What the boot script reads before it has the bundle, besides the bundle's place and region: the
+target of its FAILURE signal. Always in the user data's stack.env."""
 
 
 def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) -> HostBoot:
@@ -219,8 +226,8 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     report = options.reports_phases
     report_phase = REPORT_PHASE if report else None
     log_groups = monitoring.log_groups if monitoring else {}
-    # Values that may be deploy-time tokens go to stack.env, which the boot script writes as is;
-    # everything else is in the bundle, made at synth.
+    # The stack's values: those CloudFormation fills in go to stack.env, which the user data writes
+    # as is; the rest to bundle.env, which the boot's steps add to it (userdata/boot-steps.sh.j2).
     registry = parse_registry(options.image_registry) if options.image_registry else None
     stack_env: dict[str, str | None] = {
         "IMAGE": registry.reference(image.reference) if registry else image.reference,
@@ -337,24 +344,25 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         failed=FAILED,
         export_model=EXPORT_MODEL,
     )
-    files[BOOT_STEPS] = render("boot-steps.sh.j2", **steps)
+    files[BOOT_STEPS] = render("boot-steps.sh.j2", description=Unquoted(_describe(plan)), **steps)
+    known = {k: v for k, v in stack_env.items() if v is not None}
+    deploy_time = {k: v for k, v in known.items() if TOKEN_MARK in v or k in BOOTSTRAP_ENV}
+    files[BUNDLE_ENV] = _env_file({k: v for k, v in known.items() if k not in deploy_time})
     # Jinja drops a template's last line break; every file ends with one, as editors write them.
     files = {path: text if text.endswith("\n") else text + "\n" for path, text in files.items()}
-    return HostBoot(description=_describe(plan), files=files,
-                    stack_env={k: v for k, v in stack_env.items() if v is not None})
+    return HostBoot(files=files, stack_env=deploy_time)
 
 
 @dataclass(frozen=True)
 class HostBoot:
     """A host's boot, rendered: its files (the bundle, which the stack ships as an asset) and the
-    values only the stack knows (``stack.env``, which may hold CDK tokens).
+    values the user data writes (``stack.env``: CDK tokens, and what the boot script needs before it
+    has the bundle).
 
-    :param description: the configuration, for the boot script's header.
     :param files: host path to content (:mod:`~neuron_serving.render.bundle`).
-    :param stack_env: the variables of ``/etc/neuron-serving/stack.env``.
+    :param stack_env: the variables the user data writes to ``/etc/neuron-serving/stack.env``.
     """
 
-    description: str
     files: Mapping[str, str]
     stack_env: Mapping[str, str]
 
@@ -373,8 +381,7 @@ class HostBoot:
         env = {**self.stack_env, "BUNDLE": bundle, "STACK_REGION": region}
         script = render(
             "bootstrap.sh.j2",
-            description=Unquoted(self.description),
-            stack_env=Unquoted("".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items())),
+            stack_env=Unquoted(_env_file(env)),
             digest=self.digest,
             boot_steps=BOOT_STEPS,
         )
@@ -519,16 +526,14 @@ def _replica_settings(plan: ServingPlan, engine: Engine, image: ServingImage,
     return common, rows, named
 
 
+def _env_file(env: Mapping[str, str]) -> str:
+    """``env`` as lines a shell sources and systemd reads alike: ``NAME=value``, shell-quoted."""
+    return "".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items())
+
+
 def _without_comments(text: str) -> str:
-    """The boot script without its whole-line ``#`` comments, but with its header (the comment lines
-    it starts with: what it is, where it is explained) and its shellcheck directives: its comments
-    explain it in ``userdata/bootstrap.sh.j2``, and user data is counted against 16 KB. The
-    bundle's files keep theirs: operators read them on the host and in the cloud assembly."""
+    """The boot script with only its first two lines of comment (what it is, where it is explained):
+    the rest explain it in ``userdata/bootstrap.sh.j2``, and EC2 counts user data against 16 KB.
+    The bundle's files keep theirs: operators read them on the host and in the cloud assembly."""
     lines = text.splitlines()
-    header = 0
-    while header < len(lines) and lines[header].startswith("#"):
-        header += 1
-    return "".join(
-        f"{line}\n" for n, line in enumerate(lines)
-        if n < header or not line.lstrip().startswith("#") or line.startswith("# shellcheck ")
-    )
+    return "".join(f"{line}\n" for n, line in enumerate(lines) if n < 2 or not line.lstrip().startswith("#"))

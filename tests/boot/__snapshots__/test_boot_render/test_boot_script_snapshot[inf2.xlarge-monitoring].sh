@@ -1,39 +1,28 @@
 #!/bin/bash
-# neuron-serving boot script (cdk-neuron-serving, userdata/bootstrap.sh.j2): meta-llama/Llama-3.2-1B-Instruct on inf2.xlarge (1 replica of tensor_parallel 2, batch_size 4, sequence_length 4096), bf16
-# Logs and the step reached: /var/log/neuron-serving/. The rest of the boot is in its bundle.
+# cdk-neuron-serving boot (userdata/bootstrap.sh.j2); logs in /var/log/neuron-serving
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
-PATH=$PATH:/opt/aws/neuron/bin:/snap/bin
+PATH=$PATH:/snap/bin
 logs=$R/var/log/neuron-serving
 mkdir -p "$logs" "$R/etc/neuron-serving"
 exec > >(tee -a "$logs/boot.log") 2>&1
 step=bundle why=
-log() { echo "$(date -u +%FT%TZ) neuron-serving: $*"; }
-die() { why=$*; log "ERROR: $*"; exit 1; }
 on_exit() {
-  local rc=$? t
-  [ "$rc" != 0 ] || return 0
+  local rc=$?
+  [ $rc = 0 ] && return
   echo "failed $step" >"$logs/status"
   echo "neuron-serving: failed in step $step: ${why:=exit $rc}" | tee -a "$R/dev/console"
-  [ -n "${SIGNAL_STACK:-}" ] || return 0
-  t=$(curl -sSf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' http://169.254.169.254/latest/api/token) &&
-    t=$(curl -sSf -m 5 -H "X-aws-ec2-metadata-token: $t" http://169.254.169.254/latest/meta-data/instance-id) &&
-    aws cloudformation signal-resource --region "$STACK_REGION" --stack-name "$SIGNAL_STACK" --logical-resource-id \
-      "$SIGNAL_RESOURCE" --status FAILURE --unique-id "$(echo -n "$t $step: $why" | tr -cs '[:alnum:] ._:/()=,+-' ' ' | head -c 64)"
+  [ -z "${SIGNAL_STACK:-}" ] || aws cloudformation signal-resource --region "$STACK_REGION" --stack-name "$SIGNAL_STACK" \
+    --logical-resource-id "$SIGNAL_RESOURCE" --status FAILURE --unique-id \
+    "$(echo -n "$(cloud-init query v1.instance_id) $step: $why" | tr -cs '[:alnum:] ._:/()=,+-' ' ' | head -c 64)"
 }
 trap on_exit EXIT
-trap 'why="command failed (exit $?) at line $LINENO: $BASH_COMMAND"; log "$why"' ERR
+trap 'why="exit $? at line $LINENO: $BASH_COMMAND"' ERR
+die() { why=$*; exit 1; }
 cat >"$R/etc/neuron-serving/stack.env" <<'EOF'
-IMAGE=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
-SERVICE=NeuronLlamaStack
-LOG_GROUP_BOOT='NeuronLlamaStack-BootLogs#1'
-LOG_GROUP_REPLICAS=/neuron-serving/NeuronLlamaStack/replicas
-LOG_GROUP_ROUTER=/neuron-serving/NeuronLlamaStack/router
-LOG_GROUP_METRICS=/neuron-serving/NeuronLlamaStack/metrics
 BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.zip
 STACK_REGION=us-east-1
 EOF
-# shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
 apt_install() {
   apt-get -o DPkg::Lock::Timeout=600 update -q
@@ -51,21 +40,19 @@ aws_cli() {
 }
 command -v aws >/dev/null || snap install aws-cli --classic || aws_cli || die "no AWS CLI to download the boot bundle with"
 b=$(mktemp -d)
-aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" "$b/bundle.zip" ||
+cd "$b"
+aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z ||
   die "cannot download the boot bundle $BUNDLE: the host needs a route to S3 and its role s3:GetObject on it"
-python3 -m zipfile -e "$b/bundle.zip" "$b/files"
-cd "$b/files"
-sha256sum -c --quiet <<<"346ad97a8e585317975d647631b4fdc5fa08e29d6be06d9a31acd7470f1479b6  MANIFEST" && sha256sum -c --quiet MANIFEST ||
-  die "the boot bundle $BUNDLE is not the stack's: its files differ from the manifest's checksums"
-while read -r _ path; do
-  [ "$(head -c 2 "$path")" = '#!' ] && mode=755 || mode=644
-  install -D -m "$mode" "$path" "$R/$path.new"
-  mv -f "$R/$path.new" "$R/$path"
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"2f430728462a175dcb4a41115e9b8dcc4d4875de63bb2e39cb8a66a6bb33418f  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+  die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
+while read -r _ p; do
+  [ "$(head -c 2 "$p")" = '#!' ] && m=755 || m=644
+  install -D -m $m "$p" "$R/$p.new"
+  mv -f "$R/$p.new" "$R/$p"
 done <MANIFEST
 cd /
 rm -rf "$b"
 step=start
-# shellcheck source=/dev/null
 . "$R/opt/neuron-serving/bin/boot-steps"
 # ==> /etc/haproxy/haproxy.cfg.new <==
 <left out>
@@ -83,6 +70,13 @@ step=start
     missingok
     notifempty
 }
+# ==> /etc/neuron-serving/bundle.env <==
+IMAGE=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
+SERVICE=NeuronLlamaStack
+LOG_GROUP_BOOT='NeuronLlamaStack-BootLogs#1'
+LOG_GROUP_REPLICAS=/neuron-serving/NeuronLlamaStack/replicas
+LOG_GROUP_ROUTER=/neuron-serving/NeuronLlamaStack/router
+LOG_GROUP_METRICS=/neuron-serving/NeuronLlamaStack/metrics
 # ==> /etc/neuron-serving/cloudwatch-agent.json.in <==
 {"agent":{"run_as_user":"root"},"logs":{"logs_collected":{"files":{"collect_list":[{"file_path":"/var/log/neuron-serving/boot.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/boot"},{"file_path":"/var/log/neuron-serving/export.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/export"},{"file_path":"/var/log/neuron-serving/ready.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/ready"},{"file_path":"/var/log/haproxy.log","log_group_name":"@LOG_GROUP_ROUTER@","log_stream_name":"{instance_id}"},{"file_path":"/var/log/neuron-serving/metrics.emf","log_group_name":"@LOG_GROUP_METRICS@","log_stream_name":"{instance_id}"}]}}}}
 # ==> /etc/neuron-serving/metrics.json <==
@@ -145,10 +139,22 @@ RestartSec=10
 [Install]
 WantedBy=multi-user.target
 # ==> /opt/neuron-serving/bin/boot-steps <==
-# The boot script's steps, sourced by it (userdata/bootstrap.sh.j2) once it has installed the
-# bundle's files: they run in its shell, with its R, logs, step, why, log, die, apt_install and
-# aws_cli, its stack.env values and its traps. How the boot ends (run_step, signal, on_exit) is here too, to keep the user data small.
+# The boot's steps for meta-llama/Llama-3.2-1B-Instruct on inf2.xlarge (1 replica of tensor_parallel 2, batch_size 4, sequence_length 4096), bf16
+# Sourced by the boot script (userdata/bootstrap.sh.j2) once it has installed the bundle's files:
+# they run in its shell, with its R, logs, step and why, apt_install and aws_cli, its stack.env
+# values and its EXIT trap until they set their own. How the boot ends (run_step, signal, on_exit) is here too, to keep the
+# user data small.
 # shellcheck shell=bash
+# The stack's values known at synth, with the deploy-time ones the user data wrote: every file
+# that reads stack.env (the scripts, systemd's EnvironmentFile) finds them all in one place.
+cat "$R/etc/neuron-serving/bundle.env" >>"$R/etc/neuron-serving/stack.env"
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+# The Neuron tools (neuron-ls, neuron-monitor) are in the DLAMI's /opt/aws/neuron/bin.
+PATH=$PATH:/opt/aws/neuron/bin
+log() { echo "$(date -u +%FT%TZ) neuron-serving: $*"; }
+die() { why=$*; log "ERROR: $*"; exit 1; }
+trap 'why="command failed (exit $?) at line $LINENO: $BASH_COMMAND"; log "$why"' ERR
 # put PATH MODE <content: writes a file under the root, replacing it atomically.
 put() {
   local path=$R$1
@@ -167,7 +173,6 @@ on_exit() {
   log "FAILED in step $step (exit $rc)"
   "$bin/report-phase" failed "$step: ${why:-exit $rc}"
 }
-# The stack's values (IMAGE, HF_TOKEN_SECRET, ...) are this shell's: the boot script sourced stack.env.
 
 run_step metadata
 imds=$(curl -sSf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' http://169.254.169.254/latest/api/token)

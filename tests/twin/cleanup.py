@@ -95,20 +95,21 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 
 def alive(pid: int) -> bool:
+    """Signal 0 checks that ``pid`` exists (kill(2)); EPERM says it does, owned by someone else."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
-def reap() -> list[str]:
-    """Takes back the namespaces and mounts of twins whose process is gone, and returns what it took:
-    the processes left inside such a namespace (an orphaned twin's systemd, the servers the test
-    started there) are killed, the namespace deleted, and the mounts lazily unmounted."""
-    reaped = []
+def reap() -> None:
+    """Takes back the namespaces and mounts of twins whose process is gone: the processes left inside
+    such a namespace (an orphaned twin's systemd, the servers its test started there) are killed, the
+    namespace deleted, and the mounts lazily unmounted. A pid is read in this process's PID namespace:
+    runs that share /run/netns must share that too (as runs on one machine do, containers may not)."""
     for name in stale_namespaces():
         # `ip netns pids NAME`: the processes whose network namespace it is (ip-netns(8)).
         pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, check=False)
@@ -116,12 +117,9 @@ def reap() -> list[str]:
             with suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
         subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
-        reaped.append(name)
     # Deepest first: a twin's disks are mounted inside its root.
     for point in sorted(stale_mounts(), key=lambda p: len(p.parts), reverse=True):
         subprocess.run(["umount", "-l", str(point)], capture_output=True, check=False)
-        reaped.append(str(point))
-    return reaped
 
 
 def stale_namespaces() -> list[str]:
@@ -130,10 +128,10 @@ def stale_namespaces() -> list[str]:
     return [n for n in names if (m := NAMESPACE.fullmatch(n)) and not alive(int(m.group(1)))]
 
 
-def stale_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[Path]:
+def stale_mounts() -> list[Path]:
     """The mount points of the twins' overlay roots and tmpfs disks whose process is gone."""
     points = []
-    for line in Path(mountinfo).read_text().splitlines():
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
         # proc_pid_mountinfo(5): ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER
         fields, _, filesystem = line.partition(" - ")
         kind, source = filesystem.split(" ")[:2]

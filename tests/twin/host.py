@@ -256,7 +256,10 @@ class Twin:
                 os.kill(pid, signal.SIGKILL)
         if self._nspawn is not None:
             self._nspawn.kill()
-            self._nspawn.wait()
+            # With a timeout: the signal may have come inside a wait() on it, whose lock is then held
+            # (CPython, Lib/subprocess.py, Popen._wait: a wait without one blocks on _waitpid_lock).
+            with suppress(subprocess.TimeoutExpired):
+                self._nspawn.wait(timeout=10)
             self._nspawn = None
         self._unmount()
 

@@ -156,7 +156,10 @@ def test_a_session_deletes_the_namespace_of_a_dead_pid_and_keeps_that_of_a_live_
     # What a run killed by SIGKILL leaves running in its namespace (its twin, its servers).
     orphan = subprocess.Popen(["ip", "netns", "exec", dead.name, "sleep", "300"])
     try:
-        time.sleep(0.5)
+        deadline = time.monotonic() + 10
+        while not subprocess.run(["ip", "netns", "pids", dead.name], capture_output=True, text=True).stdout.split():
+            assert time.monotonic() < deadline, "`ip netns exec` never entered the namespace"
+            time.sleep(0.1)
         session = pytest_in_subprocess(tmp_path, SESSION, "-p", "no:xdist")
         output = session.communicate(timeout=120)[0].decode(errors="replace")
         assert session.returncode == 0, output

@@ -22,6 +22,7 @@ from neuron_serving.plan import ServingPlan
 from tests.harness.aws import MOTO_SERVICES, AwsEmulator
 from tests.harness.dockerd import FakeDockerd
 from tests.harness.fake_hub import FakeHub, HubRepo
+from tests.twin.cleanup import on_signal, on_signals, reap
 from tests.twin.host import Twin, copy_console_tail
 from tests.twin.images import CHECKPOINT, HUB_CLIS, TwinImage
 from tests.twin.imds import Imds
@@ -35,6 +36,16 @@ ROLE = "NeuronLlamaStack-HostRole"
 _names = count()
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def twin_session() -> Iterator[None]:
+    """Once per process (each xdist worker is one): the namespaces and mounts of earlier runs that were
+    killed are reaped; then, until the session ends, SIGTERM and SIGINT first kill this process's
+    twins and take their mounts and namespaces away (tests/twin/cleanup.py)."""
+    reap()
+    with on_signals():
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -99,6 +110,11 @@ class World:
         twin.prepare(user_data, instance_id)
         return twin, imds, behaviour
 
+    def kill(self) -> None:
+        """The twins killed and unmounted at once, for a run being stopped by a signal."""
+        for twin in self.twins:
+            twin.kill()
+
     def close(self) -> None:
         for twin in self.twins:
             twin.destroy()
@@ -118,16 +134,19 @@ def endpoints(aws: AwsEmulator) -> dict[str, str]:
 
 
 @pytest.fixture
-def world(tmp_path: Path, twin_rootfs: Path) -> Iterator[World]:
+def world(twin_session: None, tmp_path: Path, twin_rootfs: Path) -> Iterator[World]:
     """A network namespace of this test's own; the test's thread runs inside it for the whole test, so
-    that the servers it starts (moto, the recorder, the metadata service, the replicas) listen there."""
+    that the servers it starts (moto, the recorder, the metadata service, the replicas) listen there.
+    ``twin_session`` comes first: when no earlier test has made pytest's temporary directory, the
+    mounts of killed runs are then reaped before pytest removes those runs' directories."""
     netns = NetNs(f"twin{os.getpid()}-{next(_names)}").create()
     try:
-        with netns.entered():
+        with on_signal(netns.delete), netns.entered():
             aws = AwsEmulator(tmp_path / "aws", region=REGION, moto_services=(*MOTO_SERVICES, "ec2")).start()
             world = World(tmp_path, netns, twin_rootfs, aws, FakeHub().start())
             try:
-                yield world
+                with on_signal(world.kill):
+                    yield world
             finally:
                 world.close()
     finally:

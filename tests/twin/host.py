@@ -30,11 +30,15 @@ a boot writes nothing to the cache and survives a reboot of the twin.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from pathlib import Path
 
+from tests.twin.cleanup import owned
 from tests.twin.netns import NetNs
 
 ENGINE_DIR = "/run/twin-engine"
@@ -112,7 +116,7 @@ class Twin:
         seed cloud-init reads the user data and instance id from."""
         for d in (self.upper, self.merged, self.workdir / "work", self.device_root / "dev"):
             d.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+        subprocess.run(["mount", "-t", "overlay", owned("root"), "-o",
                         f"lowerdir={self.rootfs},upperdir={self.upper},workdir={self.workdir / 'work'}",
                         str(self.merged)], check=True)
         self._mounted = True
@@ -140,7 +144,7 @@ class Twin:
         the twin's root before it starts, so the twin and the engine's containers both write to it."""
         target = self.path(path)
         target.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "twin-disk", str(target)], check=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", owned("disk"), str(target)], check=True)
         self._disks.append(target)
 
     def _write(self, path: str, data: bytes, mode: int) -> None:
@@ -240,6 +244,26 @@ class Twin:
 
     def destroy(self) -> None:
         self.poweroff()
+        self._unmount()
+
+    def kill(self) -> None:
+        """Pulls the plug, for a test run being stopped (no time for a poweroff): SIGKILL to the twin's
+        systemd, whose end ends every process of its PID namespace (pid_namespaces(7)), and to
+        systemd-nspawn; then the disks come off."""
+        pid = self.init_pid()
+        if pid is not None:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self._nspawn is not None:
+            self._nspawn.kill()
+            # With a timeout: the signal may have come inside a wait() on it, whose lock is then held
+            # (CPython, Lib/subprocess.py, Popen._wait: a wait without one blocks on _waitpid_lock).
+            with suppress(subprocess.TimeoutExpired):
+                self._nspawn.wait(timeout=10)
+            self._nspawn = None
+        self._unmount()
+
+    def _unmount(self) -> None:
         for disk in reversed(self._disks):
             subprocess.run(["umount", "-l", str(disk)], check=False)
         self._disks.clear()

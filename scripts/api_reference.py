@@ -66,6 +66,11 @@ def _members(cls: type) -> list[tuple[str, Any]]:
 
 
 def _signature(obj: Any) -> str:
+    from neuron_serving.settings import StackSettings
+
+    if obj is StackSettings:
+        # Its fields are the settings, which docs/configuration.md lists (one place, generated).
+        return "(**settings)"
     # jsii's metaclass hides a construct's own __init__ behind (*args, **kwargs): read __init__ itself.
     target = obj.__init__ if isinstance(obj, type) and "__init__" in vars(obj) else obj
     try:
@@ -99,7 +104,19 @@ def _stable(text: str) -> str:
 
 
 def _doc(obj: Any) -> str:
-    return inspect.getdoc(obj) or "(undocumented)"
+    """``obj``'s docstring; the settings' ``:param`` lines that StackSettings and NeuronLlamaStack
+    carry for IDEs (``settings_docstring``) become a link to the settings' own page, where a new
+    setting then appears once."""
+    from neuron_serving.settings import settings_docstring
+
+    doc = inspect.getdoc(obj) or "(undocumented)"
+    settings = settings_docstring(indent="").strip()
+    if doc.endswith(settings):
+        doc = doc[: -len(settings)].rstrip().removesuffix(
+            "The settings, from their definitions (the table in docs/configuration.md is made from them too):").rstrip()
+        doc += ("\n\nEvery setting is a keyword argument: see [Configuration](configuration.md), generated from "
+                "the same definitions.")
+    return doc
 
 
 def main(argv: list[str]) -> int:

@@ -24,6 +24,7 @@ from .plan import (
     predict,
     recommend,
 )
+from .plan.host import HostSpec, resolve_host
 from .render.boot_options import ReadinessSignal, WarmPoolHook
 from .settings import StackSettings
 
@@ -66,6 +67,7 @@ __all__ = [
     "MODELS",
     "AlarmThresholds",
     "Constraints",
+    "HostSpec",
     "NeuronArtifactCache",
     "NeuronBootScript",
     "NeuronExportBuilder",
@@ -88,4 +90,5 @@ __all__ = [
     "plan_serving",
     "predict",
     "recommend",
+    "resolve_host",
 ]

@@ -13,10 +13,10 @@ from bootsim import MODEL, STUBS, Host, SigningKeys, make_plan, require
 from inside import ServingImage
 
 from neuron_serving.plan import ServingPlan
-from neuron_serving.render.boot import render_boot_script
 from neuron_serving.render.boot_options import BootOptions
 from tests.harness.aws import MOTO_SERVICES, AwsEmulator, MotoServer
 from tests.harness.dockerd import FakeDockerd
+from tests.harness.userdata import boot_of
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def booted(make_host: Callable[..., Host]) -> Callable[..., tuple[Host, ServingP
     def boot(instance_type: str, tensor_parallel: int | None = None, secret: str | None = None,
              model_id: str = MODEL) -> tuple[Host, ServingPlan, str]:
         plan = make_plan(instance_type, tensor_parallel, model_id)
-        script = render_boot_script(plan, BootOptions(hf_token_secret=secret))
+        script = boot_of(plan, BootOptions(hf_token_secret=secret))
         host = make_host(plan.instance.devices)
         result = host.boot(script)
         assert result.returncode == 0, result.stdout + result.stderr

@@ -10,16 +10,16 @@ from collections.abc import Callable
 from bootsim import MARKER, SIGNAL, SMALL_MODEL, Host, make_plan
 
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
-from neuron_serving.render.boot import render_boot_script
 from neuron_serving.render.boot_options import BootOptions
 from tests.harness.aws import AwsEmulator
+from tests.harness.userdata import boot_of
 
 CACHE = "s3://cache-bucket/exports"
 BUCKET = "cache-bucket"
 PLAN = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
 KEY = TGI.export_key(PLAN, TGI_3_3_5)
-BUILDER = render_boot_script(PLAN, BootOptions(artifact_cache=CACHE, export_role="build"))
-WAITER = render_boot_script(PLAN, BootOptions(artifact_cache=CACHE, export_role="wait", signal=SIGNAL))
+BUILDER = boot_of(PLAN, BootOptions(artifact_cache=CACHE), export_role="build")
+WAITER = boot_of(PLAN, BootOptions(artifact_cache=CACHE, signal=SIGNAL), export_role="wait")
 
 
 def _log(host: Host) -> str:

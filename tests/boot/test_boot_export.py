@@ -31,10 +31,12 @@ from inside import CHECKPOINT
 from neuron_serving.plan import ServingConfigError, ServingPlan
 from neuron_serving.plan.engines import CHECKPOINT_EXCLUDED, CHECKPOINT_FILES, ENGINES, check_dlami_parameter
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
+from neuron_serving.plan.host import resolve_host
 from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, render_boot_script
 from neuron_serving.render.boot_options import BootOptions
 from tests.harness.fake_hub import RESET, FakeHub, HubRepo
 from tests.harness.test_optimum_neuron import TINY_LLAMA
+from tests.harness.userdata import boot_of
 
 MakeHost = Callable[..., Host]
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +60,7 @@ def test_the_checkpoint_is_downloaded_without_metas_original_weights_before_the_
     # revision downloaded the whole repository, original/*.pth included.
     plan = small_plan()
     host = make_host(1)
-    result = host.boot(render_boot_script(plan), STUB_EXPORT_FAIL="1")  # keeps the download
+    result = host.boot(boot_of(plan), STUB_EXPORT_FAIL="1")  # keeps the download
     assert result.returncode != 0
     [download] = hub_downloads(host)
     words = download[download.index(TGI_3_3_5.reference) + 1:]
@@ -78,7 +80,7 @@ def test_the_checkpoint_is_downloaded_without_metas_original_weights_before_the_
 def test_an_export_holds_the_weights_and_the_checkpoint_is_not_kept(make_host: MakeHost) -> None:
     plan = make_plan("inf2.24xlarge", 4)
     host = make_host(6)
-    assert host.boot(render_boot_script(plan)).returncode == 0
+    assert host.boot(boot_of(plan)).returncode == 0
     final = host.path(f"{EXPORTS}/{TGI.export_key(plan, TGI_3_3_5)}")
     assert sorted(p.name for p in (final / "checkpoint" / "weights").iterdir()) == [
         f"tp{rank}_sharded_checkpoint.safetensors" for rank in range(4)]
@@ -90,7 +92,7 @@ def test_replicas_serve_the_local_export_offline_without_the_token(make_host: Ma
     # Defect 8: every replica was given the Hugging Face token.
     plan = make_plan("inf2.24xlarge", 4)
     host = make_host(6)
-    assert host.boot(render_boot_script(plan, BootOptions(hf_token_secret="hf"))).returncode == 0
+    assert host.boot(boot_of(plan, BootOptions(hf_token_secret="hf"))).returncode == 0
     for replica in plan.replicas:
         assert host.run(RUN_REPLICA, str(replica.index)).returncode == 0
         env = dict(line.split("=", 1) for line in
@@ -115,7 +117,7 @@ def test_a_prebuilt_export_that_does_not_match_the_plan_is_never_served(
     host = make_host(1)
     prebuilt = host.s3 / "models" / "export"
     write_export(prebuilt, plan, degree=degree, weights=weights)
-    result = host.boot(render_boot_script(plan, BootOptions(prebuilt_export="s3://models/export", signal=SIGNAL)))
+    result = host.boot(boot_of(plan, BootOptions(signal=SIGNAL), prebuilt_export="s3://models/export"))
     assert result.returncode != 0
     assert problem in result.stdout
     assert not host.path(f"{EXPORTS}/{TGI.export_key(plan, TGI_3_3_5)}/{MARKER}").exists()
@@ -132,7 +134,7 @@ def test_a_cached_artifact_that_does_not_match_the_plan_is_not_served_and_the_ho
     write_export(bad, plan, degree=plan.degree, weights=False)
     # Published as it is (the manifest matches), but no export of this plan.
     (bad.parent / "COMPLETE").write_text(complete_marker(f"exports/{key}/i-0badbadbadbadbad0", bad))
-    result = host.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE)))
+    result = host.boot(boot_of(plan, BootOptions(artifact_cache=CACHE)))
     assert result.returncode == 0, result.stdout
     assert len(host.exports()) == 1
     assert host.run(CHECK_EXPORT, export_dir(host, plan)).returncode == 0
@@ -146,7 +148,7 @@ def test_a_complete_export_on_disk_that_no_longer_passes_the_check_is_redone(mak
     final = host.path(f"{EXPORTS}/{TGI.export_key(plan, TGI_3_3_5)}")
     write_export(final, plan, weights=False)
     (final / MARKER).write_text("exported by an earlier script\n")
-    assert host.boot(render_boot_script(plan)).returncode == 0
+    assert host.boot(boot_of(plan)).returncode == 0
     assert len(host.exports()) == 1
     assert host.run(CHECK_EXPORT, str(final)).returncode == 0
 
@@ -164,7 +166,7 @@ def test_artifacts_under_keys_of_earlier_formats_are_never_used(make_host: MakeH
         artifact = host.s3 / "cache-bucket" / "exports" / old
         write_export(artifact / "i-0", plan, weights=old != unversioned)  # v1 exports lacked weights
         (artifact / "COMPLETE").write_text(f"exports/{old}/i-0\n")
-    assert host.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE))).returncode == 0
+    assert host.boot(boot_of(plan, BootOptions(artifact_cache=CACHE))).returncode == 0
     assert len(host.exports()) == 1
     assert [a[2] for a in host.aws("s3", "cp")] == [f"s3://cache-bucket/exports/{key}/COMPLETE"]
 
@@ -172,7 +174,7 @@ def test_artifacts_under_keys_of_earlier_formats_are_never_used(make_host: MakeH
 def test_the_check_names_every_field_of_the_plan_and_accepts_a_matching_export(make_host: MakeHost) -> None:
     plan = small_plan()
     host = make_host(1)
-    assert host.boot(render_boot_script(plan)).returncode == 0
+    assert host.boot(boot_of(plan)).returncode == 0
     final = host.path(f"{EXPORTS}/{TGI.export_key(plan, TGI_3_3_5)}")
     config = json.loads((final / "neuron_config.json").read_text())
     config.update(batch_size=8, sequence_length=2048, torch_dtype="float16")
@@ -187,7 +189,7 @@ def test_heartbeats_keep_the_launch_lifecycle_action_alive_during_a_long_export(
     # Defect 7: nothing renewed the lifecycle action during a boot of hours.
     host = make_host(1)
     options = BootOptions(signal=SIGNAL, warm_pool_hook=HOOK)
-    result = host.boot(render_boot_script(small_plan(), options), STUB_LIFECYCLE_STATE="InService",
+    result = host.boot(boot_of(small_plan(), options), STUB_LIFECYCLE_STATE="InService",
                        STUB_EXPORT_SECONDS="2.5", NEURON_SERVING_HEARTBEAT_SECONDS="1", STUB_SLEEP_MAX="1")
     assert result.returncode == 0, result.stdout
     actions = [a[1] for a in host.calls("aws") if a[0] == "autoscaling"]
@@ -206,12 +208,12 @@ def test_a_model_the_images_optimum_neuron_cannot_export_is_refused_at_synth_nam
                        r"model, which optimum-neuron 0.3.0 in .* cannot export and serve; it does granite, llama, "
                        r"mixtral, "
                        r"phi3, qwen2, qwen3$"):
-        render_boot_script(plan)
+        boot_of(plan)
 
 
 def test_an_image_whose_tools_are_unknown_is_refused_naming_image() -> None:
     with pytest.raises(ServingConfigError, match=r"^image \('example.com/tgi:latest'\) is not a TGI serving image"):
-        render_boot_script(small_plan(), BootOptions(image="example.com/tgi:latest"))
+        boot_of(small_plan(), image="example.com/tgi:latest")
 
 
 def test_a_dlami_parameter_that_tracks_the_newest_driver_is_refused_for_the_tgi_image() -> None:
@@ -229,7 +231,7 @@ def test_a_neuron_driver_that_rejects_the_images_runtime_stops_the_boot_before_t
     make_host: MakeHost, driver: str, boots: bool,
 ) -> None:
     host = make_host(1)
-    result = host.boot(render_boot_script(small_plan()), STUB_NEURON_DRIVER=driver)
+    result = host.boot(boot_of(small_plan()), STUB_NEURON_DRIVER=driver)
     assert (result.returncode == 0) is boots, result.stdout
     if not boots:
         assert f"the Neuron driver (aws-neuronx-dkms {driver}) rejects the Neuron runtime 2.26.42" in result.stdout
@@ -242,7 +244,7 @@ def test_the_engine_receives_each_replica_with_its_devices_loopback_port_read_on
     # What the real docker CLI sends the (recording) engine, not what the script's argv says.
     plan = make_plan("inf2.24xlarge", 4)
     host = make_host(6)
-    assert host.boot(render_boot_script(plan, BootOptions(hf_token_secret="hf"))).returncode == 0
+    assert host.boot(boot_of(plan, BootOptions(hf_token_secret="hf"))).returncode == 0
     for replica in plan.replicas:
         assert host.run(RUN_REPLICA, str(replica.index)).returncode == 0
     created = {c["name"]: c for c in host.containers()}
@@ -272,7 +274,7 @@ def test_the_export_command_the_script_issues_reaches_optimum_neuron_030s_export
     runner_python = require(ROOT / ".tools" / "optimum-neuron-0.3.0" / "bin" / "python", "scripts/test makes it")
     plan = make_plan("inf2.24xlarge", 4)
     host = make_host(6)
-    assert host.boot(render_boot_script(plan)).returncode == 0
+    assert host.boot(boot_of(plan)).returncode == 0
     [argv] = host.exports()
     key = TGI.export_key(plan, TGI_3_3_5)
     exports = tmp_path / "exports"
@@ -320,8 +322,8 @@ def test_the_hub_download_the_script_issues_runs_in_the_real_huggingface_cli_at_
     with FakeHub([repo], tokens={FAKE_HF_TOKEN}) as hub:
         host = make_host(1)
         host.inside.use_hub(hub, cli, tmp_path / "hf-home", hf_transfer=hf_transfer)
-        options = BootOptions(engine=engine_name, hf_token_secret="hf", model_revision=pinned)
-        result = host.boot(render_boot_script(plan, options))
+        spec = resolve_host(plan, engine=engine_name, model_revision=pinned)
+        result = host.boot(render_boot_script(plan, spec, BootOptions(hf_token_secret="hf")))
         assert result.returncode == 0, host.path("/var/log/neuron-serving/export.log").read_text()
         assert sorted(hub.downloads()) == sorted(
             name for name in CHECKPOINT if not name.startswith("original/") and name != "LICENSE")
@@ -352,7 +354,7 @@ def test_a_hub_that_fails_twice_then_answers_does_not_fail_the_boot(make_host: M
         host = make_host(1)
         host.inside.use_hub(hub, cli, tmp_path / "hf-home")
         hub.fail(2)
-        result = host.boot(render_boot_script(plan))
+        result = host.boot(boot_of(plan))
         requests = hub.requests
     assert result.returncode == 0, result.stdout
     assert [r.status for r in requests[:2]] == [RESET, RESET]
@@ -374,7 +376,7 @@ def test_a_retried_hub_download_fetches_only_the_files_the_failed_one_lacked(
         host = make_host(1)
         host.inside.use_hub(hub, cli, tmp_path / "hf-home")
         hub.fail(1, file=broken)
-        result = host.boot(render_boot_script(plan))
+        result = host.boot(boot_of(plan))
         requests = hub.requests
     assert result.returncode == 0, result.stdout
     assert len(hub_downloads(host)) == 2
@@ -389,7 +391,7 @@ def test_a_hub_that_never_answers_fails_the_boot_naming_the_attempts(make_host: 
         host = make_host(1)
         host.inside.use_hub(hub, cli, tmp_path / "hf-home")
         hub.fail(100, status=500)
-        result = host.boot(render_boot_script(plan, BootOptions(signal=SIGNAL)))
+        result = host.boot(boot_of(plan, BootOptions(signal=SIGNAL)))
     assert result.returncode != 0
     assert len(hub_downloads(host)) == 5
     assert retry_waits(host) == ["10", "20", "40", "80"]
@@ -404,7 +406,7 @@ def test_a_prebuilt_export_whose_s3_download_fails_twice_is_downloaded_on_the_th
     plan = small_plan()
     host = make_host(1)
     write_export(host.s3 / "models" / "export", plan)
-    result = host.boot(render_boot_script(plan, BootOptions(prebuilt_export="s3://models/export")),
+    result = host.boot(boot_of(plan, prebuilt_export="s3://models/export"),
                        STUB_S3_SYNC_FAILURES="2")
     assert result.returncode == 0, result.stdout
     assert len(host.aws("s3", "sync")) == 3

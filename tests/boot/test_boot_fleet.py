@@ -24,6 +24,7 @@ from bootsim import (
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
+from neuron_serving.plan.host import resolve_host
 from neuron_serving.render.boot import (
     CHECK_EXPORT,
     COMPLETE_LIFECYCLE,
@@ -33,6 +34,7 @@ from neuron_serving.render.boot import (
     render_boot_script,
 )
 from neuron_serving.render.boot_options import BootOptions
+from tests.harness.userdata import boot_of
 
 MakeHost = Callable[..., Host]
 
@@ -85,7 +87,7 @@ def position(host: Host, match: Callable[[str, list[str]], bool]) -> list[int]:
 
 def test_three_hosts_booting_in_turn_export_once_and_download_twice(make_host: MakeHost) -> None:
     plan = small_plan()
-    script = render_boot_script(plan, BootOptions(artifact_cache=CACHE))
+    script = boot_of(plan, BootOptions(artifact_cache=CACHE))
     hosts = [make_host(1) for _ in range(3)]
     for host in hosts:
         result = host.boot(script)
@@ -102,7 +104,7 @@ def test_three_hosts_booting_in_turn_export_once_and_download_twice(make_host: M
 
 def test_two_racing_exporters_leave_one_complete_marker_naming_one_complete_artifact(make_host: MakeHost) -> None:
     plan = small_plan()
-    script = render_boot_script(plan, BootOptions(artifact_cache=CACHE))
+    script = boot_of(plan, BootOptions(artifact_cache=CACHE))
     hosts = [make_host(1), make_host(1)]
     # A slow compiler: both hosts find no COMPLETE and export; both then try to publish.
     boots = [h.boot_async(script, STUB_EXPORT_SECONDS="1.5") for h in hosts]
@@ -129,7 +131,7 @@ def test_an_artifact_without_its_complete_marker_is_not_used(make_host: MakeHost
     orphan = cached(host, plan) / "i-0interrupted00000"
     orphan.mkdir(parents=True)
     (orphan / "config.json").write_text('{"model_type": "llama"}\n')
-    result = host.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE)))
+    result = host.boot(boot_of(plan, BootOptions(artifact_cache=CACHE)))
     assert result.returncode == 0, result.stdout
     assert len(host.exports()) == 1
     assert downloads(host) == []
@@ -141,8 +143,8 @@ def test_a_prebuilt_s3_export_is_downloaded_and_optimum_cli_never_runs(make_host
     host = make_host(1)
     prebuilt = host.s3 / "models" / "llama-neuron"
     write_export(prebuilt, plan)
-    options = BootOptions(prebuilt_export="s3://models/llama-neuron", artifact_cache=CACHE)
-    result = host.boot(render_boot_script(plan, options))
+    spec = resolve_host(plan, prebuilt_export="s3://models/llama-neuron")
+    result = host.boot(render_boot_script(plan, spec, BootOptions(artifact_cache=CACHE)))
     assert result.returncode == 0, result.stdout
     assert [a for a in host.calls("docker") if "optimum-cli" in a] == []
     assert [a[-2:] for a in downloads(host)] == [["s3://models/llama-neuron/", f"{local_export(host, plan)}.tmp"]]
@@ -156,8 +158,8 @@ def test_a_prebuilt_hf_export_is_downloaded_in_the_serving_image_and_optimum_cli
 ) -> None:
     plan = make_plan("inf2.48xlarge", 8)
     host = make_host(12)
-    options = BootOptions(prebuilt_export="hf://aws-neuron/Llama-3.1-8B-neuron", hf_token_secret="hf")
-    result = host.boot(render_boot_script(plan, options))
+    spec = resolve_host(plan, prebuilt_export="hf://aws-neuron/Llama-3.1-8B-neuron")
+    result = host.boot(render_boot_script(plan, spec, BootOptions(hf_token_secret="hf")))
     assert result.returncode == 0, result.stdout
     [download] = [a for a in host.calls("docker") if a[0] == "run" and "--name" not in a]
     assert download[download.index("--entrypoint") + 1] == "huggingface-cli"
@@ -174,7 +176,7 @@ def test_success_is_signalled_only_after_every_replica_generated_and_the_router_
 ) -> None:
     plan = make_plan("inf2.48xlarge", 8)
     host = make_host(12)
-    result = host.boot(render_boot_script(plan, BootOptions(signal=SIGNAL)), STUB_READY_AFTER="2")
+    result = host.boot(boot_of(plan, BootOptions(signal=SIGNAL)), STUB_READY_AFTER="2")
     assert result.returncode == 0, result.stdout
     [signal] = signals(host)
     assert signal == {"--region": "us-east-2", "--stack-name": "NeuronLlamaStack",
@@ -194,7 +196,7 @@ def test_a_replica_that_never_serves_fails_the_boot_with_a_failure_signal_naming
     plan = make_plan("inf2.48xlarge", 8)
     host = make_host(12)
     stuck = plan.replicas[1]
-    result = host.boot(render_boot_script(plan, BootOptions(signal=SIGNAL)),
+    result = host.boot(boot_of(plan, BootOptions(signal=SIGNAL)),
                        STUB_NEVER_READY=str(stuck.port), NEURON_SERVING_READY_SECONDS="4")
     assert result.returncode != 0
     [signal] = signals(host)
@@ -213,7 +215,7 @@ def test_a_failed_export_signals_failure_with_the_compiler_error_and_logs_the_wh
     host = make_host(1)
     console = host.path("/dev/console")
     console.touch()
-    result = host.boot(render_boot_script(plan, BootOptions(signal=SIGNAL)), STUB_EXPORT_FAIL="1")
+    result = host.boot(boot_of(plan, BootOptions(signal=SIGNAL)), STUB_EXPORT_FAIL="1")
     assert result.returncode != 0
     [signal] = signals(host)
     assert signal["--status"] == "FAILURE"
@@ -231,7 +233,7 @@ def test_a_failed_export_signals_failure_with_the_compiler_error_and_logs_the_wh
 def test_a_signal_that_no_deployment_awaits_does_not_fail_the_boot(make_host: MakeHost) -> None:
     host = make_host(1)
     # A host the group launches later, to scale out: CloudFormation refuses the signal.
-    result = host.boot(render_boot_script(small_plan(), BootOptions(signal=SIGNAL)), STUB_SIGNAL_FAIL="1")
+    result = host.boot(boot_of(small_plan(), BootOptions(signal=SIGNAL)), STUB_SIGNAL_FAIL="1")
     assert result.returncode == 0, result.stdout
     assert [s["--status"] for s in signals(host)] == ["SUCCESS"]
     assert "no SUCCESS signal taken" in result.stdout
@@ -239,7 +241,7 @@ def test_a_signal_that_no_deployment_awaits_does_not_fail_the_boot(make_host: Ma
 
 def test_a_boot_without_readiness_options_neither_waits_nor_signals(make_host: MakeHost) -> None:
     host = make_host(1)
-    result = host.boot(render_boot_script(small_plan(), BootOptions(artifact_cache=CACHE)))
+    result = host.boot(boot_of(small_plan(), BootOptions(artifact_cache=CACHE)))
     assert result.returncode == 0, result.stdout
     assert probes(host) == []
     assert signals(host) == [] and lifecycle_actions(host) == []
@@ -250,7 +252,7 @@ def warm_pool_boot(make_host: MakeHost) -> tuple[Host, ServingPlan]:
     plan = make_plan("inf2.48xlarge", 8)
     host = make_host(12)
     options = BootOptions(artifact_cache=CACHE, signal=SIGNAL, warm_pool_hook=HOOK)
-    result = host.boot(render_boot_script(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped")
+    result = host.boot(boot_of(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped")
     assert result.returncode == 0, result.stdout
     return host, plan
 
@@ -297,7 +299,7 @@ def test_a_launch_straight_into_service_signals_success_then_completes_the_lifec
     plan = small_plan()
     host = make_host(1)
     options = BootOptions(signal=SIGNAL, warm_pool_hook=HOOK)
-    result = host.boot(render_boot_script(plan, options), STUB_LIFECYCLE_STATE="InService")
+    result = host.boot(boot_of(plan, options), STUB_LIFECYCLE_STATE="InService")
     assert result.returncode == 0, result.stdout
     assert ["start", "neuron-replica@0"] in host.calls("systemctl")
     assert [a[:2] for a in host.calls("aws") if a[0] != "ec2"] == [["cloudformation", "signal-resource"],
@@ -311,7 +313,7 @@ def test_a_failed_boot_in_the_warm_pool_abandons_the_lifecycle_action_and_signal
 ) -> None:
     host = make_host(1)
     options = BootOptions(signal=SIGNAL, warm_pool_hook=HOOK)
-    result = host.boot(render_boot_script(small_plan(), options),
+    result = host.boot(boot_of(small_plan(), options),
                        STUB_LIFECYCLE_STATE="Warmed:Stopped", STUB_DOCKER_PULL_FAILURES="5")
     assert result.returncode != 0
     assert [a["--lifecycle-action-result"] for a in lifecycle_actions(host)] == ["ABANDON"]
@@ -321,7 +323,7 @@ def test_a_failed_boot_in_the_warm_pool_abandons_the_lifecycle_action_and_signal
 def test_completing_a_lifecycle_action_that_none_awaits_is_tolerated(make_host: MakeHost) -> None:
     host = make_host(1)
     options = BootOptions(warm_pool_hook=HOOK)
-    assert host.boot(render_boot_script(small_plan(), options), STUB_LIFECYCLE_STATE="InService").returncode == 0
+    assert host.boot(boot_of(small_plan(), options), STUB_LIFECYCLE_STATE="InService").returncode == 0
     # A reboot in service: neuron-serving-ready runs again, and no action is pending.
     result = host.run(COMPLETE_LIFECYCLE, "CONTINUE", STUB_LIFECYCLE_FAIL="1")
     assert result.returncode == 0
@@ -335,7 +337,7 @@ REVISION = "5f0b02c75b57c5855da9ae460ce51323ea669d8a"
 def test_a_pinned_revision_is_downloaded_then_exported_from_disk_under_its_own_key(make_host: MakeHost) -> None:
     plan = small_plan()
     host = make_host(1)
-    result = host.boot(render_boot_script(plan, BootOptions(model_revision=REVISION, artifact_cache=CACHE)))
+    result = host.boot(boot_of(plan, BootOptions(artifact_cache=CACHE), model_revision=REVISION))
     assert result.returncode == 0, result.stdout
     key = TGI.export_key(plan, TGI_3_3_5, REVISION)
     assert key != TGI.export_key(plan, TGI_3_3_5)
@@ -353,8 +355,8 @@ def test_a_pinned_revision_is_downloaded_then_exported_from_disk_under_its_own_k
 def test_an_unknown_revision_fails_the_boot_with_a_failure_signal_naming_it(make_host: MakeHost) -> None:
     plan = small_plan()
     host = make_host(1)
-    options = BootOptions(model_revision="no-such-branch", signal=SIGNAL)
-    result = host.boot(render_boot_script(plan, options), STUB_HF_DOWNLOAD_FAIL="1")
+    spec = resolve_host(plan, model_revision="no-such-branch")
+    result = host.boot(render_boot_script(plan, spec, BootOptions(signal=SIGNAL)), STUB_HF_DOWNLOAD_FAIL="1")
     assert result.returncode != 0
     assert [a for a in host.calls("docker") if "optimum-cli" in a and "--help" not in a] == []
     (failure,) = [s for s in signals(host) if s["--status"] == "FAILURE"]
@@ -380,7 +382,7 @@ def test_an_aws_cli_too_old_for_conditional_writes_is_replaced_and_the_export_is
     # another host's win: the boot succeeded and the cache never filled.
     plan = small_plan()
     host = make_host(1)
-    result = host.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE)), STUB_AWS_VERSION=OLD_CLIS[cli])
+    result = host.boot(boot_of(plan, BootOptions(artifact_cache=CACHE)), STUB_AWS_VERSION=OLD_CLIS[cli])
     assert result.returncode == 0, result.stdout
     assert (cached(host, plan) / "COMPLETE").is_file()
     assert f"{OLD_CLIS[cli]} lacks --if-none-match: installing v2" in result.stdout
@@ -389,7 +391,7 @@ def test_an_aws_cli_too_old_for_conditional_writes_is_replaced_and_the_export_is
 
 def test_a_host_that_publishes_nothing_keeps_an_old_aws_cli(make_host: MakeHost) -> None:
     host = make_host(1)
-    result = host.boot(render_boot_script(small_plan()), STUB_AWS_VERSION=OLD_CLIS["v1"])
+    result = host.boot(boot_of(small_plan()), STUB_AWS_VERSION=OLD_CLIS["v1"])
     assert result.returncode == 0, result.stdout
     assert SKELETON not in host.calls("aws")
     assert all("awscli" not in a[-1] for a in host.calls("curl"))
@@ -397,7 +399,7 @@ def test_a_host_that_publishes_nothing_keeps_an_old_aws_cli(make_host: MakeHost)
 
 def test_an_aws_cli_new_enough_is_kept(make_host: MakeHost) -> None:
     host = make_host(1)
-    result = host.boot(render_boot_script(small_plan(), BootOptions(artifact_cache=CACHE)))
+    result = host.boot(boot_of(small_plan(), BootOptions(artifact_cache=CACHE)))
     assert result.returncode == 0, result.stdout
     assert SKELETON in host.calls("aws")
     assert all("awscli" not in a[-1] for a in host.calls("curl"))
@@ -408,7 +410,7 @@ def test_a_cli_that_still_lacks_the_option_is_reported_and_not_taken_for_another
 ) -> None:
     plan = small_plan()
     host = make_host(1)
-    result = host.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE)),
+    result = host.boot(boot_of(plan, BootOptions(artifact_cache=CACHE)),
                        STUB_AWS_VERSION=OLD_CLIS["v1"], STUB_INSTALLED_AWS_VERSION=OLD_CLIS["v1"])
     assert result.returncode == 0, result.stdout  # the host serves its own export
     assert "export-model: not published: Unknown options: --if-none-match, *" in result.stdout
@@ -419,7 +421,7 @@ def test_a_cli_that_still_lacks_the_option_is_reported_and_not_taken_for_another
 def test_a_put_object_failure_other_than_precondition_failed_is_reported_as_it_is(make_host: MakeHost) -> None:
     plan = small_plan()
     host = make_host(1)
-    result = host.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE)), STUB_PUT_OBJECT_DENIED="1")
+    result = host.boot(boot_of(plan, BootOptions(artifact_cache=CACHE)), STUB_PUT_OBJECT_DENIED="1")
     assert result.returncode == 0, result.stdout  # the host serves its own export
     assert ("export-model: not published: An error occurred (AccessDenied) when calling the PutObject operation: "
             "Access Denied") in result.stdout

@@ -9,10 +9,10 @@ from bootsim import EXPORTS, FAKE_HF_TOKEN, MARKER, SECRET_ARN, SMALL_MODEL, Hos
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
-from neuron_serving.render.boot import CHECK_EXPORT, EXPORT_MODEL, RUN_REPLICA, render_boot_script
+from neuron_serving.render.boot import CHECK_EXPORT, EXPORT_MODEL, RUN_REPLICA
 from neuron_serving.render.boot_options import BootOptions
 from neuron_serving.render.router import render_router_config
-from tests.harness.userdata import readable
+from tests.harness.userdata import boot_of, readable
 
 Booted = Callable[..., tuple[Host, ServingPlan, str]]
 MakeHost = Callable[..., Host]
@@ -45,7 +45,7 @@ def test_export_runs_once_across_two_boots_and_every_unit_start(booted: Booted) 
 def test_concurrent_export_callers_wait_for_one_export(make_host: MakeHost) -> None:
     plan = make_plan("inf2.48xlarge", 8)
     host = make_host(12)
-    assert host.boot(render_boot_script(plan, BootOptions()), STUB_EXPORT_FAIL="1").returncode != 0
+    assert host.boot(boot_of(plan), STUB_EXPORT_FAIL="1").returncode != 0
     callers = [host.start(EXPORT_MODEL, STUB_EXPORT_SECONDS="0.5") for _ in range(4)]
     assert [c.wait(timeout=30) for c in callers] == [0, 0, 0, 0]
     assert len(host.exports()) == 2  # the failed one at boot, then exactly one more
@@ -152,7 +152,7 @@ def test_hf_token_file_is_given_to_the_hub_download_only(booted: Booted) -> None
 
 def test_secret_holding_json_is_refused_without_printing_it(make_host: MakeHost) -> None:
     host = make_host(12)
-    result = host.boot(render_boot_script(make_plan("inf2.48xlarge", 8), BootOptions(hf_token_secret="hf")),
+    result = host.boot(boot_of(make_plan("inf2.48xlarge", 8), BootOptions(hf_token_secret="hf")),
                        STUB_SECRET_JSON="1")
     assert result.returncode != 0
     assert "secret hf must hold the Hugging Face token as plain text, not JSON" in result.stdout
@@ -171,7 +171,7 @@ def test_no_secret_means_no_aws_call_and_no_token_file(booted: Booted) -> None:
 def test_failing_image_pull_is_retried_with_growing_waits(make_host: MakeHost) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
     host = make_host(1)
-    result = host.boot(render_boot_script(plan), STUB_DOCKER_PULL_FAILURES="3")
+    result = host.boot(boot_of(plan), STUB_DOCKER_PULL_FAILURES="3")
     assert result.returncode == 0, result.stdout
     assert len([a for a in host.calls("docker") if a[0] == "pull"]) == 4
     assert host.calls("sleep") == [["10"], ["20"], ["40"]]
@@ -181,7 +181,7 @@ def test_failing_image_pull_is_retried_with_growing_waits(make_host: MakeHost) -
 def test_image_pull_fails_clearly_after_the_last_attempt(make_host: MakeHost) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
     host = make_host(1)
-    result = host.boot(render_boot_script(plan), STUB_DOCKER_PULL_FAILURES="5")
+    result = host.boot(boot_of(plan), STUB_DOCKER_PULL_FAILURES="5")
     assert result.returncode != 0
     assert f"could not pull {TGI_3_3_5.reference} after 5 attempts" in result.stdout
     assert "FAILED in step pull-image" in result.stdout
@@ -192,7 +192,7 @@ def test_image_pull_fails_clearly_after_the_last_attempt(make_host: MakeHost) ->
 
 def test_device_count_unlike_the_catalog_stops_before_any_replica(make_host: MakeHost) -> None:
     host = make_host(6)
-    result = host.boot(render_boot_script(make_plan("inf2.48xlarge", 8)))
+    result = host.boot(boot_of(make_plan("inf2.48xlarge", 8)))
     assert result.returncode != 0
     assert "expected 12 Neuron devices for inf2.48xlarge, found 6 (/dev/neuron0..5)" in result.stdout
     assert "| 5      |" in result.stdout  # neuron-ls ran, for diagnosis
@@ -205,7 +205,7 @@ def test_device_count_unlike_the_catalog_stops_before_any_replica(make_host: Mak
 def test_no_neuron_device_at_all_is_reported_as_found_0(make_host: MakeHost) -> None:
     host = make_host(0)
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
-    result = host.boot(render_boot_script(plan))
+    result = host.boot(boot_of(plan))
     assert "expected 1 Neuron devices for inf2.xlarge, found 0;" in result.stdout
     assert host.started_units() == []
 
@@ -216,7 +216,7 @@ def test_the_degree_reaches_the_export_as_num_cores_never_as_tensor_parallel_siz
     # tests/harness/test_optimum_neuron.py). The export then compiled for every core.
     plan = make_plan("trn1.32xlarge", 8)
     host = make_host(16)
-    result = host.boot(render_boot_script(plan))
+    result = host.boot(boot_of(plan))
     assert result.returncode == 0, result.stdout
     [argv] = host.exports()
     assert argv[argv.index("--num_cores") + 1] == "8"
@@ -233,7 +233,7 @@ def test_export_is_skipped_when_its_marker_is_present(make_host: MakeHost) -> No
     final.mkdir(parents=True)
     write_export(final, plan)
     (final / MARKER).write_text("exported earlier\n")
-    result = host.boot(render_boot_script(plan))
+    result = host.boot(boot_of(plan))
     assert result.returncode == 0, result.stdout
     assert [a for a in host.calls("docker") if a[0] == "run"] == []
     assert host.started_units()[1:] == [f"neuron-replica@{r.index}" for r in plan.replicas]
@@ -247,7 +247,7 @@ def test_half_finished_export_is_not_used_and_is_redone(make_host: MakeHost) -> 
     (final.with_name(final.name + ".tmp") / "partial.neff").write_text("interrupted\n")
     final.mkdir()  # renamed, but the marker was never written
     (final / "stale.neff").write_text("interrupted\n")
-    result = host.boot(render_boot_script(plan))
+    result = host.boot(boot_of(plan))
     assert result.returncode == 0, result.stdout
     assert len(host.exports()) == 1
     assert "stale.neff" not in [p.name for p in final.iterdir()]
@@ -258,7 +258,7 @@ def test_half_finished_export_is_not_used_and_is_redone(make_host: MakeHost) -> 
 def test_failed_export_leaves_no_marker_and_starts_no_replica(make_host: MakeHost) -> None:
     plan = make_plan("inf2.24xlarge", 4)
     host = make_host(6)
-    result = host.boot(render_boot_script(plan), STUB_EXPORT_FAIL="1")
+    result = host.boot(boot_of(plan), STUB_EXPORT_FAIL="1")
     assert result.returncode != 0
     assert "neuronx-cc: error: compilation failed" in result.stdout  # the end of export.log
     assert "FAILED in step export-model" in result.stdout
@@ -281,7 +281,7 @@ def test_invalid_router_config_keeps_the_previous_one(make_host: MakeHost) -> No
     previous.parent.mkdir(parents=True)
     previous.write_text("# the previous config\n")
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
-    result = host.boot(render_boot_script(plan), STUB_HAPROXY_INVALID="1")
+    result = host.boot(boot_of(plan), STUB_HAPROXY_INVALID="1")
     assert "FAILED in step router" in result.stdout
     assert previous.read_text() == "# the previous config\n"
     assert ["restart", "haproxy"] not in host.calls("systemctl")
@@ -295,7 +295,7 @@ def test_tools_present_on_the_image_are_not_installed_again(booted: Booted) -> N
 
 def test_missing_tools_are_installed_docker_and_haproxy_by_apt_aws_cli_by_snap(make_host: MakeHost) -> None:
     host = make_host(1, missing=("docker", "aws", "haproxy"))
-    host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL)))
+    host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL)))
     installs = [a[a.index("install") + 1:] for a in host.calls("apt-get") if "install" in a]
     assert installs == [["-y", "-q", "docker.io"], ["-y", "-q", "haproxy"]]
     assert host.calls("snap") == [["install", "aws-cli", "--classic"]]
@@ -309,7 +309,7 @@ def test_installing_haproxy_restarts_rsyslog_so_the_router_log_is_written_from_t
     # which rsyslog reads only when it starts (tests/test_tools.py checks the rule in Debian's
     # package).
     host = make_host(1, missing=("haproxy",))
-    host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL)))
+    host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL)))
     entries = host.entries()
     install = entries.index(("apt-get", ["-o", "DPkg::Lock::Timeout=600", "install", "-y", "-q", "haproxy"]))
     assert entries[install + 1] == ("systemctl", ["try-restart", "rsyslog"])
@@ -318,8 +318,8 @@ def test_installing_haproxy_restarts_rsyslog_so_the_router_log_is_written_from_t
 def test_aws_cli_v2_is_installed_with_awss_own_installer_when_snap_fails(make_host: MakeHost) -> None:
     # Defect 6 of issue 8: Ubuntu 24.04 has no awscli package, so `apt-get install awscli` fails.
     host = make_host(1, missing=("aws",))
-    result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(
-        hf_token_secret="hf")), STUB_SNAP_FAIL="1")
+    result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(hf_token_secret="hf")),
+                       STUB_SNAP_FAIL="1")
     assert result.returncode == 0, result.stdout
     installs = [a[a.index("install") + 1:] for a in host.calls("apt-get") if "install" in a]
     assert "awscli" not in [p for i in installs for p in i]

@@ -37,7 +37,7 @@ from test_boot_render import embedded_files
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.engines.tgi import TGI
 from neuron_serving.plan.metrics import AGENT_KEY_FINGERPRINT
-from neuron_serving.render.boot import RUN_REPLICA, START_MONITORING, HostBoot, render_boot_script
+from neuron_serving.render.boot import RUN_REPLICA, START_MONITORING, HostBoot
 from neuron_serving.render.boot_options import BootOptions
 from neuron_serving.render.monitoring import (
     AGENT_CONFIG,
@@ -47,7 +47,7 @@ from neuron_serving.render.monitoring import (
     render_neuron_monitor_config,
     render_publisher_config,
 )
-from tests.harness.userdata import host_stack_env
+from tests.harness.userdata import boot_of, host_stack_env
 
 MakeHost = Callable[..., Host]
 
@@ -84,7 +84,7 @@ def monitored_boot(make_host: MakeHost, keys: SigningKeys, plan: ServingPlan | N
     """A host after a successful boot with monitoring, the agent's package signed by the pinned key."""
     plan = plan or small_plan()
     host = make_host(plan.instance.devices)
-    result = host.boot(render_boot_script(plan, pinning(keys)), **serve_agent(host, keys), **knobs)
+    result = host.boot(boot_of(plan, pinning(keys)), **serve_agent(host, keys), **knobs)
     assert result.returncode == 0, result.stdout
     return host, plan
 
@@ -160,7 +160,7 @@ def test_the_verification_keeps_its_keyring_in_a_directory_it_removes_and_never_
     host = make_host(1)
     tmp = host.root.parent / "tmp"
     tmp.mkdir()
-    result = host.boot(render_boot_script(plan, pinning(agent_keys)), TMPDIR=str(tmp), **serve_agent(host, agent_keys))
+    result = host.boot(boot_of(plan, pinning(agent_keys)), TMPDIR=str(tmp), **serve_agent(host, agent_keys))
     assert result.returncode == 0, result.stdout
     assert agent_installs(host) and list(tmp.iterdir()) == []
     assert not (Path(host.env["HOME"]) / ".gnupg").exists()
@@ -169,7 +169,7 @@ def test_the_verification_keeps_its_keyring_in_a_directory_it_removes_and_never_
 def test_a_tampered_package_is_refused_and_not_installed(make_host: MakeHost, agent_keys: SigningKeys) -> None:
     host = make_host(1)
     files = serve_agent(host, agent_keys, package=b"!<arch>\ndebian-binary   something else\n")
-    result = host.boot(render_boot_script(small_plan(), pinning(agent_keys)), **files)
+    result = host.boot(boot_of(small_plan(), pinning(agent_keys)), **files)
     assert_refused(host, result, f"{AGENT_PACKAGE}.sig is no good signature by {agent_keys.pinned}")
     assert "BAD signature" in host.path(BOOT_LOG).read_text()  # gpgv's own words
 
@@ -181,7 +181,7 @@ def test_a_signature_by_another_key_is_refused_though_gpgv_calls_it_good(
     signature good and exits 0, but it is not the pinned key's."""
     host = make_host(1)
     files = serve_agent(host, agent_keys, signer="other", key_file=("pinned", "other"))
-    result = host.boot(render_boot_script(small_plan(), pinning(agent_keys)), **files)
+    result = host.boot(boot_of(small_plan(), pinning(agent_keys)), **files)
     assert_refused(host, result, f"{AGENT_PACKAGE}.sig is no good signature by {agent_keys.pinned}")
     assert 'Good signature from "Someone Else"' in host.path(BOOT_LOG).read_text()
 
@@ -189,13 +189,13 @@ def test_a_signature_by_another_key_is_refused_though_gpgv_calls_it_good(
 def test_a_key_file_without_the_pinned_fingerprint_is_refused(make_host: MakeHost, agent_keys: SigningKeys) -> None:
     host = make_host(1)
     files = serve_agent(host, agent_keys, signer="other", key_file=("other",))
-    result = host.boot(render_boot_script(small_plan(), pinning(agent_keys)), **files)
+    result = host.boot(boot_of(small_plan(), pinning(agent_keys)), **files)
     assert_refused(host, result, f"{AGENT_KEY_URL} holds no key {agent_keys.pinned}")
 
 
 def test_a_package_without_a_signature_is_refused(make_host: MakeHost, agent_keys: SigningKeys) -> None:
     host = make_host(1)
-    result = host.boot(render_boot_script(small_plan(), pinning(agent_keys)),
+    result = host.boot(boot_of(small_plan(), pinning(agent_keys)),
                        **serve_agent(host, agent_keys, signer=None))
     assert result.returncode == 0, result.stdout
     log = host.path(BOOT_LOG).read_text()
@@ -219,7 +219,7 @@ def test_a_host_without_gpg_installs_it_before_verifying(make_host: MakeHost, ag
                 (tools / tool.name).symlink_to(tool)
     host.env["PATH"] = os.pathsep.join([host.env["PATH"].split(os.pathsep)[0], str(tools)])
     assert shutil.which("gpg", path=host.env["PATH"]) is None
-    result = host.boot(render_boot_script(small_plan(), pinning(agent_keys)), STUB_GPG=gpg, STUB_APT_BIN=str(tools),
+    result = host.boot(boot_of(small_plan(), pinning(agent_keys)), STUB_GPG=gpg, STUB_APT_BIN=str(tools),
                        **serve_agent(host, agent_keys))
     assert result.returncode == 0, result.stdout
     apt = [a[2:] for a in host.calls("apt-get")]
@@ -233,7 +233,7 @@ def test_by_default_the_host_trusts_only_the_key_aws_documents() -> None:
     documented = "9376 16F3 450B 7D80 6CBD 9725 D581 6730 3B78 9C72"
     assert documented.replace(" ", "") == AGENT_KEY_FINGERPRINT
     assert MONITORING.agent_key_fingerprint == AGENT_KEY_FINGERPRINT
-    script = embedded_files(render_boot_script(small_plan(), BootOptions(**MONITORED)))[START_MONITORING]
+    script = embedded_files(boot_of(small_plan(), BootOptions(**MONITORED)))[START_MONITORING]
     assert f"key={AGENT_KEY_FINGERPRINT}\n" in script
 
 
@@ -241,7 +241,7 @@ def test_an_agent_the_image_ships_is_not_installed_again(make_host: MakeHost) ->
     plan = small_plan()
     host = make_host(1)
     install_agent(host)
-    assert host.boot(render_boot_script(plan, BootOptions(**MONITORED))).returncode == 0
+    assert host.boot(boot_of(plan, BootOptions(**MONITORED))).returncode == 0
     assert [a for a in host.calls("curl") if a[-1] == AGENT_PACKAGE] == []
     assert host.calls("apt-get") == []
     assert len(fetch_configs(host)) == 1
@@ -288,7 +288,7 @@ def test_each_replica_logs_to_its_own_stream_of_the_replicas_group(
 def test_a_failed_agent_download_leaves_a_warning_and_the_host_serves(make_host: MakeHost) -> None:
     plan = small_plan()
     host = make_host(1)
-    result = host.boot(render_boot_script(plan, BootOptions(**MONITORED, signal=SIGNAL)),
+    result = host.boot(boot_of(plan, BootOptions(**MONITORED, signal=SIGNAL)),
                        STUB_AGENT_DOWNLOAD_FAIL="1")
     assert result.returncode == 0, result.stdout
     log = host.path(BOOT_LOG).read_text()
@@ -314,7 +314,7 @@ def test_in_the_warm_pool_the_publisher_is_only_enabled_and_the_agent_ships_the_
     plan = small_plan()
     host = make_host(1)
     options = pinning(agent_keys, signal=SIGNAL, warm_pool_hook=HOOK)
-    result = host.boot(render_boot_script(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped",
+    result = host.boot(boot_of(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped",
                        **serve_agent(host, agent_keys))
     assert result.returncode == 0, result.stdout
     assert ["enable", METRICS_UNIT] in host.calls("systemctl")
@@ -326,7 +326,7 @@ def test_in_the_warm_pool_the_publisher_is_only_enabled_and_the_agent_ships_the_
 def test_without_monitoring_no_agent_publisher_or_awslogs(make_host: MakeHost) -> None:
     plan = small_plan()
     host = make_host(1)
-    assert host.boot(render_boot_script(plan, BootOptions(signal=SIGNAL))).returncode == 0
+    assert host.boot(boot_of(plan, BootOptions(signal=SIGNAL))).returncode == 0
     assert host.run(RUN_REPLICA, "0").returncode == 0
     assert "--log-driver" not in host.calls("docker")[-1]
     assert [a for a in host.calls("curl") if "amazoncloudwatch-agent" in a[-1]] == []
@@ -356,7 +356,7 @@ def test_stack_env_reads_the_same_in_bash_as_in_systemd(tmp_path: Path) -> None:
     generator = Path("/usr/lib/systemd/user-environment-generators/30-systemd-environment-d-generator")
     if not generator.is_file():
         pytest.skip("needs systemd's environment.d generator")
-    script = render_boot_script(small_plan(), BootOptions(**MONITORED_AT_SYNTH))
+    script = boot_of(small_plan(), BootOptions(**MONITORED_AT_SYNTH))
     stack_env = deployed_stack_env(script, DEPLOYED)
     assert "='NeuronLlamaStack-BootLogs#1'" in stack_env  # quoted, as the shell needs it
     (tmp_path / "environment.d").mkdir()

@@ -13,6 +13,7 @@ from pathlib import Path
 from bootsim import BOOT_LOG, CACHE, HOOK, SIGNAL, SMALL_MODEL, Host, make_plan, write_export
 from test_boot_render import embedded_files
 
+from neuron_serving.plan.host import resolve_host
 from neuron_serving.plan.phases import (
     DETAIL_TAG,
     FAILED,
@@ -24,8 +25,9 @@ from neuron_serving.plan.phases import (
     TAG_VALUE_LIMIT,
     WARMED,
 )
-from neuron_serving.render.boot import EXPORT_MODEL, REPORT_PHASE, RUN_REPLICA, render_boot_script
-from neuron_serving.render.boot_options import BootOptions
+from neuron_serving.render.boot import EXPORT_MODEL, REPORT_PHASE, RUN_REPLICA
+from neuron_serving.render.boot_options import BootOptions, reports_phases
+from tests.harness.userdata import boot_of
 
 MakeHost = Callable[..., Host]
 SMALL = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
@@ -46,7 +48,7 @@ def test_every_step_the_boot_runs_is_a_phase_the_status_command_knows() -> None:
 def test_a_signalled_boot_reports_each_step_then_each_replica_then_ready(make_host: MakeHost) -> None:
     plan = make_plan("inf2.24xlarge", 4)
     host = make_host(6)
-    result = host.boot(render_boot_script(plan, BootOptions(signal=SIGNAL)))
+    result = host.boot(boot_of(plan, BootOptions(signal=SIGNAL)))
     assert result.returncode == 0, result.stdout
     replicas = len(plan.replicas)
     assert host.phases() == [
@@ -61,7 +63,7 @@ def test_a_signalled_boot_reports_each_step_then_each_replica_then_ready(make_ho
 def test_each_report_is_one_create_tags_call_on_the_instance_itself_with_the_three_keys(make_host: MakeHost) -> None:
     host = make_host(1)
     before = datetime.now(UTC).replace(microsecond=0)
-    assert host.boot(render_boot_script(SMALL, BootOptions(signal=SIGNAL))).returncode == 0
+    assert host.boot(boot_of(SMALL, BootOptions(signal=SIGNAL))).returncode == 0
     calls = host.aws("ec2", "create-tags")
     assert calls
     for argv in calls:
@@ -75,7 +77,7 @@ def test_each_report_is_one_create_tags_call_on_the_instance_itself_with_the_thr
 
 def test_the_export_becomes_download_export_once_the_cache_holds_it(make_host: MakeHost) -> None:
     first, second = make_host(1), make_host(1)
-    script = render_boot_script(SMALL, BootOptions(artifact_cache=CACHE, signal=SIGNAL))
+    script = boot_of(SMALL, BootOptions(artifact_cache=CACHE, signal=SIGNAL))
     assert first.boot(script).returncode == 0
     assert second.boot(script).returncode == 0, second.path(BOOT_LOG).read_text()
     assert "download-export" not in phase_names(first)
@@ -89,14 +91,14 @@ def test_a_prebuilt_export_is_reported_as_downloaded_from_its_source(make_host: 
     host = make_host(1)
     source = host.s3 / "models" / "llama"
     write_export(source, SMALL)
-    result = host.boot(render_boot_script(SMALL, BootOptions(prebuilt_export="s3://models/llama", signal=SIGNAL)))
+    result = host.boot(boot_of(SMALL, BootOptions(signal=SIGNAL), prebuilt_export="s3://models/llama"))
     assert result.returncode == 0, result.stdout
     assert ("download-export", "s3://models/llama/") in host.phases()
 
 
 def test_a_failed_step_ends_in_failed_with_the_step_and_its_reason(make_host: MakeHost) -> None:
     host = make_host(1)
-    result = host.boot(render_boot_script(SMALL, BootOptions(signal=SIGNAL)), STUB_EXPORT_FAIL="1")
+    result = host.boot(boot_of(SMALL, BootOptions(signal=SIGNAL)), STUB_EXPORT_FAIL="1")
     assert result.returncode != 0
     phase, detail = host.phases()[-1]
     assert (phase, detail) == (FAILED, "export-model: neuronx-cc: error: compilation failed")
@@ -107,7 +109,7 @@ def test_a_failed_step_ends_in_failed_with_the_step_and_its_reason(make_host: Ma
 
 def test_a_failure_without_a_signal_is_reported_too(make_host: MakeHost) -> None:
     host = make_host(1)
-    result = host.boot(render_boot_script(SMALL, BootOptions(artifact_cache=CACHE)), STUB_EXPORT_FAIL="1")
+    result = host.boot(boot_of(SMALL, BootOptions(artifact_cache=CACHE)), STUB_EXPORT_FAIL="1")
     assert result.returncode != 0
     assert host.phases()[-1][0] == FAILED
     assert host.phases()[-1][1].startswith("export-model: ")
@@ -117,7 +119,7 @@ def test_a_replica_that_never_serves_is_reported_failed_once_naming_it(make_host
     plan = make_plan("inf2.24xlarge", 4)
     host = make_host(6)
     stuck = plan.replicas[1]
-    result = host.boot(render_boot_script(plan, BootOptions(signal=SIGNAL)),
+    result = host.boot(boot_of(plan, BootOptions(signal=SIGNAL)),
                        STUB_NEVER_READY=str(stuck.port), NEURON_SERVING_READY_SECONDS="4")
     assert result.returncode != 0
     assert host.phases()[-2:] == [("wait-ready", f"1 of {len(plan.replicas)} ready"),
@@ -126,7 +128,7 @@ def test_a_replica_that_never_serves_is_reported_failed_once_naming_it(make_host
 
 def test_a_refused_report_is_logged_and_the_boot_goes_on(make_host: MakeHost) -> None:
     host = make_host(1)
-    result = host.boot(render_boot_script(SMALL, BootOptions(signal=SIGNAL)), STUB_TAGS_FAIL="1")
+    result = host.boot(boot_of(SMALL, BootOptions(signal=SIGNAL)), STUB_TAGS_FAIL="1")
     assert result.returncode == 0, result.stdout
     assert host.path("/var/log/neuron-serving/status").read_text() == "done\n"
     log = host.path(BOOT_LOG).read_text()
@@ -136,16 +138,16 @@ def test_a_refused_report_is_logged_and_the_boot_goes_on(make_host: MakeHost) ->
 
 def test_a_boot_without_a_readiness_check_never_claims_ready(make_host: MakeHost) -> None:
     host = make_host(1)
-    result = host.boot(render_boot_script(SMALL, BootOptions(artifact_cache=CACHE)))
+    result = host.boot(boot_of(SMALL, BootOptions(artifact_cache=CACHE)))
     assert result.returncode == 0, result.stdout
     assert READY not in phase_names(host)
     assert host.phases()[-1] == ("router", "boot complete: readiness not checked")
 
 
 def test_a_host_that_calls_no_aws_api_reports_nothing(make_host: MakeHost) -> None:
-    assert not BootOptions().reports_phases
+    assert not reports_phases(resolve_host(SMALL), BootOptions())
     host = make_host(1)
-    script = render_boot_script(SMALL)
+    script = boot_of(SMALL)
     assert not any("report-phase" in text for text in script.files.values())
     assert host.boot(script).returncode == 0
     assert host.calls("aws") == [] and not host.path(REPORT_PHASE).exists()
@@ -153,7 +155,7 @@ def test_a_host_that_calls_no_aws_api_reports_nothing(make_host: MakeHost) -> No
 
 def test_the_detail_keeps_only_tag_characters_and_at_most_the_tag_value_limit(make_host: MakeHost) -> None:
     host = make_host(1)
-    assert host.boot(render_boot_script(SMALL, BootOptions(signal=SIGNAL))).returncode == 0
+    assert host.boot(boot_of(SMALL, BootOptions(signal=SIGNAL))).returncode == 0
     host.forget_calls()
     messy = "neuronx-cc: error; \"quoted\" {json}\n\tnext line é " + "x" * 215 + " " + "y" * 400
     assert host.run(REPORT_PHASE, FAILED, messy).returncode == 0
@@ -166,7 +168,7 @@ def test_the_detail_keeps_only_tag_characters_and_at_most_the_tag_value_limit(ma
 
 def test_report_phase_only_logs_before_the_metadata_step(make_host: MakeHost) -> None:
     host = make_host(1)
-    assert host.boot(render_boot_script(SMALL, BootOptions(signal=SIGNAL))).returncode == 0
+    assert host.boot(boot_of(SMALL, BootOptions(signal=SIGNAL))).returncode == 0
     host.path("/etc/neuron-serving/host.env").unlink()
     host.forget_calls()
     result = host.run(REPORT_PHASE, READY)
@@ -179,7 +181,7 @@ def test_a_warm_pool_host_ends_warmed_and_its_start_ends_ready(make_host: MakeHo
     plan = make_plan("inf2.24xlarge", 4)
     host = make_host(6)
     options = BootOptions(artifact_cache=CACHE, signal=SIGNAL, warm_pool_hook=HOOK)
-    result = host.boot(render_boot_script(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped")
+    result = host.boot(boot_of(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped")
     assert result.returncode == 0, result.stdout
     assert phase_names(host)[-3:] == ["start-replicas", "router", WARMED]
     # Reported before the lifecycle action completes: the group then stops the instance.
@@ -203,7 +205,7 @@ def test_a_warm_start_whose_replicas_never_serve_is_reported_failed(make_host: M
     plan = make_plan("inf2.24xlarge", 4)
     host = make_host(6)
     options = BootOptions(artifact_cache=CACHE, signal=SIGNAL, warm_pool_hook=HOOK)
-    assert host.boot(render_boot_script(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped").returncode == 0
+    assert host.boot(boot_of(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped").returncode == 0
     host.forget_calls()
     stuck = plan.replicas[0]
     assert host.run_unit("neuron-serving-ready.service", STUB_NEVER_READY=str(stuck.port),
@@ -214,7 +216,7 @@ def test_a_warm_start_whose_replicas_never_serve_is_reported_failed(make_host: M
 
 
 def test_the_tag_keys_are_those_of_plan_phases() -> None:
-    script = render_boot_script(SMALL, BootOptions(signal=SIGNAL))
+    script = boot_of(SMALL, BootOptions(signal=SIGNAL))
     report = embedded_files(script)[REPORT_PHASE]
     for key in (PHASE_TAG, SINCE_TAG, DETAIL_TAG):
         assert len(re.findall(rf"\s{re.escape(key)}\s", report)) == 1, key

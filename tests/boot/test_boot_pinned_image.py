@@ -16,9 +16,9 @@ from neuron_serving.plan import ServingConfigError
 from neuron_serving.plan.engines import ENGINES, ServingImage
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
 from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5
-from neuron_serving.render.boot import RUN_REPLICA, render_boot_script
-from neuron_serving.render.boot_options import BootOptions
+from neuron_serving.render.boot import RUN_REPLICA
 from tests.harness import dockerd
+from tests.harness.userdata import boot_of
 
 MakeHost = Callable[..., Host]
 MODEL = "NousResearch/Meta-Llama-3-8B-Instruct"
@@ -35,7 +35,7 @@ def test_a_pinned_image_is_pulled_by_its_digest_and_every_container_runs_the_pin
     plan = make_plan("inf2.24xlarge", 2, model_id=MODEL)
     # An engine that holds no image: a container of anything but the pulled digest would need a pull.
     host = make_host(plan.instance.devices, images=())
-    result = host.boot(render_boot_script(plan, BootOptions(engine=engine.name, image=pinned)),
+    result = host.boot(boot_of(plan, engine=engine.name, image=pinned),
                        STUB_SERVED_MODEL=MODEL)
     assert result.returncode == 0, result.stdout + result.stderr
     for replica in plan.replicas:
@@ -75,7 +75,7 @@ def test_a_digest_refused_at_synth_is_one_the_real_docker_cli_would_refuse_at_bo
 ) -> None:
     pinned = f"{TGI_3_3_5.reference}@{digest}"
     with pytest.raises(ServingConfigError, match=r"^image \(.*\) has a malformed digest"):
-        render_boot_script(make_plan("inf2.24xlarge", 2, model_id=MODEL), BootOptions(image=pinned))
+        boot_of(make_plan("inf2.24xlarge", 2, model_id=MODEL), image=pinned)
     host = make_host(1, images=())
     pull = subprocess.run([host.env["REAL_DOCKER"], "pull", pinned], env=host.env, capture_output=True, text=True,
                           timeout=30, check=False)

@@ -19,11 +19,12 @@ from bootsim import FAKE_HF_TOKEN, HOOK, MARKER, SIGNAL, SMALL_MODEL, Host, make
 
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
 from neuron_serving.plan.phases import DETAIL_TAG, FAILED, PHASE_TAG, READY, SINCE_TAG, WARMED
-from neuron_serving.render.boot import API_KEYS_UNIT, RUN_REPLICA, SIGNAL_ID_LIMIT, render_boot_script
+from neuron_serving.render.boot import API_KEYS_UNIT, RUN_REPLICA, SIGNAL_ID_LIMIT
 from neuron_serving.render.boot_options import BootOptions
 from neuron_serving.render.router import KEYS_FILE
 from neuron_serving.userdata import api_keys
 from tests.harness.aws import AwsEmulator
+from tests.harness.userdata import boot_of
 
 MakeHost = Callable[..., Host]
 CACHE = "s3://cache-bucket/exports"
@@ -57,7 +58,7 @@ def test_a_fleet_exports_once_publishes_to_s3_and_the_next_host_downloads_and_bo
     aws_host: Callable[[int], Host], aws: AwsEmulator,
 ) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
-    script = render_boot_script(plan, BootOptions(artifact_cache=CACHE, signal=SIGNAL))
+    script = boot_of(plan, BootOptions(artifact_cache=CACHE, signal=SIGNAL))
     first, second = aws_host(1), aws_host(1)
     assert first.boot(script).returncode == 0, first.path("/var/log/neuron-serving/boot.log").read_text()
     assert second.boot(script).returncode == 0, second.path("/var/log/neuron-serving/boot.log").read_text()
@@ -80,7 +81,7 @@ def test_of_two_racing_exporters_the_conditional_write_lets_exactly_one_publish(
     aws_host: Callable[[int], Host], aws: AwsEmulator,
 ) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
-    script = render_boot_script(plan, BootOptions(artifact_cache=CACHE))
+    script = boot_of(plan, BootOptions(artifact_cache=CACHE))
     hosts = [aws_host(1), aws_host(1)]
     boots = [h.boot_async(script, STUB_EXPORT_SECONDS="2") for h in hosts]
     assert [b.wait(timeout=120) for b in boots] == [0, 0]
@@ -100,7 +101,7 @@ def test_the_token_comes_from_secrets_manager_and_reaches_only_the_hub_download(
     arn = aws.create_secret("neuron-serving/hf-token", FAKE_HF_TOKEN)
     plan = make_plan("trn1.32xlarge", 8)
     host = aws_host(16)
-    result = host.boot(render_boot_script(plan, BootOptions(hf_token_secret=arn)))
+    result = host.boot(boot_of(plan, BootOptions(hf_token_secret=arn)))
     assert result.returncode == 0, result.stdout
     assert host.path("/etc/neuron-serving/hf-token.env").read_text() == f"HF_TOKEN={FAKE_HF_TOKEN}\n"
     with_token = [c["Entrypoint"] for c in host.containers() if f"HF_TOKEN={FAKE_HF_TOKEN}" in c["Env"]]
@@ -113,7 +114,7 @@ def test_a_warm_pool_boot_records_heartbeats_then_completes_its_lifecycle_action
 ) -> None:
     host = aws_host(1)
     options = BootOptions(signal=SIGNAL, warm_pool_hook=HOOK)
-    result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL), options),
+    result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), options),
                        STUB_LIFECYCLE_STATE="InService", STUB_EXPORT_SECONDS="3",
                        NEURON_SERVING_HEARTBEAT_SECONDS="1", STUB_SLEEP_MAX="1")
     assert result.returncode == 0, result.stdout
@@ -128,7 +129,7 @@ def test_a_failure_signal_carries_its_reason_within_the_apis_limit(
     aws_host: Callable[[int], Host], aws: AwsEmulator,
 ) -> None:
     host = aws_host(1)
-    result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)),
+    result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)),
                        STUB_EXPORT_FAIL="1")
     assert result.returncode != 0
     [signal] = _ok(aws, "SignalResource")
@@ -158,7 +159,7 @@ def test_an_upload_altered_after_publication_is_refused_naming_the_file_and_the_
     aws_host: Callable[[int], Host], aws: AwsEmulator, tampering: str,
 ) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
-    script = render_boot_script(plan, BootOptions(artifact_cache=CACHE))
+    script = boot_of(plan, BootOptions(artifact_cache=CACHE))
     first, second = aws_host(1), aws_host(1)
     assert first.boot(script).returncode == 0, first.path("/var/log/neuron-serving/boot.log").read_text()
     key = TGI.export_key(plan, TGI_3_3_5)
@@ -192,7 +193,7 @@ def test_an_object_added_outside_the_upload_directory_makes_the_next_host_export
     # The real CLI will not write "<upload>/../x" outside the download's directory: it skips
     # the object and exits 2. The host refuses the upload and serves its own export.
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
-    script = render_boot_script(plan, BootOptions(artifact_cache=CACHE))
+    script = boot_of(plan, BootOptions(artifact_cache=CACHE))
     first, second = aws_host(1), aws_host(1)
     assert first.boot(script).returncode == 0
     upload, _ = _published(aws, TGI.export_key(plan, TGI_3_3_5))
@@ -216,7 +217,7 @@ def test_a_published_marker_cannot_be_replaced_by_another_conditional_write(
 ) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
     first = aws_host(1)
-    assert first.boot(render_boot_script(plan, BootOptions(artifact_cache=CACHE))).returncode == 0
+    assert first.boot(boot_of(plan, BootOptions(artifact_cache=CACHE))).returncode == 0
     key = TGI.export_key(plan, TGI_3_3_5)
     complete = aws.get_object(BUCKET, f"exports/{key}/COMPLETE")
     forged = tmp_path / "COMPLETE"
@@ -235,7 +236,7 @@ def test_deleting_a_key_lets_the_next_host_export_and_publish_it_again(
     # The recovery an administrator runs (hosts may not delete markers): in a versioned bucket
     # the deletes leave delete markers, and a conditional write succeeds over one.
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
-    script = render_boot_script(plan, BootOptions(artifact_cache=CACHE))
+    script = boot_of(plan, BootOptions(artifact_cache=CACHE))
     first, second = aws_host(1), aws_host(1)
     assert first.boot(script).returncode == 0
     key = TGI.export_key(plan, TGI_3_3_5)
@@ -260,7 +261,7 @@ def test_api_keys_reach_the_router_as_digests_and_no_secret_reaches_an_argument_
     options = BootOptions(hf_token_secret=token, api_keys_secret=keys, signal=SIGNAL)
     host = aws_host(1)
 
-    result = host.boot(render_boot_script(plan, options))
+    result = host.boot(boot_of(plan, options))
 
     assert result.returncode == 0, result.stdout
     assert "api-keys: 2 key(s) in force: alice, bob" in result.stdout
@@ -291,7 +292,7 @@ def test_a_boot_whose_api_keys_cannot_be_read_fails_naming_the_step(
     options = BootOptions(api_keys_secret="missing", signal=SIGNAL)
     host = aws_host(1)
 
-    result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL), options))
+    result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), options))
 
     assert result.returncode != 0
     assert "could not read secret missing" in result.stdout
@@ -313,7 +314,7 @@ def test_a_boot_ends_ready_on_its_own_instance_after_reporting_each_phase(
 ) -> None:
     host, other = aws_host(1, real_tags=True), aws_host(1, real_tags=True)
     started = datetime.now(UTC).replace(microsecond=0)
-    result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)))
+    result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)))
     assert result.returncode == 0, result.stdout
     phase, since, detail = _phase_tags(aws, host)
     assert (phase, detail) == (READY, "1 of 1 ready")
@@ -328,7 +329,7 @@ def test_a_boot_ends_ready_on_its_own_instance_after_reporting_each_phase(
 
 def test_a_cache_hit_reports_download_export_and_ends_ready(aws_host: Callable[..., Host], aws: AwsEmulator) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
-    script = render_boot_script(plan, BootOptions(artifact_cache=CACHE, signal=SIGNAL))
+    script = boot_of(plan, BootOptions(artifact_cache=CACHE, signal=SIGNAL))
     first, second = aws_host(1, real_tags=True), aws_host(1, real_tags=True)
     assert first.boot(script).returncode == 0
     assert second.boot(script).returncode == 0, second.path("/var/log/neuron-serving/boot.log").read_text()
@@ -342,7 +343,7 @@ def test_a_failed_export_leaves_failed_and_the_compilers_error_on_the_instance(
     aws_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
     host = aws_host(1, real_tags=True)
-    result = host.boot(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)),
+    result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)),
                        STUB_EXPORT_FAIL="1")
     assert result.returncode != 0
     phase, _, detail = _phase_tags(aws, host)
@@ -355,7 +356,7 @@ def test_a_warm_pool_host_is_warmed_until_its_start_makes_it_ready(
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
     host = aws_host(1, real_tags=True)
     options = BootOptions(signal=SIGNAL, warm_pool_hook=HOOK)
-    result = host.boot(render_boot_script(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped")
+    result = host.boot(boot_of(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped")
     assert result.returncode == 0, result.stdout
     assert _phase_tags(aws, host)[0] == WARMED
     # Started from the pool: no user data; systemd starts the units, then the ready service.
@@ -380,8 +381,7 @@ def test_create_tags_refused_by_iam_does_not_fail_the_boot(
     host = aws_host(1, real_tags=True)
     host.env.update(AWS_ACCESS_KEY_ID=key["AccessKeyId"], AWS_SECRET_ACCESS_KEY=key["SecretAccessKey"])
     # The stack's asset publishing, before the host's identity is the only one moto knows.
-    script = host.publish_bundle(render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL),
-                                                    BootOptions(signal=SIGNAL)))
+    script = host.publish_bundle(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)))
     with aws.moto.iam_enforced():
         result = host.boot(script)
     assert result.returncode == 0, result.stdout

@@ -11,14 +11,14 @@ from collections.abc import Callable
 from bootsim import SMALL_MODEL, Host, make_plan
 
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
-from neuron_serving.render.boot import render_boot_script
 from neuron_serving.render.boot_options import BootOptions
 from tests.harness.aws import AwsEmulator
+from tests.harness.userdata import boot_of
 
 REGISTRY = "111122223333.dkr.ecr.eu-west-1.amazonaws.com"
 MIRRORED = f"{REGISTRY}/ghcr/huggingface/text-generation-inference:3.3.5-neuron"
-SCRIPT = render_boot_script(make_plan("inf2.xlarge", model_id=SMALL_MODEL),
-                            BootOptions(artifact_cache="s3://cache-bucket/exports", image_registry=f"{REGISTRY}/ghcr"))
+SCRIPT = boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(artifact_cache="s3://cache-bucket/exports"),
+                 image_registry=f"{REGISTRY}/ghcr")
 
 
 def _requests(host: Host, path: str) -> list[dict[str, object]]:

@@ -26,6 +26,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from neuron_serving.plan import ServingConfigError, ServingPlan
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
 from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5
+from neuron_serving.plan.host import resolve_host
 from neuron_serving.plan.metrics import MonitoringOptions
 from neuron_serving.plan.timing import readiness_seconds
 from neuron_serving.plan.volume import default_throughput
@@ -42,16 +43,18 @@ from neuron_serving.render.boot import (
     check_user_data_size,
     render_boot_script,
 )
-from neuron_serving.render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook
+from neuron_serving.render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook, reports_phases
 from neuron_serving.render.bundle import digest, manifest, write_bundle
 from neuron_serving.render.monitoring import PUBLISHER
 from tests.harness.userdata import (
     DEPLOYED_BUNDLE,
     EMBEDDED_FILE,
     STACK_ENV,
+    boot_of,
     embedded_files,
     host_stack_env,
     readable,
+    spec_and_options,
     user_data,
 )
 
@@ -126,7 +129,7 @@ def rendered(config: str) -> tuple[ServingPlan, HostBoot]:
     else:
         (make, secret), options = CONFIGS[config], {}
     plan = make()
-    return plan, render_boot_script(plan, BootOptions(hf_token_secret=secret, **options))  # type: ignore[arg-type]
+    return plan, render_boot_script(plan, *spec_and_options(plan, {"hf_token_secret": secret, **options}))
 
 
 class ShellSnapshot(SingleFileSnapshotExtension):
@@ -155,8 +158,9 @@ def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
     }
     options = OPTION_CONFIGS[config][1] if config in OPTION_CONFIGS else {}
     readiness = {"signal", "warm_pool_hook"} & set(options)
-    plan = OPTION_CONFIGS[config][0] if config in OPTION_CONFIGS else config
-    reports = BootOptions(hf_token_secret=CONFIGS[plan][1], **options).reports_phases  # type: ignore[arg-type]
+    base = OPTION_CONFIGS[config][0] if config in OPTION_CONFIGS else config
+    plan = CONFIGS[base][0]()
+    reports = reports_phases(*spec_and_options(plan, {"hf_token_secret": CONFIGS[base][1], **options}))
     assert set(files) == SCRIPTS | {f"/opt/neuron-serving/bin/{name}" for name, wanted in [
         ("wait-ready", readiness), ("complete-lifecycle", "warm_pool_hook" in options), ("report-phase", reports),
         ("start-monitoring", "monitoring" in options), ("load-api-keys", "api_keys_secret" in options)] if wanted}
@@ -230,7 +234,7 @@ def test_rendering_is_deterministic() -> None:
 
 def test_secret_id_is_shell_quoted_so_an_unresolved_cdk_token_stays_one_word() -> None:
     plan = make_plan("inf2.48xlarge", 8)
-    script = user_data(render_boot_script(plan, BootOptions(hf_token_secret="${Token[TOKEN.123]}")))
+    script = user_data(boot_of(plan, BootOptions(hf_token_secret="${Token[TOKEN.123]}")))
     assert "\nHF_TOKEN_SECRET='${Token[TOKEN.123]}'\n" in script
     assert script.count("${Token[TOKEN.123]}") == 1
 
@@ -270,9 +274,11 @@ def test_bundled_files_may_hold_no_deploy_time_value_and_are_executable_only_wit
     [
         ({"image": ""}, "image"),
         ({"image": "ghcr.io/x y"}, "image"),
+        ({"engine": "trt"}, "engine"),
         ({"hf_token_secret": ""}, "hf_token_secret"),
         ({"hf_token_secret": "my secret\n"}, "hf_token_secret"),
         ({"pull_attempts": 0}, "pull_attempts"),
+        ({"pull_attempts": 7}, "pull_attempts"),
         ({"artifact_cache": "cache-bucket/exports"}, "artifact_cache"),
         ({"artifact_cache": "s3://"}, "artifact_cache"),
         ({"artifact_cache": "s3:// bucket"}, "artifact_cache"),
@@ -283,6 +289,8 @@ def test_bundled_files_may_hold_no_deploy_time_value_and_are_executable_only_wit
         ({"model_revision": "$(reboot)"}, "model_revision"),
         ({"model_revision": "-rf"}, "model_revision"),
         ({"model_revision": "v1", "prebuilt_export": "s3://models/llama"}, "model_revision"),
+        ({"image_registry_pull_through": True}, "image_registry_pull_through"),
+        ({"export_role": "wait", "prebuilt_export": "s3://models/llama"}, "export_role"),
         ({"signal": "NeuronLlamaStack"}, "signal"),
         ({"warm_pool_hook": "neuron-serving-launch"}, "warm_pool_hook"),
         ({"monitoring": {"service": "NeuronLlamaStack"}}, "monitoring"),
@@ -295,9 +303,17 @@ def test_bundled_files_may_hold_no_deploy_time_value_and_are_executable_only_wit
         ({"signal": SIGNAL, "ready_seconds": "2700"}, "ready_seconds"),
     ],
 )
-def test_boot_options_name_the_bad_setting(options: dict[str, object], setting: str) -> None:
+def test_boot_options_and_the_host_spec_name_the_bad_setting(options: dict[str, object], setting: str) -> None:
     with pytest.raises(ServingConfigError, match=f"^{setting} "):
-        BootOptions(**options)  # type: ignore[arg-type]
+        spec_and_options(make_plan("inf2.48xlarge", 8), options)
+
+
+def test_the_host_spec_reports_every_problem_at_once() -> None:
+    with pytest.raises(ServingConfigError) as raised:
+        resolve_host(make_plan("inf2.48xlarge", 8), image="ghcr.io/x y", pull_attempts=0,
+                     prebuilt_export="gs://bucket", image_registry_pull_through=True)
+    assert [p.split(" ", 1)[0] for p in raised.value.problems] == [
+        "image", "image_registry_pull_through", "prebuilt_export", "pull_attempts"]
 
 
 @pytest.mark.parametrize(
@@ -353,7 +369,7 @@ def test_deploy_time_values_stay_one_quoted_word_in_stack_env_and_only_there() -
     [("s3://cache-bucket", "CACHE_PREFIX=''"), ("s3://cache-bucket/a/b/", "CACHE_PREFIX=a/b/")],
 )
 def test_the_artifact_cache_prefix_may_be_empty_or_nested(cache: str, line: str) -> None:
-    script = render_boot_script(make_plan("inf2.48xlarge", 8), BootOptions(artifact_cache=cache))
+    script = boot_of(make_plan("inf2.48xlarge", 8), BootOptions(artifact_cache=cache))
     stack_env = host_stack_env(script)
     assert "\nCACHE_BUCKET=cache-bucket\n" in stack_env
     assert f"\n{line}\n" in stack_env
@@ -374,7 +390,7 @@ LARGE_MODEL = "meta-llama/Llama-3.1-70B-Instruct"
 
 
 def _wait_ready_limit(plan: ServingPlan, **options: object) -> int:
-    files = embedded_files(render_boot_script(plan, BootOptions(signal=SIGNAL, **options)))  # type: ignore[arg-type]
+    files = embedded_files(boot_of(plan, BootOptions(signal=SIGNAL, **options)))  # type: ignore[arg-type]
     found = re.search(r"^limit=\$\{NEURON_SERVING_READY_SECONDS:-(\d+)\}$", files[WAIT_READY], re.MULTILINE)
     assert found is not None
     return int(found.group(1))

@@ -17,9 +17,11 @@ from inside import DTYPES, TGI_NEURONXCC, VLLM_NEURONXCC, VllmImage, vllm_export
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5, VLLM
+from neuron_serving.plan.host import resolve_host
 from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, render_boot_script
 from neuron_serving.render.boot_options import BootOptions, ReadinessSignal
 from tests.harness.test_optimum_neuron import TINY_LLAMA, TINY_TOKENIZER
+from tests.harness.userdata import boot_of
 
 MakeHost = Callable[..., Host]
 MODEL = "NousResearch/Meta-Llama-3-8B-Instruct"
@@ -32,7 +34,7 @@ def _plan() -> ServingPlan:
 
 def _boot(make_host: MakeHost, plan: ServingPlan, **knobs: str) -> tuple[Host, str]:
     host = make_host(plan.instance.devices)
-    result = host.boot(render_boot_script(plan, BootOptions(engine="vllm", signal=SIGNAL)), **knobs)
+    result = host.boot(boot_of(plan, BootOptions(signal=SIGNAL), engine="vllm"), **knobs)
     return host, result.stdout + result.stderr if result.returncode else ""
 
 
@@ -162,13 +164,14 @@ def test_a_prebuilt_or_cached_export_of_the_images_compiler_is_served_without_co
     key = VLLM.export_key(plan, OPTIMUM_NEURON_VLLM_0_4_5)
     if source == "prebuilt":
         _write_export(host.s3 / "models" / "llama-neuron", plan)
-        options = BootOptions(engine="vllm", signal=SIGNAL, prebuilt_export="s3://models/llama-neuron")
+        spec, options = resolve_host(plan, engine="vllm", prebuilt_export="s3://models/llama-neuron"), BootOptions(
+            signal=SIGNAL)
     else:
         upload = host.s3 / "cache-bucket" / "exports" / key / "i-0builder"
         _write_export(upload, plan)
         (upload.parent / "COMPLETE").write_text(complete_marker(f"exports/{key}/i-0builder", upload))
-        options = BootOptions(engine="vllm", signal=SIGNAL, artifact_cache=CACHE)
-    result = host.boot(render_boot_script(plan, options), STUB_SERVED_MODEL=MODEL)
+        spec, options = resolve_host(plan, engine="vllm"), BootOptions(signal=SIGNAL, artifact_cache=CACHE)
+    result = host.boot(render_boot_script(plan, spec, options), STUB_SERVED_MODEL=MODEL)
     assert result.returncode == 0, result.stdout + result.stderr
     assert host.exports() == []
     final = host.path(f"{EXPORTS}/{key}")
@@ -182,8 +185,8 @@ def test_a_prebuilt_export_of_another_compiler_release_is_refused_naming_both_ve
     plan = _plan()
     host = make_host(plan.instance.devices)
     _write_export(host.s3 / "models" / "llama-neuron", plan, neuronxcc_version=TGI_NEURONXCC)
-    options = BootOptions(engine="vllm", signal=SIGNAL, prebuilt_export="s3://models/llama-neuron")
-    result = host.boot(render_boot_script(plan, options), STUB_SERVED_MODEL=MODEL)
+    spec = resolve_host(plan, engine="vllm", prebuilt_export="s3://models/llama-neuron")
+    result = host.boot(render_boot_script(plan, spec, BootOptions(signal=SIGNAL)), STUB_SERVED_MODEL=MODEL)
     assert result.returncode != 0
     assert ("neuron_config.json has neuronxcc_version '2.19.8089.0+8ab9f450', the plan '2.21.33363.0+82129205'"
             in result.stdout + result.stderr)

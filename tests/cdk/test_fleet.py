@@ -24,6 +24,7 @@ from neuron_serving import (
 from neuron_serving.cdk.artifact_cache import CACHE_OBJECT_ACTIONS
 from neuron_serving.cdk.instance import SESSION_MANAGER_ACTIONS
 from neuron_serving.plan import ServingRequest, plan_serving
+from neuron_serving.plan.host import resolve_host
 from neuron_serving.plan.timing import boot_minutes, longest_generation_seconds
 from neuron_serving.render.boot import render_boot_script
 
@@ -244,8 +245,8 @@ def test_a_pinned_model_revision_reaches_the_boot_script_and_keys_the_cache(synt
     revision = "5f0b02c75b57c5855da9ae460ce51323ea669d8a"
     pinned = synth(**FLEET, model_revision=revision).stack.boot_script
     unpinned = synth(**FLEET).stack.boot_script
-    assert pinned.options.model_revision == revision and unpinned.options.model_revision is None
-    assert pinned.boot == render_boot_script(pinned.plan, pinned.options) != unpinned.boot
+    assert pinned.spec.model_revision == revision and unpinned.spec.model_revision is None
+    assert pinned.boot == render_boot_script(pinned.plan, pinned.spec, pinned.options) != unpinned.boot
     assert pinned.script != unpinned.script
 
 
@@ -298,7 +299,7 @@ def test_the_fleet_composes_in_a_users_own_stack_as_the_readme_shows():
     plan = plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge"))
     stack, vpc = _own_stack()
     cache = NeuronArtifactCache(stack, "Cache")
-    host = _own_host(stack, vpc, plan, artifact_cache=cache, model_revision="v1",
+    host = _own_host(stack, vpc, plan, artifact_cache=cache, spec=resolve_host(plan, model_revision="v1"),
                      signal=ReadinessSignal(stack_name=stack.stack_name, logical_id="ServingFleet"))
     fleet = _fronted_fleet(stack, vpc, plan, host, min_capacity=2, max_capacity=4)
     fleet.scale_on_requests()

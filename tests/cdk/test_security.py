@@ -26,6 +26,7 @@ from neuron_serving import (
 from neuron_serving.cdk.endpoint import NeuronServingEndpoint
 from neuron_serving.plan.phases import PHASE_TAGS
 from neuron_serving.render.boot import API_KEYS
+from neuron_serving.render.boot_options import reports_phases
 from neuron_serving.render.router import KEYS_FILE
 
 from .conftest import CERTIFICATE, FEATURE_FLAGS, service_authorization_reference, synthesize
@@ -227,7 +228,7 @@ def test_a_boot_script_that_calls_no_aws_api_is_granted_no_tagging():
     role = iam.Role(stack, "Role", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))
     boot = NeuronBootScript(stack, "Boot", plan=plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge")))
     boot.grant_boot(role)
-    assert not boot.options.reports_phases
+    assert not reports_phases(boot.spec, boot.options)
     assert not any("report-phase" in text for text in [boot.script, *boot.boot.files.values()])
     assert "ec2:CreateTags" not in json.dumps(Template.from_stack(stack).to_json())
 

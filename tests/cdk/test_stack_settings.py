@@ -1,6 +1,8 @@
+
 """NeuronLlamaStack from code: every setting a keyword argument, presets, and what an organisation's
 settings do to the template (imported VPC, tags, name prefix, alarm topic)."""
 
+import dataclasses
 import json
 
 import pytest
@@ -103,11 +105,12 @@ def test_inf2_xlarge_serves_llama_3_8b_with_a_builder_and_never_compiles():
                    if r["Type"] == "AWS::EC2::LaunchTemplate")
     assert types == ["inf2.8xlarge", "inf2.xlarge"]
     serving = synth.stack.boot_script
-    assert serving.options.export_role == "wait"
+    assert serving.spec.export_role == "wait"
     assert "waiting for the builder's export" in _export_script(serving)
     assert "exporting into" not in _export_script(serving)
     builder = synth.stack.export_builder
-    assert builder is not None and builder.boot_script.options.export_role == "build"
+    # The builder's spec is the serving hosts', building: the same image and revision, the same export key.
+    assert builder is not None and builder.boot_script.spec == dataclasses.replace(serving.spec, export_role="build")
     assert builder.boot_script.options.artifact_cache == serving.options.artifact_cache
     statements = [s for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
                   for s in r["Properties"]["PolicyDocument"]["Statement"]]

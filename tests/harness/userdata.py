@@ -3,12 +3,17 @@ directory asset the CDK zips and publishes (userdata/bootstrap.sh.j2, neuron_ser
 
 from __future__ import annotations
 
+import inspect
 import io
 import re
 import zipfile
 from pathlib import Path
+from typing import Any
 
-from neuron_serving.render.boot import BUNDLE_ENV, HostBoot
+from neuron_serving.plan.host import HostSpec, resolve_host
+from neuron_serving.plan.layout import ServingPlan
+from neuron_serving.render.boot import BUNDLE_ENV, HostBoot, render_boot_script
+from neuron_serving.render.boot_options import BootOptions
 from neuron_serving.render.bundle import MANIFEST, write_bundle
 
 BUNDLE = re.compile(r"^BUNDLE='?(s3://[^/\s]+/([0-9a-f]{64})\.zip)'?$", re.M)
@@ -89,3 +94,21 @@ def readable(boot: HostBoot, *, leave_out: tuple[str, ...] = ()) -> str:
     return user_data(boot) + "".join(
         f"# ==> {path} <==\n" + ("<left out>\n" if path in leave_out else text)
         for path, text in sorted(boot.files.items()))
+
+
+SPEC_SETTINGS = frozenset(inspect.signature(resolve_host).parameters) - {"plan"}
+"""The values :func:`~neuron_serving.plan.host.resolve_host` takes: the host's spec."""
+
+
+def spec_and_options(plan: ServingPlan, settings: dict[str, object]) -> tuple[HostSpec, BootOptions]:
+    """``settings`` split as ``NeuronBootScript`` splits its props: the host's spec, resolved for
+    ``plan``, and the options the stack supplies."""
+    spec = {k: v for k, v in settings.items() if k in SPEC_SETTINGS}
+    return (resolve_host(plan, **spec),  # type: ignore[arg-type]
+            BootOptions(**{k: v for k, v in settings.items() if k not in SPEC_SETTINGS}))  # type: ignore[arg-type]
+
+
+def boot_of(plan: ServingPlan, options: BootOptions | None = None, **spec: Any) -> HostBoot:
+    """``plan``'s boot with the host spec ``spec``'s values name (:func:`resolve_host`; TGI, exporting
+    on the host, by default) and ``options``."""
+    return render_boot_script(plan, resolve_host(plan, **spec), options)

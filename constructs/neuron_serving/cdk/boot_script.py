@@ -13,16 +13,16 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs import Construct
 
-from ..plan.engines import DEFAULT_ENGINE, Engine, ServingImage
-from ..plan.engines import engine as find_engine
+from ..plan.engines import Engine, ServingImage
 from ..plan.errors import ServingConfigError, problem
+from ..plan.host import HostSpec, resolve_host
 from ..plan.layout import ServingPlan
 from ..plan.phases import PHASE_TAGS
-from ..plan.registry import EcrRegistry, parse_registry
+from ..plan.registry import EcrRegistry
 from ..plan.timing import boot_minutes, boot_timeout_problem, readiness_seconds
 from ..plan.volume import VolumePerformance, volume_performance
-from ..render.boot import HostBoot, check_user_data_size, render_boot_script, serving_image
-from ..render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook
+from ..render.boot import HostBoot, check_user_data_size, render_boot_script
+from ..render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook, reports_phases
 from ..render.bundle import write_bundle
 from .artifact_cache import EXPORTS_PREFIX, NeuronArtifactCache
 from .monitoring import NeuronServingMonitoring
@@ -42,22 +42,17 @@ class NeuronBootScript(Construct):
     when constructed.
 
     :param plan: the serving plan to realise on the host.
-    :param engine: the serving engine: ``tgi`` or ``vllm`` (see :mod:`neuron_serving.plan.engines`).
-        Default: ``tgi``.
-    :param image: the serving image, one the engine's tools are known for; the export runs
-        inside it so that compiler versions match. Pin it with a digest after the known
-        reference (``<known image>@sha256:<64 lowercase hex digits>``): hosts then pull and run
-        that digest, whatever the tag points to later, and the digest is part of the export's
-        cache key. Default: the engine's default image, by its tag.
+    :param spec: the host's engine, image (pinned or not), private registry, export source and role
+        and model revision, resolved once for ``plan``
+        (:func:`~neuron_serving.plan.host.resolve_host`; ``NeuronLlamaStack`` takes the settings'
+        :meth:`~neuron_serving.settings.stack_settings.StackSettings.host`). :meth:`grant_boot`
+        grants pulling from its registry, and reading its S3 prebuilt export.
+        Default: ``resolve_host(plan)``: TGI's image from its public registry, exporting on the host.
     :param hf_token_secret: a secret holding a Hugging Face token for gated models. The token is
         read on the host at boot; it never appears in the user data or the template.
         Default: no token.
     :param artifact_cache: exports shared through S3, so only the first host compiles.
         Default: every host exports for itself.
-    :param prebuilt_export: an export to fetch instead of compiling: ``s3://bucket/prefix`` or
-        ``hf://org/repo`` (a Hugging Face repository of a Neuron export). Default: none.
-    :param model_revision: the Hub revision (commit, branch or tag) of the model to export; part
-        of the artifact cache key. Default: the repository's default branch.
     :param signal: the resource the host signals CloudFormation for once every replica serves,
         or with the reason when the boot fails. The instance or fleet construct takes this
         logical id. Default: no signal.
@@ -73,19 +68,6 @@ class NeuronBootScript(Construct):
     :param load_balancer_authentication: with ``api_keys_secret``, the routers also accept the
         requests the load balancer signed in (OIDC), which it sends without an ``Authorization``
         header. Default: false.
-    :param export_role: ``serve`` (download the export from the cache, or make and publish it),
-        ``wait`` (never compile: wait for a :class:`NeuronExportBuilder`'s export in the cache) or
-        ``build`` (the builder's own: export, publish, serve nothing). ``wait`` and ``build`` need
-        ``artifact_cache``. Default: ``serve``.
-    :param image_registry: a private ECR registry, with an optional repository prefix, that holds the
-        image under its usual repository path and tag: a mirror, or an ECR pull through cache rule's
-        prefix (``<account>.dkr.ecr.<region>.amazonaws.com/<prefix>``). The host logs in to it and
-        pulls from it, and :meth:`grant_boot` grants pulling that one repository. Default: the
-        image's public registry.
-    :param image_registry_pull_through: the registry is an ECR pull through cache, whose first pull
-        of an image creates the repository and imports the image: :meth:`grant_boot` also grants
-        ``ecr:BatchImportUpstreamImage`` and ``ecr:CreateRepository`` on that repository.
-        Default: false.
     :param root_volume_throughput: the throughput of the host's gp3 root volume, in MiB/s (125 to
         2,000), which the launch template provisions: the replicas read the model's weights from
         it, and ``wait-ready``'s limit and the boot timeout's estimate allow for reading them at
@@ -104,12 +86,9 @@ class NeuronBootScript(Construct):
         construct_id: str,
         *,
         plan: ServingPlan,
-        engine: str = DEFAULT_ENGINE,
-        image: str | None = None,
+        spec: HostSpec | None = None,
         hf_token_secret: secretsmanager.ISecret | None = None,
         artifact_cache: NeuronArtifactCache | None = None,
-        prebuilt_export: str | None = None,
-        model_revision: str | None = None,
         signal: ReadinessSignal | None = None,
         warm_pool_hook: WarmPoolHook | None = None,
         boot_timeout: Duration | None = None,
@@ -118,21 +97,20 @@ class NeuronBootScript(Construct):
         monitoring: NeuronServingMonitoring | None = None,
         api_keys_secret: secretsmanager.ISecret | None = None,
         load_balancer_authentication: bool = False,
-        export_role: str = "serve",
-        image_registry: str | None = None,
-        image_registry_pull_through: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
         self.plan = plan
-        self.engine: Engine = find_engine(engine)
+        self.spec: HostSpec = spec or resolve_host(plan)
+        """The host's engine, image, registry and export, resolved."""
+        self.engine: Engine = self.spec.engine
         """The serving engine."""
-        self.serving_image: ServingImage = serving_image(plan, BootOptions(engine=engine, image=image))
+        self.serving_image: ServingImage = self.spec.image
         """What the image's tools can do, which the boot script is written for."""
         self.image: str = self.serving_image.reference
         """The reference hosts pull and run: the image's tag, with its digest when pinned."""
         self.hf_token_secret = hf_token_secret
         self.artifact_cache = artifact_cache
-        self.prebuilt_export = prebuilt_export
+        self.prebuilt_export = self.spec.prebuilt_export
         self.signal = signal
         self.warm_pool_hook = warm_pool_hook
         self.monitoring = monitoring
@@ -140,7 +118,7 @@ class NeuronBootScript(Construct):
         self.root_volume: VolumePerformance = volume_performance(plan, root_volume_throughput, root_volume_iops)
         """The root volume's throughput and IOPS, which the launch template provisions."""
         self.boot_timeout: Duration = boot_timeout or Duration.minutes(
-            boot_minutes(plan, throughput=self.root_volume.throughput, exports=prebuilt_export is None)
+            boot_minutes(plan, throughput=self.root_volume.throughput, exports=self.spec.exports)
         )
         minutes = self.boot_timeout.to_minutes()
         if (wrong := boot_timeout_problem(minutes)) is not None:
@@ -151,27 +129,20 @@ class NeuronBootScript(Construct):
                                       int(self.boot_timeout.to_seconds()))
         """How long ``wait-ready`` waits for every replica (``plan.timing.readiness_seconds``)."""
         self.options = BootOptions(
-            engine=engine,
-            image=self.image,
             hf_token_secret=_secret_id(hf_token_secret),
             api_keys_secret=_secret_id(api_keys_secret),
             load_balancer_authentication=load_balancer_authentication,
             artifact_cache=artifact_cache.uri if artifact_cache else None,
-            prebuilt_export=prebuilt_export,
-            model_revision=model_revision,
             signal=signal,
             warm_pool_hook=warm_pool_hook,
             monitoring=monitoring.boot_options if monitoring else None,
-            export_role=export_role,
-            image_registry=image_registry,
             # A waiting host gives up with its boot, whose estimate includes the builder's export.
             export_wait_minutes=int(self.boot_timeout.to_minutes()),
             ready_seconds=self.ready_seconds,
         )
-        self.image_registry = parse_registry(image_registry) if image_registry else None
+        self.image_registry = self.spec.registry
         """The private ECR registry the image is pulled from, if any."""
-        self.image_registry_pull_through = image_registry_pull_through
-        self.boot: HostBoot = render_boot_script(plan, self.options)
+        self.boot: HostBoot = render_boot_script(plan, self.spec, self.options)
         """The host's files (the bundle) and the stack's values."""
         # The bundle is an asset: a directory of the host's files and their manifest, which the
         # CDK zips and publishes to the bootstrap bucket and the user data downloads and checks.
@@ -230,7 +201,7 @@ class NeuronBootScript(Construct):
                 stack, f"arn:<AWS::Partition>:s3:::{bucket}/{objects}",
                 "read-only access to the objects of the prebuilt export the user named",
             )
-        if self.options.reports_phases:
+        if reports_phases(self.spec, self.options):
             self._grant_phase_tags(grantee)
         if self.signal is not None:
             iam.Grant.add_to_principal(
@@ -268,7 +239,7 @@ class NeuronBootScript(Construct):
         repository = (f"arn:{registry.partition}:ecr:{registry.region}:{registry.account}:repository/"
                       f"{registry.repository(self.image)}")
         actions = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
-        if self.image_registry_pull_through:
+        if self.spec.registry_pull_through:
             actions += ["ecr:BatchImportUpstreamImage", "ecr:CreateRepository"]
         principal = grantee.grant_principal
         principal.add_to_principal_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))

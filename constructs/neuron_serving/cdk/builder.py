@@ -3,8 +3,6 @@ hosts too small to compile it, then leaves."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import jsii
 from aws_cdk import Acknowledgment, ArnFormat, Stack, Validations
 from aws_cdk import aws_autoscaling as autoscaling
@@ -14,7 +12,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs import Construct
 
-from ..plan.engines import DEFAULT_ENGINE
+from ..plan.host import HostSpec, resolve_host
 from ..plan.layout import ServingPlan
 from .artifact_cache import NeuronArtifactCache
 from .boot_script import NeuronBootScript
@@ -47,10 +45,14 @@ class NeuronExportBuilder(Construct):
         (:func:`~neuron_serving.plan.layout.builder_plan`): same export, the builder's devices.
     :param artifact_cache: where the export goes, and where the serving hosts look.
     :param machine_image: the serving hosts' AMI (the same Neuron driver).
-    :param engine: the serving engine. Default: :data:`~neuron_serving.plan.engines.DEFAULT_ENGINE`.
-    :param image: the serving image (the export's compiler). Default: the engine's.
+    :param spec: the serving hosts' spec (:class:`~neuron_serving.plan.host.HostSpec`): the builder's
+        is derived from it (:meth:`~neuron_serving.plan.host.HostSpec.for_builder`), so it exports
+        with the same engine, image, registry and revision, under the same export key.
+        Default: ``resolve_host(plan)``.
     :param hf_token_secret: for gated models. Default: none.
-    :param model_revision: the Hub revision to export. Default: none.
+    :param root_volume_throughput: the builder's gp3 root volume throughput, MiB/s (see
+        :class:`NeuronBootScript`). Default: enough to read the weights in 5 minutes.
+    :param root_volume_iops: the builder's root volume IOPS. Default: enough for the throughput.
     """
 
     def __init__(
@@ -62,18 +64,18 @@ class NeuronExportBuilder(Construct):
         plan: ServingPlan,
         artifact_cache: NeuronArtifactCache,
         machine_image: ec2.IMachineImage,
-        engine: str = DEFAULT_ENGINE,
-        image: str | None = None,
+        spec: HostSpec | None = None,
         hf_token_secret: secretsmanager.ISecret | None = None,
-        model_revision: str | None = None,
-        **boot: Any,
+        root_volume_throughput: int | None = None,
+        root_volume_iops: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.plan = plan
         self.boot_script = NeuronBootScript(
-            self, "BootScript", plan=plan, engine=engine, image=image, hf_token_secret=hf_token_secret,
-            artifact_cache=artifact_cache, model_revision=model_revision, export_role="build", **boot,
+            self, "BootScript", plan=plan, spec=(spec or resolve_host(plan)).for_builder(),
+            hf_token_secret=hf_token_secret, artifact_cache=artifact_cache,
+            root_volume_throughput=root_volume_throughput, root_volume_iops=root_volume_iops,
         )
         self.launch_template = NeuronServingLaunchTemplate(
             self, "Host", vpc=vpc, boot_script=self.boot_script, machine_image=machine_image,

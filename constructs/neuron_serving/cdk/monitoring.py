@@ -16,8 +16,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 
 from constructs import Construct
 
-from ..plan.engines import DEFAULT_ENGINE, Engine
-from ..plan.engines import engine as find_engine
+from ..plan.engines import DEFAULT_ENGINE, ENGINES, Engine
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.identifiers import email
 from ..plan.layout import ServingPlan
@@ -248,7 +247,7 @@ class NeuronServingMonitoring(Construct):
             their failed key syncs, and the ``ApiKeySync`` alarm watches them. Default: false.
         """
         self._traffic_row(endpoint_load_balancer, target_group)
-        engine = engine or find_engine(DEFAULT_ENGINE)
+        engine = engine or ENGINES[DEFAULT_ENGINE]
         self._check_published(engine)
         self._serving_row(plan, engine, api_keys=api_keys)
         self._neuron_row()

@@ -145,15 +145,12 @@ class NeuronLlamaStack(Stack):
             self,
             "BootScript",
             plan=self.plan,
-            engine=settings.engine,
-            image=settings.image,
+            spec=settings.host(),
             hf_token_secret=secret,
             api_keys_secret=self.api_keys_secret,
             # Signed-in browsers pass a router that checks keys; without keys it checks nothing.
             load_balancer_authentication=bool(settings.oidc) and bool(settings.api_keys),
             artifact_cache=self.artifact_cache,
-            prebuilt_export=settings.prebuilt_export,
-            model_revision=settings.model_revision,
             monitoring=self.monitoring,
             signal=ReadinessSignal(stack_name=self.stack_name, logical_id=FLEET_ID if fleet else INSTANCE_ID),
             warm_pool_hook=(
@@ -166,10 +163,6 @@ class NeuronLlamaStack(Stack):
                 if settings.boot_timeout_minutes is not None
                 else None
             ),
-            # With a builder, the hosts never compile: they wait for its export in the cache.
-            export_role="wait" if settings.builder is not None else "serve",
-            image_registry=settings.image_registry,
-            image_registry_pull_through=settings.image_registry_pull_through,
             root_volume_throughput=settings.root_volume_throughput,
             root_volume_iops=settings.root_volume_iops,
         )
@@ -182,9 +175,7 @@ class NeuronLlamaStack(Stack):
         if settings.builder is not None and self.artifact_cache is not None:
             self.export_builder = NeuronExportBuilder(
                 self, "ExportBuilder", vpc=self.vpc, plan=settings.builder, artifact_cache=self.artifact_cache,
-                machine_image=machine_image, engine=settings.engine, image=settings.image, hf_token_secret=secret,
-                model_revision=settings.model_revision, image_registry=settings.image_registry,
-                image_registry_pull_through=settings.image_registry_pull_through,
+                machine_image=machine_image, spec=settings.host(), hf_token_secret=secret,
                 root_volume_throughput=settings.root_volume_throughput, root_volume_iops=settings.root_volume_iops,
             )
         self.launch_template = NeuronServingLaunchTemplate(

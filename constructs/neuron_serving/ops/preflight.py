@@ -26,8 +26,6 @@ from typing import Any
 from ..plan.engines import check_dlami_parameter
 from ..plan.errors import ServingConfigError, problem
 from ..plan.instances import INSTANCES, InstanceSpec
-from ..render.boot import serving_image
-from ..render.boot_options import BootOptions
 from ..settings import StackSettings
 from .aws import EXIT_FAILURE, REGION_HELP, Aws, OpsError, run_aws
 from .output import Printer, output_option
@@ -136,10 +134,9 @@ def target_of(args: argparse.Namespace, region: str) -> Target:
     ``NeuronLlamaStack`` checks them)."""
     context = read_context(Path(args.app_dir), args.context or [])
     settings = StackSettings.from_context(context.get, given=context)
-    plan = settings.plan()
     parameter = None
     if not settings.ami_id:
-        image = serving_image(plan, BootOptions(engine=settings.engine, image=settings.image))
+        image = settings.host().image
         parameter = settings.dlami_parameter or image.dlami_parameter
         check_dlami_parameter(image, parameter)
     return Target(region, settings, INSTANCES[settings.request.instance_type], parameter, args.vpc_id,

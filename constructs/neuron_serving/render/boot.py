@@ -20,7 +20,7 @@ builds; devices handed to docker stay the real ``/dev/neuronN``):
 - with a warm pool hook, ``/opt/neuron-serving/bin/complete-lifecycle`` and
   ``neuron-serving-ready.service`` (``userdata/complete-lifecycle.sh.j2``,
   ``userdata/neuron-serving-ready.service.j2``);
-- when the host reads its instance metadata (:attr:`BootOptions.reports_phases`),
+- when the host reads its instance metadata (:func:`~neuron_serving.render.boot_options.reports_phases`),
   ``/opt/neuron-serving/bin/report-phase``, which tags the instance with the boot's phase
   (``userdata/report-phase.sh.j2``; see **Boot progress** below);
 - with monitoring, ``/opt/neuron-serving/bin/start-monitoring`` (``userdata/start-monitoring.sh.j2``),
@@ -115,16 +115,15 @@ from ..plan.engines import (
     Engine,
     ServingImage,
 )
-from ..plan.engines import engine as find_engine
 from ..plan.errors import Problems, ServingConfigError, problem
+from ..plan.host import FIRST_PULL_WAIT_SECONDS, HostSpec, has_space, hf_repo, s3_parts
 from ..plan.layout import Replica, ServingPlan, compile_memory_problem
 from ..plan.metrics import EMF_LOG, LOG_KINDS, MonitoringOptions
 from ..plan.phases import DETAIL_TAG, FAILED, PHASE_NAMES, PHASE_TAG, READY, SINCE_TAG, TAG_VALUE_LIMIT, WARMED
-from ..plan.registry import parse_registry
 from ..plan.timing import readiness_seconds
 from ..plan.volume import default_throughput
 from ..userdata.api_keys import METRICS_FILE as API_KEYS_METRICS_FILE
-from .boot_options import WAIT_POLL_SECONDS, BootOptions, has_space, hf_repo, s3_parts
+from .boot_options import WAIT_POLL_SECONDS, BootOptions, check_boot, reports_phases
 from .bundle import TOKEN_MARK, digest
 from .monitoring import (
     AGENT_CONFIG_TEMPLATE,
@@ -187,7 +186,7 @@ BOOTSTRAP_ENV = ("SIGNAL_STACK", "SIGNAL_RESOURCE")
 target of its FAILURE signal. Always in the user data's stack.env."""
 
 
-def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) -> HostBoot:
+def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions | None = None) -> HostBoot:
     """The user data for ``plan``: a bash script that checks the Neuron devices, installs what is
     missing, reads the Hugging Face token (when configured), pulls the image, exports the model
     once (or downloads it from the artifact cache or a prebuilt export), starts one
@@ -195,23 +194,25 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     it then waits until every replica serves and reports that (see :class:`BootOptions`).
 
     :param plan: the validated serving layout.
-    :param options: image, token secret, retries, export source, readiness reporting and
-        monitoring. Default: ``BootOptions()``.
+    :param spec: the host's engine, image, registry and export, resolved for ``plan``
+        (:func:`~neuron_serving.plan.host.resolve_host`).
+    :param options: what the stack supplies: the token secret, the cache, readiness reporting,
+        monitoring and API keys. Default: ``BootOptions()``.
 
     The result is not checked against the user data limit: see :func:`check_user_data_size`.
     """
     options = options or BootOptions()
-    if (options.prebuilt_export is None and options.export_role != "wait"
+    check_boot(spec, options)
+    if (spec.exports and spec.export_role != "wait"
             and (cannot_compile := compile_memory_problem(plan)) is not None):
         raise ServingConfigError([cannot_compile])
-    engine = find_engine(options.engine)
-    image = serving_image(plan, options)
-    key = engine.export_key(plan, image, options.model_revision)
+    engine, image = spec.engine, spec.image
+    key = engine.export_key(plan, image, spec.model_revision)
     token_file = TOKEN_FILE if options.hf_token_secret is not None else None
     common_env, replica_table, named_settings = _replica_settings(plan, engine, image, f"{MODEL_MOUNT}/{key}")
     probe = engine.readiness(plan)
-    prebuilt_s3 = s3_parts(options.prebuilt_export)
-    prebuilt_hf = hf_repo(options.prebuilt_export) if prebuilt_s3 is None else None
+    prebuilt_s3 = s3_parts(spec.prebuilt_export)
+    prebuilt_hf = hf_repo(spec.prebuilt_export) if prebuilt_s3 is None else None
     prebuilt = None
     if prebuilt_s3 is not None:
         bucket, prefix = prebuilt_s3
@@ -223,14 +224,13 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
     signal, hook, monitoring = options.signal, options.warm_pool_hook, options.monitoring
     s3 = cache is not None or prebuilt_s3 is not None
     api_keys = options.api_keys_secret is not None
-    report = options.reports_phases
+    report = reports_phases(spec, options)
     report_phase = REPORT_PHASE if report else None
     log_groups = monitoring.log_groups if monitoring else {}
     # The stack's values: those CloudFormation fills in go to stack.env, which the user data writes
     # as is; the rest to bundle.env, which the boot's steps add to it (userdata/boot-steps.sh.j2).
-    registry = parse_registry(options.image_registry) if options.image_registry else None
     stack_env: dict[str, str | None] = {
-        "IMAGE": registry.reference(image.reference) if registry else image.reference,
+        "IMAGE": spec.pulled,
         "HF_TOKEN_SECRET": options.hf_token_secret,
         "PREBUILT": prebuilt,
         "CACHE_BUCKET": cache[0] if cache else None,
@@ -255,7 +255,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
             mount=MODEL_MOUNT,
             hub_cli=image.hub_cli,
             model=plan.model_id,
-            revision=options.model_revision,
+            revision=spec.model_revision,
             checkpoint_files=CHECKPOINT_FILES,
             checkpoint_excluded=CHECKPOINT_EXCLUDED,
             export_args=Unquoted(_export_words(engine, plan, image, key)),
@@ -268,7 +268,7 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
             download_export=_phase("download-export"),
             export_model=_phase("export-model"),
             wait_export=_phase("wait-export"),
-            role=options.export_role,
+            role=spec.export_role,
             wait_seconds=options.export_wait_minutes * 60,
             poll_seconds=WAIT_POLL_SECONDS,
             download_attempts=DOWNLOAD_ATTEMPTS,
@@ -321,8 +321,9 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         replica_env=REPLICA_ENV,
         driver_below=image.driver_below,
         runtime=image.neuron_runtime,
-        pull_attempts=options.pull_attempts,
-        conditional_write=cache is not None and options.export_role != "wait",
+        pull_attempts=spec.pull_attempts,
+        first_pull_wait=FIRST_PULL_WAIT_SECONDS,
+        conditional_write=cache is not None and spec.export_role != "wait",
         named_settings=named_settings,
         replicas=_replicas(plan),
         router_port=plan.router_port,
@@ -338,8 +339,8 @@ def render_boot_script(plan: ServingPlan, options: BootOptions | None = None) ->
         wait_ready=files.get(WAIT_READY),
         monitoring=monitoring is not None,
         start_monitoring=START_MONITORING,
-        builder=options.export_role == "build",
-        registry=registry,
+        builder=spec.export_role == "build",
+        registry=spec.registry,
         signal_id_limit=SIGNAL_ID_LIMIT,
         failed=FAILED,
         export_model=EXPORT_MODEL,
@@ -408,14 +409,6 @@ def _phase(name: str) -> str:
     if name not in PHASE_NAMES:
         raise ValueError(f"{name!r} is no phase of neuron_serving.plan.phases.PHASES")
     return name
-
-
-def serving_image(plan: ServingPlan, options: BootOptions) -> ServingImage:
-    """The image ``options`` name (or their engine's default), which must export and serve
-    ``plan``'s model. Raises :class:`ServingConfigError` naming ``engine``, ``image`` or
-    ``model_id``."""
-    engine = find_engine(options.engine)
-    return engine.serving_image(plan, options.image or engine.default_image.reference)
 
 
 def _export_words(engine: Engine, plan: ServingPlan, image: ServingImage, key: str) -> str:

@@ -1,20 +1,18 @@
-"""What a boot script needs beyond the serving plan (:class:`BootOptions`), and the CloudFormation
-resources it reports to (:class:`ReadinessSignal`, :class:`WarmPoolHook`), each checked when made:
-every problem at once, naming the option."""
+"""What a boot script needs beyond the serving plan and its host's spec
+(:class:`~neuron_serving.plan.host.HostSpec`): what the stack supplies (:class:`BootOptions`: secret
+ids, the cache, log groups) and the CloudFormation resources the host reports to
+(:class:`ReadinessSignal`, :class:`WarmPoolHook`), each checked when made: every problem at once,
+naming the option."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from ..plan.engines import DEFAULT_ENGINE, ENGINES
 from ..plan.errors import Problems
+from ..plan.host import HostSpec, has_space, s3_parts
 from ..plan.metrics import MonitoringOptions
-from ..plan.registry import ecr_registry_problem
 from .bundle import TOKEN_MARK
-
-DEFAULT_PULL_ATTEMPTS = 5
-"""Image pulls tried before the boot fails; the waits between them grow 10, 20, 40, 80 s."""
 
 MIN_HEARTBEAT_TIMEOUT_SECONDS = 30
 MAX_HEARTBEAT_TIMEOUT_SECONDS = 7200
@@ -88,45 +86,26 @@ class WarmPoolHook:
         return self.heartbeat_timeout_seconds // 4
 
 
-EXPORT_ROLES = ("serve", "wait", "build")
-"""What a host does about the export: ``serve`` (download it from the cache, or make and publish it,
-then serve), ``wait`` (never compile: wait for a builder's export in the cache, then serve) or
-``build`` (make and publish it, serve nothing, then leave its Auto Scaling group)."""
-
 WAIT_POLL_SECONDS = 30
 """How often a waiting host looks for the builder's export (one GetObject of a missing key)."""
 
 
 @dataclass(frozen=True)
 class BootOptions:
-    """What the boot script needs beyond the serving plan.
+    """What the boot script needs beyond the serving plan and the host's spec: mostly what the stack
+    supplies (secret ids, the cache's place, the signal's and the hook's targets, the log groups),
+    any of which may be a CDK token unless said otherwise.
 
-    :param engine: the serving engine, a key of :data:`~neuron_serving.plan.engines.ENGINES`.
-        Default: ``tgi``.
-    :param image: the serving image, one of the engine's ``images`` (whose tools the script is
-        written for), optionally pinned to a digest: ``<known image>@sha256:<64 lowercase hex
-        digits>``, which the host then pulls and runs by that digest and which is part of the
-        export key. The export runs inside it, so the compiler is the one the replicas run
-        with. Default: the engine's first image, by its tag.
     :param hf_token_secret: name or ARN of a Secrets Manager secret whose plain-text value is a
         Hugging Face token, for gated models. Only this id is in the user data; the host reads
         the token at boot into a root-only file, which only the Hub download is given (never
         the compiler or a replica). The instance role must be allowed to read the secret.
         Default: no token (public models only).
-    :param pull_attempts: how many times the image pull is tried before the boot fails.
-        Default: 5 (about 2.5 minutes of waits).
     :param artifact_cache: an S3 URI prefix (``s3://bucket/prefix``; the bucket may be a CDK
         token) shared by hosts: a host downloads ``<prefix>/<export key>/`` when another one
         published it, else exports and publishes its export there. Needs s3:GetObject,
         s3:PutObject and s3:DeleteObject below the prefix and s3:ListBucket on it. Ignored with
-        ``prebuilt_export``. Default: every host exports for itself.
-    :param prebuilt_export: an export to serve instead of exporting: ``s3://bucket/prefix``
-        (``aws s3 sync``) or ``hf://org/repo`` (a Hugging Face repository of a Neuron export,
-        downloaded inside the serving image, with the token when one is configured). It must
-        match the plan's shapes, degree and dtype and the image's compiler. Default: none.
-    :param model_revision: the Hub revision (commit, branch or tag) of the model to export: the
-        checkpoint is downloaded at it (optimum-cli has no revision option), and it is part of the
-        export key. Default: none (the repository's default branch).
+        the spec's ``prebuilt_export``. Default: every host exports for itself.
     :param signal: the CloudFormation resource to signal once every replica serves, or on
         failure. Default: no signal.
     :param warm_pool_hook: the launch lifecycle hook of an Auto Scaling group with a warm pool.
@@ -146,13 +125,7 @@ class BootOptions:
         secretsmanager:GetSecretValue on it. Default: no API keys.
     :param load_balancer_authentication: with ``api_keys_secret``, the router also accepts
         requests that the load balancer signed in (see ``render_router_config``). Default: false.
-
-    :param export_role: ``serve``, ``wait`` or ``build`` (:data:`EXPORT_ROLES`); ``wait`` and ``build``
-        need ``artifact_cache``. Default: ``serve``.
-    :param image_registry: a private ECR registry (and optional repository prefix) holding the image
-        under its usual repository path and tag (:mod:`~neuron_serving.plan.registry`): the host
-        logs docker in to it and pulls from it. Default: the image's own (public) registry.
-    :param export_wait_minutes: with ``wait``, how long the host waits for the builder's export
+    :param export_wait_minutes: with the spec's export role ``wait``, how long the host waits for the builder's export
         before its boot fails. Default: 12 hours (CloudFormation's longest wait for a signal).
     :param ready_seconds: with a signal or a warm pool hook, how long ``wait-ready`` waits for every
         replica to load its model and answer, then for the router, polling every 10 s (the
@@ -162,8 +135,8 @@ class BootOptions:
         default root volume throughput (``plan.volume.default_throughput``).
 
     Boot progress (see the module documentation) has no option of its own: it is on exactly when
-    the host reads its instance metadata (:attr:`reports_phases`), that is with any option above
-    that calls AWS (an S3 artifact cache or prebuilt export, API keys, a signal, a warm pool hook
+    the host reads its instance metadata (:func:`reports_phases`), that is with any option above
+    that calls AWS (an S3 artifact cache or the spec's S3 prebuilt export, API keys, a signal, a warm pool hook
     or monitoring). Such a host already has its region and instance id and an AWS role; one
     without calls no AWS API at all and needs no role, and it would gain one only to report. The
     instance role then needs ``ec2:CreateTags`` on the instance itself and for the three keys of
@@ -171,58 +144,25 @@ class BootOptions:
     exactly that); without it the host logs each refused report and boots all the same.
     """
 
-    engine: str = DEFAULT_ENGINE
-    image: str | None = None
     hf_token_secret: str | None = None
-    pull_attempts: int = DEFAULT_PULL_ATTEMPTS
     artifact_cache: str | None = None
-    prebuilt_export: str | None = None
-    model_revision: str | None = None
     signal: ReadinessSignal | None = None
     warm_pool_hook: WarmPoolHook | None = None
     monitoring: MonitoringOptions | None = None
     api_keys_secret: str | None = None
     load_balancer_authentication: bool = False
-    export_role: str = "serve"
     export_wait_minutes: int = 12 * 60
-    image_registry: str | None = None
     ready_seconds: int | None = None
-
-    @property
-    def reports_phases(self) -> bool:
-        """Whether the host reads its instance metadata, and so reports its boot's phases as tags
-        on its instance (see the class documentation)."""
-        s3 = (s3_parts(self.prebuilt_export) is not None
-              or (self.artifact_cache is not None and self.prebuilt_export is None))
-        return (s3 or self.api_keys_secret is not None or self.signal is not None
-                or self.warm_pool_hook is not None or self.monitoring is not None)
 
     def __post_init__(self) -> None:
         problems = Problems()
-        if self.engine not in ENGINES:
-            problems.add("engine", self.engine, f"must be one of {', '.join(ENGINES)}")
-        if self.image is not None and (not isinstance(self.image, str) or not self.image or has_space(self.image)):
-            problems.add("image", self.image, "must be a non-empty image reference without spaces, or None")
         secret = self.hf_token_secret
         if secret is not None and (not isinstance(secret, str) or not secret or has_space(secret)):
             problems.add("hf_token_secret", secret, "must be a secret name or ARN without spaces, or None")
-        attempts = self.pull_attempts
-        if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
-            problems.add("pull_attempts", attempts, "must be an integer of at least 1")
         cache = self.artifact_cache
         if cache is not None and s3_parts(cache) is None:
             problems.add("artifact_cache", cache, "must be an S3 URI prefix such as s3://bucket/exports, "
                          "without spaces, or None")
-        prebuilt = self.prebuilt_export
-        if prebuilt is not None and s3_parts(prebuilt) is None and hf_repo(prebuilt) is None:
-            problems.add("prebuilt_export", prebuilt, "must be s3://bucket/prefix or hf://org/repo, "
-                         "without spaces, or None")
-        revision = self.model_revision
-        if revision is not None and (not isinstance(revision, str) or not _REVISION.fullmatch(revision)):
-            problems.add("model_revision", revision, "must be a Hub commit, branch or tag: letters, digits and "
-                         "._/- only, at most 255 characters, or None")
-        elif revision is not None and prebuilt is not None:
-            problems.add("model_revision", revision, "does not apply to a prebuilt_export, which is served as is")
         if self.signal is not None and not isinstance(self.signal, ReadinessSignal):
             problems.add("signal", self.signal, "must be a ReadinessSignal or None")
         if self.warm_pool_hook is not None and not isinstance(self.warm_pool_hook, WarmPoolHook):
@@ -243,16 +183,6 @@ class BootOptions:
             problems.add("api_keys_secret", keys, "must be a secret name or ARN without spaces, or None")
         if self.load_balancer_authentication and keys is None:
             problems.add("load_balancer_authentication", True, "applies only with api_keys_secret")
-        if self.export_role not in EXPORT_ROLES:
-            problems.add("export_role", self.export_role, f"must be one of {', '.join(EXPORT_ROLES)}")
-        elif self.export_role != "serve" and (cache is None or prebuilt is not None):
-            problems.add("export_role", self.export_role, "needs artifact_cache and no prebuilt_export: the "
-                         "builder publishes the export there, and the serving hosts wait for it there")
-        if self.export_role == "build" and (self.signal is not None or self.warm_pool_hook is not None):
-            problems.add("export_role", self.export_role, "takes no signal or warm_pool_hook: a builder serves "
-                         "nothing, and leaves its group once the export is in the cache")
-        if self.image_registry is not None and (shape := ecr_registry_problem(str(self.image_registry))) is not None:
-            problems.add("image_registry", self.image_registry, shape)
         wait = self.export_wait_minutes
         if not isinstance(wait, int) or isinstance(wait, bool) or wait < 1:
             problems.add("export_wait_minutes", wait, "must be a whole number of minutes, at least 1")
@@ -262,33 +192,30 @@ class BootOptions:
         problems.raise_if_any()
 
 
-_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,254}")
 _LOG_GROUP = re.compile(r"[A-Za-z0-9._/#-]{1,512}")
 
 
-def has_space(text: str) -> bool:
-    return any(c.isspace() for c in text)
+def reports_phases(spec: HostSpec, options: BootOptions) -> bool:
+    """Whether the host reads its instance metadata, and so reports its boot's phases as tags on
+    its instance (see :class:`BootOptions`): with any option that calls AWS."""
+    s3 = s3_parts(spec.prebuilt_export) is not None or (options.artifact_cache is not None and spec.exports)
+    return (s3 or options.api_keys_secret is not None or options.signal is not None
+            or options.warm_pool_hook is not None or options.monitoring is not None)
+
+
+def check_boot(spec: HostSpec, options: BootOptions) -> None:
+    """What the spec's export role asks of the options. Raises
+    :class:`~neuron_serving.plan.errors.ServingConfigError` with every problem at once."""
+    problems = Problems()
+    if spec.export_role != "serve" and (options.artifact_cache is None or not spec.exports):
+        problems.add("export_role", spec.export_role, "needs artifact_cache and no prebuilt_export: the "
+                     "builder publishes the export there, and the serving hosts wait for it there")
+    if spec.export_role == "build" and (options.signal is not None or options.warm_pool_hook is not None):
+        problems.add("export_role", spec.export_role, "takes no signal or warm_pool_hook: a builder serves "
+                     "nothing, and leaves its group once the export is in the cache")
+    problems.raise_if_any()
 
 
 def _check_word(problems: Problems, setting: str, value: object) -> None:
     if not isinstance(value, str) or not value or has_space(value):
         problems.add(setting, value, "must be a non-empty name without spaces")
-
-
-def _after_scheme(uri: object, scheme: str) -> str | None:
-    if not isinstance(uri, str) or not uri.startswith(scheme) or has_space(uri):
-        return None
-    return uri[len(scheme):].strip("/") or None
-
-
-def s3_parts(uri: object) -> tuple[str, str] | None:
-    """``(bucket, prefix)`` of an ``s3://`` URI, the prefix without slashes at either end."""
-    rest = _after_scheme(uri, "s3://")
-    if rest is None:
-        return None
-    bucket, _, prefix = rest.partition("/")
-    return bucket, prefix.strip("/")
-
-
-def hf_repo(uri: object) -> str | None:
-    return _after_scheme(uri, "hf://")

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..plan.engines import DEFAULT_ENGINE, Engine
-from ..plan.engines import engine as find_engine
+from ..plan.engines import DEFAULT_ENGINE, ENGINES, Engine
 from ..plan.errors import Problems
 from ..plan.layout import ServingPlan
 
@@ -181,7 +180,7 @@ def render_router_config(
 
     Raises :class:`~neuron_serving.plan.ServingConfigError` naming each bad argument.
     """
-    engine = engine or find_engine(DEFAULT_ENGINE)
+    engine = engine or ENGINES[DEFAULT_ENGINE]
     if max_concurrent_per_replica is None:
         max_concurrent_per_replica = min(plan.batch_size, engine.max_concurrent_requests)
     problems = Problems()

@@ -14,6 +14,7 @@ from typing import Any
 from ..plan import identifiers
 from ..plan.engines import DEFAULT_ENGINE, ENGINES
 from ..plan.errors import Problems, ServingConfigError, problem
+from ..plan.host import HostSpec, resolve_host
 from ..plan.layout import ServingPlan, ServingRequest, builder_plan, compile_memory_problem, plan_serving
 from ..plan.performance import DEFAULT_WORKLOAD, OBJECTIVES, Constraints, Workload, recommend
 from ..plan.registry import ecr_registry_problem
@@ -106,7 +107,7 @@ class StackSettings:
     default. A bad value raises :class:`~neuron_serving.ServingConfigError` listing every problem,
     each naming the setting, the value and what is allowed.
 
-    Settings (generated from the fields' definitions):
+    The settings, from their definitions (the table in docs/configuration.md is made from them too):
     """
 
     # The model and its layout
@@ -290,6 +291,13 @@ class StackSettings:
         if not problems:
             try:
                 object.__setattr__(self, "_layout", self._choose_layout())
+                object.__setattr__(self, "_host", resolve_host(
+                    self.plan(), engine=self.__dict__["_engine"], image=self.__dict__["_image"],
+                    image_registry=self.image_registry,
+                    image_registry_pull_through=self.image_registry_pull_through,
+                    model_revision=self.model_revision, prebuilt_export=self.prebuilt_export,
+                    # With a builder, the hosts never compile: they wait for its export in the cache.
+                    export_role="wait" if self.builder is not None else "serve"))
             except ServingConfigError as error:
                 problems.add_all(error.problems)
         problems.raise_if_any()
@@ -322,6 +330,12 @@ class StackSettings:
         """The layout: ``tensor_parallel`` when given; else the degree ``objective`` recommends;
         else the smallest degree that fits."""
         return self.layout()[0]
+
+    def host(self) -> HostSpec:
+        """The serving hosts' engine, image, registry and export, resolved once (the builder's, if
+        any, is :meth:`~neuron_serving.plan.host.HostSpec.for_builder` of it)."""
+        host: HostSpec = self.__dict__["_host"]
+        return host
 
     def layout(self) -> tuple[ServingPlan, str]:
         """The layout (see :meth:`plan`) and why it was chosen, in a sentence."""
@@ -408,14 +422,16 @@ class StackSettings:
             if getattr(self, key) is not None and objective is None:
                 problems.add(key, getattr(self, key), "is a constraint on the degree the objective chooses: add "
                              f"-c objective=<{'|'.join(OBJECTIVES)}> (and tensor_parallel=auto)")
+        # The engine and the image are looked up here, once: the host's spec takes them as found. An
+        # unknown engine is the engine setting's own check's (_choice).
         engine = ENGINES.get(self.engine)
         if engine is None:
             return
-        if self.image is not None:
-            try:
-                engine.image(self.image)
-            except ServingConfigError as error:
-                problems.add_all(error.problems)
+        object.__setattr__(self, "_engine", engine)
+        try:
+            object.__setattr__(self, "_image", engine.image(self.image or engine.default_image.reference))
+        except ServingConfigError as error:
+            problems.add_all(error.problems)
         for key in engine.unused_settings:
             if getattr(self, key) != _DEFAULTS[key]:
                 problems.add(key, getattr(self, key), f"does not apply to engine {self.engine}; it applies to engine "
@@ -443,8 +459,6 @@ class StackSettings:
         if given and not self.certificate_arn:
             problems.add("certificate_arn", None, "is required with oidc_*: a load balancer signs users in on an "
                          "HTTPS listener only")
-        if self.image_registry_pull_through and self.image_registry is None:
-            problems.add("image_registry_pull_through", True, "applies only with image_registry")
         if self.api_keys_secret and not self.api_keys:
             problems.add("api_keys_secret", self.api_keys_secret, "applies only with api_keys=true")
         if self.rate_limit is not None and (wrong := limits.rate_limit(self.rate_limit)) is not None:

@@ -325,13 +325,18 @@ class Engine(ABC):
         pinned to a digest), which must export and serve ``plan``'s model. Raises
         :class:`ServingConfigError` naming ``image`` or ``model_id``."""
         image = self.image(reference)
+        self.check_serves(plan, image)
+        return image
+
+    def check_serves(self, plan: ServingPlan, image: ServingImage) -> None:
+        """Raise :class:`ServingConfigError` naming ``model_id`` (or the shapes) when ``image``, one
+        of this engine's (:meth:`image`), cannot export and serve ``plan``."""
         if plan.model.model_type not in image.model_types:
             raise ServingConfigError([problem(
                 "model_id", plan.model_id, f"is a {plan.model.model_type} model, which optimum-neuron "
-                f"{image.optimum_neuron} in {reference} cannot export and serve; it does "
+                f"{image.optimum_neuron} in {image.reference} cannot export and serve; it does "
                 f"{', '.join(image.model_types)}")])
         self.check_plan(plan, image)
-        return image
 
     def check_plan(self, plan: ServingPlan, image: ServingImage) -> None:  # noqa: B027 (optional hook)
         """Raise :class:`ServingConfigError` when ``image`` cannot serve ``plan`` (limits beyond

@@ -7,6 +7,7 @@ test_synth_checks.py."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from constructs import Construct
 from neuron_serving import (
     AlarmThresholds,
     NeuronArtifactCache,
+    NeuronExportBuilder,
     NeuronServingEndpoint,
     NeuronServingFleet,
     NeuronServingInstance,
@@ -29,7 +31,10 @@ from neuron_serving import (
     NeuronServingMonitoring,
     PinnedLinuxImage,
     ServingConfigError,
+    ServingRequest,
     neuron_dlami,
+    plan_serving,
+    resolve_host,
 )
 from neuron_serving.cdk.artifact_cache import (
     BUCKET_DENIED_ACTIONS,
@@ -40,13 +45,16 @@ from neuron_serving.cdk.artifact_cache import (
 from neuron_serving.cdk.buckets import LOG_BUCKET_REASON, log_bucket, private_bucket
 from neuron_serving.cdk.instance import SESSION_MANAGER_ACTIONS
 from neuron_serving.cdk.scanners import skip_checkov
+from neuron_serving.plan.layout import builder_plan
 from neuron_serving.plan.metrics import API_KEY_SYNC_FAILURES
 from neuron_serving.plan.timing import boot_minutes
+from neuron_serving.render.boot import BUNDLE_ENV
 
 from .constructs_support import (
     PRIVATE_SUBNETS,
     PUBLIC_SUBNETS,
     SIGNALLED_ID,
+    STACK_NAME,
     VPC_CIDR,
     bare_stack,
     boot_script,
@@ -737,3 +745,111 @@ def test_a_token_retention_is_checked_when_the_app_synthesizes() -> None:
     NeuronServingMonitoring(stack, "Monitoring", log_retention_days=known_at_synth(15))
     with pytest.raises(Exception, match=r"log_retention_days \(15\) must be one of"):
         Template.from_stack(stack)
+
+
+# --- NeuronBootScript ---------------------------------------------------------------------------
+
+REGISTRY = "111122223333.dkr.ecr.us-east-1.amazonaws.com/ghcr"
+
+
+@pytest.fixture(scope="module")
+def boot() -> Built:
+    """A boot script granted to a role, with a spec of its own (vLLM from an ECR pull through cache,
+    a pinned revision) and an artifact cache."""
+    stack = bare_stack()
+    spec = resolve_host(small_plan(), engine="vllm", image_registry=REGISTRY, image_registry_pull_through=True,
+                        model_revision="5f0b02c75b57c5855da9ae460ce51323ea669d8a")
+    construct = boot_script(stack, spec=spec, artifact_cache=NeuronArtifactCache(stack, "Cache"))
+    construct.grant_boot(iam.Role(stack, "Host", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com")))
+    return _built(stack, construct)
+
+
+def test_a_boot_script_lets_its_host_read_its_bundle_and_nothing_else_of_the_assets_bucket(boot: Built) -> None:
+    bundle = boot.construct.bundle
+    resource = Capture()
+    boot.template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": Match.array_with([
+        Match.object_like({"Action": "s3:GetObject", "Effect": "Allow", "Resource": resource})])}})
+    # The assets bucket's ARN (account and region filled in at deploy), then the bundle's one key.
+    assert resource.as_object()["Fn::Join"][1][-1] == f"/{bundle.s3_object_key}"
+    # The user data names the same object, and carries the bundle's manifest digest to check it by.
+    assert bundle.s3_object_key in boot.construct.script
+    assert f'<<<"{boot.construct.boot.digest}  MANIFEST"' in boot.construct.script
+
+
+def test_a_boot_script_pulls_its_specs_image_from_its_registry_and_may_import_it(boot: Built) -> None:
+    spec = boot.construct.spec
+    repository = "ghcr/huggingface/optimum-neuron-vllm"
+    assert spec.pulled == f"{REGISTRY}/huggingface/optimum-neuron-vllm:0.4.5"
+    boot.template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": Match.array_with([
+        # A token for docker takes no resource; the pull (and the pull through import) one repository.
+        Match.object_like({"Action": "ecr:GetAuthorizationToken", "Resource": "*"}),
+        Match.object_like({"Action": sorted(["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
+                                             "ecr:BatchImportUpstreamImage", "ecr:CreateRepository"]),
+                           "Resource": f"arn:aws:ecr:us-east-1:111122223333:repository/{repository}"}),
+    ])}})
+    assert f"IMAGE={spec.pulled}\n" in boot.construct.boot.files[BUNDLE_ENV]
+
+
+def test_a_boot_script_signals_its_stack_and_uses_its_cache(boot: Built) -> None:
+    boot.template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": Match.array_with([
+        Match.object_like({"Action": "s3:ListBucket"}),
+        Match.object_like({"Action": "cloudformation:SignalResource", "Resource": {"Ref": "AWS::StackId"}}),
+    ])}})
+    # The cache's bucket is a deploy-time name: in the user data, not the bundle.
+    assert "CACHE_BUCKET=" in boot.construct.script and "CACHE_BUCKET" not in boot.construct.boot.files[BUNDLE_ENV]
+
+
+def test_a_boot_script_names_a_boot_timeout_cloudformation_cannot_wait_for() -> None:
+    with pytest.raises(ServingConfigError, match=r"^boot_timeout \('900 minutes'\) must be 1 to 720 minutes"):
+        boot_script(bare_stack(), boot_timeout=Duration.minutes(900))
+
+
+def test_a_boot_script_names_the_spec_its_plan_cannot_serve() -> None:
+    with pytest.raises(ServingConfigError, match=r"^image \('ghcr.io/huggingface/text-generation-inference:3.3.5-"
+                       r"neuron'\) is not a vLLM serving image"):
+        resolve_host(small_plan(), engine="vllm", image="ghcr.io/huggingface/text-generation-inference:3.3.5-neuron")
+
+
+# --- NeuronExportBuilder ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def builder() -> Built:
+    """A builder for hosts that wait for its export: its spec derived from theirs."""
+    stack = bare_stack()
+    plan = plan_serving(ServingRequest("meta-llama/Llama-3.1-8B-Instruct", "inf2.xlarge", tensor_parallel=2))
+    hosts = resolve_host(plan, model_revision="v1", export_role="wait")
+    construct = NeuronExportBuilder(stack, "Builder", vpc=imported_vpc(stack), plan=builder_plan(plan, "inf2.8xlarge"),
+                                    artifact_cache=NeuronArtifactCache(stack, "Cache"),
+                                    machine_image=neuron_dlami(DLAMI_PARAMETER), spec=hosts)
+    return _built(stack, construct)
+
+
+def test_a_builder_is_a_group_of_at_most_one_that_starts_with_one(builder: Built) -> None:
+    builder.template.has_resource_properties("AWS::AutoScaling::AutoScalingGroup", {
+        "MinSize": "0", "MaxSize": "1", "DesiredCapacity": "1",
+        "AutoScalingGroupName": f"{STACK_NAME}-Builder",
+        "VPCZoneIdentifier": PRIVATE_SUBNETS,
+    })
+    builder.template.has_resource_properties("AWS::EC2::LaunchTemplate", {"LaunchTemplateData": Match.object_like(
+        {"InstanceType": "inf2.8xlarge"})})
+
+
+def test_a_builder_may_leave_its_own_group_only(builder: Built) -> None:
+    resource = Capture()
+    builder.template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": Match.array_with([
+        Match.object_like({"Action": "autoscaling:TerminateInstanceInAutoScalingGroup", "Resource": resource})])}})
+    assert json.dumps(resource.as_object()).endswith(f':autoScalingGroupName/{STACK_NAME}-Builder"]]}}')
+
+
+def test_a_builders_spec_is_the_hosts_building_under_the_same_export_key(builder: Built) -> None:
+    spec = builder.construct.boot_script.spec
+    assert spec.export_role == "build" and spec.model_revision == "v1"
+    plan = builder.construct.plan
+    assert spec.engine.export_key(plan, spec.image, spec.model_revision) in (
+        builder.construct.boot_script.boot.files["/opt/neuron-serving/bin/export-model"])
+
+
+def test_a_builder_needs_a_cache_its_spec_may_not_replace_with_a_prebuilt_export() -> None:
+    plan = plan_serving(ServingRequest("meta-llama/Llama-3.1-8B-Instruct", "inf2.xlarge", tensor_parallel=2))
+    with pytest.raises(ServingConfigError, match=r"^export_role \('build'\) takes no prebuilt_export"):
+        resolve_host(plan, export_role="build", prebuilt_export="s3://models/llama")

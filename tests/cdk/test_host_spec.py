@@ -14,7 +14,14 @@ from aws_cdk import App, Stack
 from aws_cdk.assertions import Template
 
 import neuron_serving.plan.host as host_module
-from neuron_serving import NeuronBootScript, NeuronExportBuilder, ServingRequest, plan_serving, resolve_host
+from neuron_serving import (
+    NeuronBootScript,
+    NeuronExportBuilder,
+    ServingConfigError,
+    ServingRequest,
+    plan_serving,
+    resolve_host,
+)
 from neuron_serving.plan.engines import Engine
 from neuron_serving.plan.layout import builder_plan
 
@@ -112,3 +119,13 @@ def test_only_the_settings_and_the_host_spec_look_an_engine_up_by_a_name_given()
         "render/router.py": ["ENGINES[DEFAULT_ENGINE]"],
         "cdk/monitoring.py": ["ENGINES[DEFAULT_ENGINE]"],
     }, lookups
+
+
+def test_pull_attempts_reach_the_hosts_and_the_builder_and_a_bad_count_is_named(
+        resolutions: Counter[str]) -> None:
+    stack = synthesize({"instance_type": "inf2.xlarge", "pull_attempts": "6"}).stack
+    for boot in (stack.boot_script, stack.export_builder.boot_script):  # type: ignore[union-attr]
+        assert boot.spec.pull_attempts == 6
+        assert "for attempt in $(seq 6); do" in boot.boot.files["/opt/neuron-serving/bin/boot-steps"]
+    with pytest.raises(ServingConfigError, match=r"pull_attempts \(7\) must be an integer from 1 to 6"):
+        synthesize({"pull_attempts": "7"})

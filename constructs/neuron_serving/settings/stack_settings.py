@@ -14,11 +14,18 @@ from typing import Any
 from ..plan import identifiers
 from ..plan.engines import DEFAULT_ENGINE, ENGINES
 from ..plan.errors import Problems, ServingConfigError, problem
-from ..plan.host import HostSpec, resolve_host
+from ..plan.host import (
+    DEFAULT_PULL_ATTEMPTS,
+    FIRST_PULL_WAIT_SECONDS,
+    MAX_PULL_ATTEMPTS,
+    HostSpec,
+    pull_waits_seconds,
+    resolve_host,
+)
 from ..plan.layout import ServingPlan, ServingRequest, builder_plan, compile_memory_problem, plan_serving
 from ..plan.performance import DEFAULT_WORKLOAD, OBJECTIVES, Constraints, Workload, recommend
 from ..plan.registry import ecr_registry_problem
-from ..plan.timing import boot_timeout_problem
+from ..plan.timing import PULL_MINUTES, boot_timeout_problem
 from ..plan.volume import GP3_IOPS, GP3_THROUGHPUT_MIB_S, volume_performance
 from . import limits
 from .fields import Setting, definitions, setting, type_problem
@@ -193,6 +200,11 @@ class StackSettings:
         weights at `root_volume_throughput`, then 10 + 0.5 per billion, all times 1.5 (the limit the host itself
         waits for its replicas): 98 min for 8B, under 7 h for 70B. The host's own limit never exceeds this
         timeout.""", shown="estimated")
+    pull_attempts: int = setting(DEFAULT_PULL_ATTEMPTS, f"""How many times each host pulls the serving image before
+        its boot fails, waiting {FIRST_PULL_WAIT_SECONDS} s after the first failure and twice as long after each
+        next one: 1 to {MAX_PULL_ATTEMPTS} ({MAX_PULL_ATTEMPTS} pulls wait {pull_waits_seconds(MAX_PULL_ATTEMPTS)} s,
+        half the {PULL_MINUTES} minutes the boot timeout allows for pulling). More ride out a registry's longer
+        outage or throttling (an ECR pull through cache's first import, say).""")
     root_volume_throughput: int | None = setting(None, """The throughput of each host's gp3 root volume, in MiB/s
         (125 to 2,000). The replicas read the model's weights from it at every boot: at gp3's included 125 MiB/s
         the 131 GiB of a 70B model take 18 minutes. The readiness limit and the boot timeout allow for reading the
@@ -296,6 +308,7 @@ class StackSettings:
                     image_registry=self.image_registry,
                     image_registry_pull_through=self.image_registry_pull_through,
                     model_revision=self.model_revision, prebuilt_export=self.prebuilt_export,
+                    pull_attempts=self.pull_attempts,
                     # With a builder, the hosts never compile: they wait for its export in the cache.
                     export_role="wait" if self.builder is not None else "serve"))
             except ServingConfigError as error:

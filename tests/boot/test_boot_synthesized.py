@@ -18,7 +18,7 @@ from neuron_serving.plan.metrics import AGENT_KEY_FINGERPRINT
 from neuron_serving.render.boot import CHECK_EXPORT, START_MONITORING
 from tests.cdk.conftest import synthesized
 from tests.harness.aws import ACCOUNT_ID, AwsEmulator
-from tests.harness.userdata import assembly_bundle, bundle_uri, files_in, zipped
+from tests.harness.userdata import assembly_bundle, files_in, publish_bundle
 
 REGION = "us-east-2"
 
@@ -73,15 +73,15 @@ def test_a_synthesized_stack_boots_with_the_real_aws_cli_and_docker_cli(
     config: str, aws_host: Callable[[int], Host], aws: AwsEmulator,
 ) -> None:
     script, devices, plan = user_data(CONFIGS[config])
-    # What CloudFormation and the CDK's asset publishing would have made: the cache bucket and
-    # the metrics publisher's asset.
+    # What CloudFormation and the CDK's asset publishing would have made: the cache bucket, and the
+    # boot bundle, zipped and uploaded by the CDK CLI itself.
     cache = re.search(r"^CACHE_BUCKET=(\S+)$", script, re.M)
     assert cache is not None
     name = cache.group(1).strip("'")
     (bucket,) = [r for n, r in synthesized(**CONFIGS[config]).json["Resources"].items() if n.lower() == name]
     aws.create_bucket(name, versioned=bucket["Properties"].get("VersioningConfiguration") == {"Status": "Enabled"})
     bundle = assembly_bundle(script, synthesized(**CONFIGS[config]).assembly)
-    aws.put_s3_uri(bundle_uri(script), zipped(bundle))
+    publish_bundle(aws, script, bundle.parent)
     # The stack trusts only AWS's key for the CloudWatch agent's package, which no test can sign
     # with (test_boot_monitoring verifies packages signed by a key of its own): here the image
     # ships the agent.

@@ -68,6 +68,7 @@ install -r tests/harness/requirements-aws.txt``). When it exists, its ``aws`` an
 used; otherwise those of the test's own venv."""
 
 LOOPBACK = "127.0.0.1"
+REPO = Path(__file__).resolve().parents[2]
 REGION = "eu-west-1"
 ACCOUNT_ID = "123456789012"
 """moto's default account: ARNs moto makes (secrets) carry it."""
@@ -801,6 +802,38 @@ class AwsEmulator:
         if bucket not in self.bucket_names():
             self.create_bucket(bucket)
         self.put_object(bucket, key, body)
+
+    def publish_assets(self, assembly: Path, stack: str, region: str) -> str:
+        """``stack``'s assets in the cloud assembly ``assembly`` published as ``cdk deploy`` publishes them,
+        to the bootstrap bucket (``cdk-hnb659fds-assets-<account>-<region>``, created here as ``cdk
+        bootstrap`` would) in moto: the pinned CDK CLI's ``cdk publish-assets`` (package.json's aws-cdk;
+        ``--unstable=publish-assets``: aws/aws-cdk-cli packages/aws-cdk/lib/cli/cli-config.ts) zips each
+        directory asset itself and uploads it. It finds no CDKToolkit stack in moto and publishes with
+        the credentials it has ("Defaulting to allowing cross account asset publishing", tried). Returns
+        the CLI's output; fails the test when it fails."""
+        bucket = f"cdk-hnb659fds-assets-{ACCOUNT_ID}-{region}"
+        if bucket not in self.bucket_names():
+            self.create_bucket(bucket)
+        # The CLI checks the bootstrap's version parameter first; 33 is the version of the bootstrap
+        # template the pinned CLI carries (node_modules/aws-cdk/lib/api/bootstrap/bootstrap-template.yaml,
+        # CdkBootstrapVersion).
+        boto3.client("ssm", endpoint_url=self.moto.url, region_name=region, aws_access_key_id=FAKE_ACCESS_KEY,
+                     aws_secret_access_key=FAKE_SECRET_KEY).put_parameter(
+            Name="/cdk-bootstrap/hnb659fds/version", Value="33", Type="String", Overwrite=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_", "JSII_SILENCE"))}
+        env.update({
+            "AWS_ACCESS_KEY_ID": FAKE_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": FAKE_SECRET_KEY, "AWS_REGION": region,
+            "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+            "AWS_EC2_METADATA_DISABLED": "true", "AWS_ENDPOINT_URL": self.moto.url,
+            "CDK_DISABLE_CLI_TELEMETRY": "true",
+            "NO_PROXY": f"{LOOPBACK},localhost", "no_proxy": f"{LOOPBACK},localhost",
+        })
+        result = subprocess.run(
+            ["npx", "--no-install", "cdk", "publish-assets", stack, "--unstable=publish-assets",
+             "--app", str(assembly)],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout + result.stderr
 
     def run_instance(self, instance_type: str = "inf2.xlarge") -> str:
         """An EC2 instance in moto (from the first of moto's own Amazon images); returns its id. A simulated

@@ -15,6 +15,7 @@ from neuron_serving.plan.layout import ServingPlan
 from neuron_serving.render.boot import BUNDLE_ENV, HostBoot, render_boot_script
 from neuron_serving.render.boot_options import BootOptions
 from neuron_serving.render.bundle import MANIFEST, write_bundle
+from tests.harness.aws import AwsEmulator
 
 BUNDLE = re.compile(r"^BUNDLE='?(s3://[^/\s]+/([0-9a-f]{64})\.zip)'?$", re.M)
 """The bundle's S3 URI in a user data's stack.env, and its asset hash (the object key's stem)."""
@@ -35,6 +36,18 @@ def assembly_bundle(script: str, *assemblies: Path) -> Path:
     return found[0]
 
 
+def publish_bundle(aws: AwsEmulator, script: str, *assemblies: Path) -> None:
+    """The bundle ``script`` downloads, published by the CDK CLI from the cloud assembly that holds it
+    (:meth:`AwsEmulator.publish_assets`) to the place the script names."""
+    bundle = assembly_bundle(script, *assemblies)
+    uri = bundle_uri(script)
+    bucket = uri.removeprefix("s3://").split("/", 1)[0]
+    region = re.fullmatch(r"cdk-hnb659fds-assets-\d{12}-([a-z0-9-]+)", bucket)
+    assert region is not None, bucket
+    aws.publish_assets(bundle.parent, "NeuronLlamaStack", region.group(1))
+    assert uri.split("/", 3)[3] in aws.list_objects(bucket, ""), f"the CDK published no {uri}"
+
+
 def files_in(directory: Path) -> dict[str, str]:
     """A bundle directory's files by their path on the host (the manifest itself left out)."""
     return {"/" + p.relative_to(directory).as_posix(): p.read_text()
@@ -42,7 +55,9 @@ def files_in(directory: Path) -> dict[str, str]:
 
 
 def zipped(directory: Path) -> bytes:
-    """``directory`` zipped as the CDK publishes a directory asset: its files by relative path."""
+    """``directory`` zipped as the CDK publishes a directory asset: its files by relative path. For
+    boots rendered without a stack; a synthesized stack's bundle is published by the CDK CLI itself
+    (:func:`publish_bundle`)."""
     data = io.BytesIO()
     with zipfile.ZipFile(data, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(directory.rglob("*")):

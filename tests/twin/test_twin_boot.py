@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.cdk.conftest import assemblies
-from tests.harness.userdata import assembly_bundle, bundle_uri, zipped
+from tests.harness.userdata import publish_bundle
 from tests.twin.conftest import World, failure_report, request
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "boot"))
@@ -35,7 +35,7 @@ def stage(world: World, script: str) -> None:
     cache = stack_env(script, "CACHE_BUCKET")
     if cache is not None and cache not in world.aws.bucket_names():
         world.aws.create_bucket(cache, versioned=True)
-    world.aws.put_s3_uri(bundle_uri(script), zipped(assembly_bundle(script, *assemblies())))
+    publish_bundle(world.aws, script, *assemblies())
 
 
 def completion(port: int, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:

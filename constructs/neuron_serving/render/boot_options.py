@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from ..plan.errors import Problems
 from ..plan.host import HostSpec, has_space, s3_parts
 from ..plan.metrics import MonitoringOptions
+from ..plan.timing import MAX_CLOUDFORMATION_MINUTES
 from .bundle import TOKEN_MARK
 
 MIN_HEARTBEAT_TIMEOUT_SECONDS = 30
@@ -151,7 +152,7 @@ class BootOptions:
     monitoring: MonitoringOptions | None = None
     api_keys_secret: str | None = None
     load_balancer_authentication: bool = False
-    export_wait_minutes: int = 12 * 60
+    export_wait_minutes: int = MAX_CLOUDFORMATION_MINUTES
     ready_seconds: int | None = None
 
     def __post_init__(self) -> None:

@@ -64,14 +64,21 @@ def on_signals(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> It
     """Inside the block, ``signums`` first run the registered cleanups, then do what they did before:
     the default action (SIGTERM's: the process ends by the signal, as its killer expects) or the
     previous handler (SIGINT's is Python's, whose KeyboardInterrupt pytest reports)."""
+    installed = []
     for signum in signums:
+        # An ignored signal stays ignored: a shell starts a background job with SIGINT ignored
+        # (bash(1), "COMMAND EXECUTION ENVIRONMENT"), and Python then leaves it so (signal(2) SIG_IGN
+        # survives execve); such a run does not stop on it, so nothing is to be cleaned up.
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            continue
         previous = signal.signal(signum, _stop)
         # None: a handler not installed from Python; the default is the nearest we can put back.
         _previous[signum] = signal.SIG_DFL if previous is None else previous
+        installed.append(signum)
     try:
         yield
     finally:
-        for signum in signums:
+        for signum in installed:
             signal.signal(signum, _previous.pop(signum))
 
 

@@ -73,12 +73,19 @@ def root_and_netns() -> None:
         pytest.fail("the twin's cleanup tests need root and `ip` (iproute2): scripts/test runs them so")
 
 
+INTERRUPTIBLE_PYTEST = ("import signal, sys, pytest; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                        "sys.exit(pytest.main(sys.argv[1:]))")
+"""``python -m pytest`` with Python's own SIGINT handler (KeyboardInterrupt), as an interactive run has."""
+
+
 def pytest_in_subprocess(tmp_path: Path, module: str, *options: str) -> subprocess.Popen[bytes]:
     """A pytest run of ``module``; the twin-like test writes what it made to ``made.json``."""
     test = tmp_path / "test_child.py"
     test.write_text(textwrap.dedent(module))
-    # A session of its own: the test signals it (or its process group, as CI's timeout does).
-    return subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    # A session of its own: the test signals it (or its process group, as CI's timeout does). SIGINT
+    # as at a terminal, whatever this run inherited: started in the background by a shell, it comes
+    # ignored (bash(1), "COMMAND EXECUTION ENVIRONMENT"), and Python keeps it ignored.
+    return subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE_PYTEST, "-q", "-p", "no:cacheprovider",
                              f"--basetemp={tmp_path / 'child'}", "--rootdir", str(tmp_path), *options, str(test)],
                             cwd=REPO, env={**os.environ, "TWIN_MADE": str(tmp_path / "made.json")},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -198,3 +205,20 @@ def test_a_session_unmounts_the_twin_mounts_of_a_dead_pid_and_nothing_else(
     finally:
         for point in (*points.values(), merged):
             subprocess.run(["umount", "-l", str(point)], capture_output=True, check=False)
+
+
+def test_a_signal_the_run_ignores_stays_ignored() -> None:
+    # An xdist worker or a shell's background job may start with SIGINT ignored; taking it over would
+    # turn a signal the run never stopped on into one that kills its twins and leaves it running.
+    code = textwrap.dedent("""
+        import signal
+        from tests.twin.cleanup import _stop, on_signals
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with on_signals():
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) == _stop
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    """)
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr

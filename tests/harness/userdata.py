@@ -36,16 +36,24 @@ def assembly_bundle(script: str, *assemblies: Path) -> Path:
     return found[0]
 
 
+_PUBLISHED: dict[str, bytes] = {}
+"""Each bundle the CDK CLI zipped in this process, by its S3 URI (its asset hash)."""
+
+
 def publish_bundle(aws: AwsEmulator, script: str, *assemblies: Path) -> None:
     """The bundle ``script`` downloads, published by the CDK CLI from the cloud assembly that holds it
-    (:meth:`AwsEmulator.publish_assets`) to the place the script names."""
-    bundle = assembly_bundle(script, *assemblies)
+    (:meth:`AwsEmulator.publish_assets`) to the place the script names. The CLI runs once per bundle
+    and process (about 4 s); later emulators get the same bytes, the CDK's own zip, put in place."""
     uri = bundle_uri(script)
-    bucket = uri.removeprefix("s3://").split("/", 1)[0]
+    bucket, key = uri.removeprefix("s3://").split("/", 1)
+    if uri in _PUBLISHED:
+        aws.put_s3_uri(uri, _PUBLISHED[uri])
+        return
     region = re.fullmatch(r"cdk-hnb659fds-assets-\d{12}-([a-z0-9-]+)", bucket)
     assert region is not None, bucket
-    aws.publish_assets(bundle.parent, "NeuronLlamaStack", region.group(1))
-    assert uri.split("/", 3)[3] in aws.list_objects(bucket, ""), f"the CDK published no {uri}"
+    aws.publish_assets(assembly_bundle(script, *assemblies).parent, "NeuronLlamaStack", region.group(1))
+    assert key in aws.list_objects(bucket, ""), f"the CDK published no {uri}"
+    _PUBLISHED[uri] = aws.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
 
 
 def files_in(directory: Path) -> dict[str, str]:

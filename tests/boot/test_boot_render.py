@@ -275,6 +275,7 @@ def test_bundled_files_may_hold_no_deploy_time_value_and_are_executable_only_wit
         ({"image": ""}, "image"),
         ({"image": "ghcr.io/x y"}, "image"),
         ({"engine": "trt"}, "engine"),
+        ({"engine": "vllm", "image": TGI_3_3_5.reference}, "image"),
         ({"hf_token_secret": ""}, "hf_token_secret"),
         ({"hf_token_secret": "my secret\n"}, "hf_token_secret"),
         ({"pull_attempts": 0}, "pull_attempts"),

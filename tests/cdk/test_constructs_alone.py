@@ -804,12 +804,6 @@ def test_a_boot_script_names_a_boot_timeout_cloudformation_cannot_wait_for() -> 
         boot_script(bare_stack(), boot_timeout=Duration.minutes(900))
 
 
-def test_a_boot_script_names_the_spec_its_plan_cannot_serve() -> None:
-    with pytest.raises(ServingConfigError, match=r"^image \('ghcr.io/huggingface/text-generation-inference:3.3.5-"
-                       r"neuron'\) is not a vLLM serving image"):
-        resolve_host(small_plan(), engine="vllm", image="ghcr.io/huggingface/text-generation-inference:3.3.5-neuron")
-
-
 # --- NeuronExportBuilder ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -849,7 +843,14 @@ def test_a_builders_spec_is_the_hosts_building_under_the_same_export_key(builder
         builder.construct.boot_script.boot.files["/opt/neuron-serving/bin/export-model"])
 
 
-def test_a_builder_needs_a_cache_its_spec_may_not_replace_with_a_prebuilt_export() -> None:
+def test_a_builder_for_hosts_that_serve_a_prebuilt_export_is_refused_naming_export_role() -> None:
+    # Such hosts compile nothing, so there is nothing to build: the builder's spec (the hosts', building)
+    # is checked as any boot's.
+    stack = bare_stack()
     plan = plan_serving(ServingRequest("meta-llama/Llama-3.1-8B-Instruct", "inf2.xlarge", tensor_parallel=2))
-    with pytest.raises(ServingConfigError, match=r"^export_role \('build'\) takes no prebuilt_export"):
-        resolve_host(plan, export_role="build", prebuilt_export="s3://models/llama")
+    refused = r"^export_role \('build'\) needs artifact_cache and no prebuilt_export"
+    with pytest.raises(ServingConfigError, match=refused):
+        NeuronExportBuilder(stack, "Builder", vpc=imported_vpc(stack), plan=builder_plan(plan, "inf2.8xlarge"),
+                            artifact_cache=NeuronArtifactCache(stack, "Cache"),
+                            machine_image=neuron_dlami(DLAMI_PARAMETER),
+                            spec=resolve_host(plan, prebuilt_export="s3://models/llama"))

@@ -676,7 +676,7 @@ class AwsEmulator:
         # A service given to moto is not also the recorder's, whose endpoint variable would win.
         self.recorder = Recorder(workdir / "aws-calls.jsonl",
                                  [s for s in RECORDED_SERVICES if s not in self.moto_services])
-        self._clients: dict[str, Any] = {}
+        self._clients: dict[tuple[str, str], Any] = {}
 
     def start(self) -> Self:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -750,13 +750,14 @@ class AwsEmulator:
 
     # --- moto's state, through boto3 -----------------------------------------------------------------------
 
-    def client(self, service: str) -> Any:
-        """A boto3 client of moto (region :attr:`region`)."""
-        if service not in self._clients:
-            self._clients[service] = boto3.client(service, endpoint_url=self.moto.url, region_name=self.region,
-                                                  aws_access_key_id=FAKE_ACCESS_KEY,
-                                                  aws_secret_access_key=FAKE_SECRET_KEY)
-        return self._clients[service]
+    def client(self, service: str, region: str | None = None) -> Any:
+        """A boto3 client of moto (region ``region``, by default :attr:`region`)."""
+        key = (service, region or self.region)
+        if key not in self._clients:
+            self._clients[key] = boto3.client(service, endpoint_url=self.moto.url, region_name=key[1],
+                                              aws_access_key_id=FAKE_ACCESS_KEY,
+                                              aws_secret_access_key=FAKE_SECRET_KEY)
+        return self._clients[key]
 
     def create_bucket(self, bucket: str, *, versioned: bool = False) -> None:
         """A bucket; ``versioned`` turns versioning on, which moto 5.2.5 implements as S3 does for what the
@@ -817,8 +818,7 @@ class AwsEmulator:
         # The CLI checks the bootstrap's version parameter first; 33 is the version of the bootstrap
         # template the pinned CLI carries (node_modules/aws-cdk/lib/api/bootstrap/bootstrap-template.yaml,
         # CdkBootstrapVersion).
-        boto3.client("ssm", endpoint_url=self.moto.url, region_name=region, aws_access_key_id=FAKE_ACCESS_KEY,
-                     aws_secret_access_key=FAKE_SECRET_KEY).put_parameter(
+        self.client("ssm", region).put_parameter(
             Name="/cdk-bootstrap/hnb659fds/version", Value="33", Type="String", Overwrite=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_", "JSII_SILENCE"))}
         env.update({

@@ -15,7 +15,7 @@ from constructs import Construct
 
 from ..plan.engines import Engine, ServingImage
 from ..plan.errors import ServingConfigError, problem
-from ..plan.host import HostSpec, resolve_host
+from ..plan.host import HostSpec, resolve_host, s3_parts
 from ..plan.layout import ServingPlan
 from ..plan.phases import PHASE_TAGS
 from ..plan.registry import EcrRegistry
@@ -102,15 +102,8 @@ class NeuronBootScript(Construct):
         self.plan = plan
         self.spec: HostSpec = spec or resolve_host(plan)
         """The host's engine, image, registry and export, resolved."""
-        self.engine: Engine = self.spec.engine
-        """The serving engine."""
-        self.serving_image: ServingImage = self.spec.image
-        """What the image's tools can do, which the boot script is written for."""
-        self.image: str = self.serving_image.reference
-        """The reference hosts pull and run: the image's tag, with its digest when pinned."""
         self.hf_token_secret = hf_token_secret
         self.artifact_cache = artifact_cache
-        self.prebuilt_export = self.spec.prebuilt_export
         self.signal = signal
         self.warm_pool_hook = warm_pool_hook
         self.monitoring = monitoring
@@ -140,8 +133,6 @@ class NeuronBootScript(Construct):
             export_wait_minutes=int(self.boot_timeout.to_minutes()),
             ready_seconds=self.ready_seconds,
         )
-        self.image_registry = self.spec.registry
-        """The private ECR registry the image is pulled from, if any."""
         self.boot: HostBoot = render_boot_script(plan, self.spec, self.options)
         """The host's files (the bundle) and the stack's values."""
         # The bundle is an asset: a directory of the host's files and their manifest, which the
@@ -158,10 +149,25 @@ class NeuronBootScript(Construct):
         self.user_data = ec2.UserData.custom(self.script)
         """The script as EC2 user data, for a launch template."""
 
+    @property
+    def engine(self) -> Engine:
+        """The serving engine (the spec's)."""
+        return self.spec.engine
+
+    @property
+    def serving_image(self) -> ServingImage:
+        """What the image's tools can do, which the boot script is written for (the spec's)."""
+        return self.spec.image
+
+    @property
+    def image(self) -> str:
+        """The reference hosts run: the image's tag, with its digest when pinned."""
+        return self.spec.image.reference
+
     def grant_boot(self, grantee: iam.IGrantable) -> None:
         """Give ``grantee`` (the host role) exactly what the boot script calls."""
-        if self.image_registry is not None:
-            self._grant_pull(grantee, self.image_registry)
+        if self.spec.registry is not None:
+            self._grant_pull(grantee, self.spec.registry)
         if self.hf_token_secret is not None:
             self.hf_token_secret.grant_read(grantee)
         if self.monitoring is not None:
@@ -181,9 +187,8 @@ class NeuronBootScript(Construct):
                 "exports are keyed at boot by a hash of model, image and shapes; the host may read and "
                 "write only below the cache prefix",
             )
-        if self.prebuilt_export is not None and self.prebuilt_export.startswith("s3://"):
-            bucket, _, prefix = self.prebuilt_export[len("s3://"):].partition("/")
-            prefix = prefix.strip("/")
+        if (prebuilt := s3_parts(self.spec.prebuilt_export)) is not None:
+            bucket, prefix = prebuilt
             objects = f"{prefix}/*" if prefix else "*"
             iam.Grant.add_to_principal(
                 grantee=grantee,

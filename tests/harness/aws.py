@@ -808,7 +808,7 @@ class AwsEmulator:
         """``stack``'s assets in the cloud assembly ``assembly`` published as ``cdk deploy`` publishes them,
         to the bootstrap bucket (``cdk-hnb659fds-assets-<account>-<region>``, created here as ``cdk
         bootstrap`` would) in moto: the pinned CDK CLI's ``cdk publish-assets`` (package.json's aws-cdk;
-        ``--unstable=publish-assets``: aws/aws-cdk-cli packages/aws-cdk/lib/cli/cli-config.ts) zips each
+        ``--unstable=publish-assets``: node_modules/aws-cdk/lib/cli/cli-config.js of aws-cdk 2.1148.1) zips each
         directory asset itself and uploads it. It finds no CDKToolkit stack in moto and publishes with
         the credentials it has ("Defaulting to allowing cross account asset publishing", tried). Returns
         the CLI's output; fails the test when it fails."""

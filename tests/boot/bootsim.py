@@ -115,6 +115,15 @@ BUNDLE_REGION = "us-east-2"
 """Where a rendered boot's bundle is published for a simulated host, as the CDK's asset publishing
 would: the bootstrap bucket of the stack's region."""
 
+HOST_STACK = "NeuronLlamaStack"
+"""The stack whose resource's metadata holds a rendered boot's values for a simulated host."""
+
+
+def host_resource(boot: HostBoot) -> str:
+    """The logical id of the launch template whose metadata holds ``boot``'s values: one per bundle,
+    as a stack's builder and serving hosts each have theirs, in the form of ``HostF593FDA4``."""
+    return f"Host{boot.digest[:8].upper()}"
+
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SMALL_MODEL = "meta-llama/Llama-3.2-1B-Instruct"
 """For inf2.xlarge and trn1.2xlarge, whose host memory is too small to export an 8B model."""
@@ -125,7 +134,9 @@ def make_plan(instance_type: str, tensor_parallel: int | None = None, model_id: 
 
 
 def _bundle_download(argv: list[str]) -> bool:
-    return argv[:2] == ["s3", "cp"] and any(a.startswith(f"s3://{BUNDLE_BUCKET}/") for a in argv)
+    """The boot script's own calls: the stack's values (its host resource's metadata), then the bundle."""
+    return (argv[:2] == ["s3", "cp"] and any(a.startswith(f"s3://{BUNDLE_BUCKET}/") for a in argv)) or (
+        argv[:2] == ["cloudformation", "describe-stack-resource"] and "--query" in argv)
 
 
 @dataclass
@@ -141,6 +152,9 @@ class Host:
     """What runs inside its containers."""
     upload: Callable[[str, bytes], None] | None = None
     """How an object reaches this host's S3 (``upload(uri, body)``): by default the stubs' fake S3."""
+    deploy: Callable[[str, str, str], None] | None = None
+    """How a stack resource's metadata reaches this host's CloudFormation (``deploy(stack, logical_id,
+    metadata)``): by default the stubs' fake stacks."""
 
     def path(self, host_path: str) -> Path:
         """Where ``host_path`` (an absolute path on the instance) lives under the test root."""
@@ -169,11 +183,23 @@ class Host:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(body)
 
+    def put_metadata(self, stack: str, logical_id: str, metadata: str) -> None:
+        """Deploy ``stack``'s resource ``logical_id`` with ``metadata`` (a JSON string) in this host's
+        CloudFormation, which DescribeStackResource returns."""
+        if self.deploy is not None:
+            self.deploy(stack, logical_id, metadata)
+            return
+        target = Path(self.env["STUB_STACKS"]) / stack / logical_id
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(metadata)
+
     def publish_bundle(self, boot: HostBoot) -> str:
-        """Publish ``boot``'s bundle as the stack's asset would be, and return its user data."""
+        """Publish ``boot``'s bundle as the stack's asset would be and deploy the metadata of its host
+        resource (the stack's values) as CloudFormation would, and return its user data."""
         uri = f"s3://{BUNDLE_BUCKET}/{boot.digest}.zip"
         self.publish(uri, zipped_boot(boot, self.root.parent))
-        return boot.user_data(uri, BUNDLE_REGION)
+        self.put_metadata(HOST_STACK, host_resource(boot), json.dumps(boot.metadata(uri)))
+        return boot.user_data(BUNDLE_REGION, HOST_STACK, host_resource(boot))
 
     def boot_async(self, script: HostBoot | str, **knobs: str) -> subprocess.Popen[str]:
         """Start booting with ``script``; the caller waits."""
@@ -227,7 +253,8 @@ class Host:
 
     def calls(self, cmd: str | None = None, *, bundle: bool = False) -> list[list[str]]:
         """The argv of every stub call so far (of ``cmd`` only, when given), in order; the boot
-        bundle's download (:meth:`publish_bundle`), which every boot makes first, only with ``bundle``."""
+        script's reading of the stack's values and download of the bundle (:meth:`publish_bundle`),
+        which every boot makes first, only with ``bundle``."""
         return [argv for name, argv in self.entries() if (cmd is None or name == cmd)
                 and (bundle or not (name == "aws" and _bundle_download(argv)))]
 

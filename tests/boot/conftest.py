@@ -66,6 +66,7 @@ def make_host(tmp_path: Path) -> Iterator[Callable[..., Host]]:
             "STUB_CALLS": str(calls_log),
             "STUB_STATE": str(state),
             "STUB_S3": str(tmp_path / "s3"),
+            "STUB_STACKS": str(tmp_path / "stacks"),
             "STUB_INSTANCE_ID": f"i-{count:017d}",
             "STUB_AWS_CLI": str(STUBS / "aws"),
             "REAL_DOCKER": real_docker,
@@ -157,6 +158,7 @@ def aws_host(make_host: Callable[..., Host], aws: AwsEmulator) -> Callable[..., 
         host.env["PATH"] = f"{bin_dir}{os.pathsep}{host.env['PATH']}"
         host.env["STUB_INSTANCE_ID"] = aws.run_instance()
         host.upload = aws.put_s3_uri
+        host.deploy = aws.put_metadata
         assert shutil.which("aws", path=host.env["PATH"]) == str(recording)
         return host
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import subprocess
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from neuron_serving.render.boot import (
 from neuron_serving.render.boot import (
     BOOT_STEPS,
     BUNDLE_ENV,
+    METADATA_KEY,
     SIGNAL_ID_LIMIT,
     USER_DATA_LIMIT_BYTES,
     WAIT_READY,
@@ -48,9 +50,13 @@ from neuron_serving.render.bundle import digest, manifest, write_bundle
 from neuron_serving.render.monitoring import PUBLISHER
 from tests.harness.userdata import (
     DEPLOYED_BUNDLE,
+    DEPLOYED_RESOURCE,
+    DEPLOYED_STACK,
     EMBEDDED_FILE,
     STACK_ENV,
     boot_of,
+    deployed_metadata,
+    deployed_values,
     embedded_files,
     host_stack_env,
     readable,
@@ -151,7 +157,7 @@ def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
     script, embedded = user_data(boot), embedded_files(boot)
     # The bootstrap sources its steps: they are checked as the one shell that runs them (shellcheck
     # -x reads a sourced file's definitions but reports nothing in it).
-    sourcing = f'\n. "$R{BOOT_STEPS}"\n'
+    sourcing = f'\n. ".{BOOT_STEPS}"\n'
     assert script.count(sourcing) == 1
     files = {"bootstrap": script.replace(sourcing, "\n" + embedded[BOOT_STEPS])} | {
         path: text for path, text in embedded.items() if text.startswith("#!/bin/bash\n")
@@ -173,21 +179,19 @@ def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
     assert result.returncode == 0, result.stdout
 
 
-@pytest.mark.parametrize("config", ["trn1.32xlarge-tp2-secret-arn", "inf2.48xlarge-tp2-secret-arn",
-                                    "trn1.32xlarge-tp2-secret-arn-fleet", "inf2.48xlarge-tp2-secret-arn-fleet",
-                                    "trn1.32xlarge-tp2-secret-arn-fleet-pinned",
-                                    "trn1.32xlarge-tp2-secret-arn-vllm-fleet-pinned",
-                                    "trn1.32xlarge-tp2-secret-arn-vllm-fleet-pinned-api-keys"])
-def test_largest_configurations_stay_well_under_the_user_data_limit(config: str) -> None:
+@pytest.mark.parametrize("config", [*CONFIGS, *OPTION_CONFIGS])
+def test_the_user_data_is_under_2_kb_and_the_same_whatever_the_features(config: str) -> None:
     plan, boot = rendered(config)
     script = user_data(boot)
     size = len(script.encode())
-    assert len(plan.replicas) >= 12
-    # The files are in the bundle, whatever their number: the user data is the bootstrap and the
-    # deploy-time values of stack.env, about 40 bytes and a name per token.
-    assert size <= 3 * KILOBYTE, f"{config}: {size} bytes"
+    # The files are in the bundle and the deploy-time values in the host resource's metadata,
+    # whatever their number: the user data is the bootstrap, where those values are, and the
+    # resource its FAILURE signal goes to, if any. Tests of synthesized stacks check the same with
+    # the names CloudFormation fills in (tests/boot/test_boot_synthesized.py).
+    assert size < 2 * KILOBYTE, f"{config}: {size} bytes"
     smallest = min(len(user_data(rendered(c)[1]).encode()) for c in CONFIGS)
-    assert size - smallest <= KILOBYTE // 2, "only stack.env's deploy-time values grow with the features"
+    signal = "".join(f"{k}={v}\n" for k, v in boot.bootstrap_env.items())
+    assert size - smallest == len(signal.encode()), config
     check_user_data_size(script, plan)
 
 
@@ -234,12 +238,14 @@ def test_rendering_is_deterministic() -> None:
 
 def test_secret_id_is_shell_quoted_so_an_unresolved_cdk_token_stays_one_word() -> None:
     plan = make_plan("inf2.48xlarge", 8)
-    script = user_data(boot_of(plan, BootOptions(hf_token_secret="${Token[TOKEN.123]}")))
-    assert "\nHF_TOKEN_SECRET='${Token[TOKEN.123]}'\n" in script
-    assert script.count("${Token[TOKEN.123]}") == 1
+    boot = boot_of(plan, BootOptions(hf_token_secret="${Token[TOKEN.123]}"))
+    values = deployed_values(boot)
+    assert "\nHF_TOKEN_SECRET='${Token[TOKEN.123]}'\n" in "\n" + values
+    assert values.count("${Token[TOKEN.123]}") == 1
+    assert "TOKEN.123" not in user_data(boot)
 
 
-def test_the_bundle_holds_the_boot_files_and_the_user_data_only_stack_env() -> None:
+def test_the_bundle_holds_the_boot_files_and_the_user_data_only_where_the_stack_values_are() -> None:
     _, boot = rendered("inf2.48xlarge-tp8-secret-name")
     assert sorted(boot.files) == ["/etc/haproxy/haproxy.cfg.new", BUNDLE_ENV, "/etc/neuron-serving/replica.env",
                                   "/etc/neuron-serving/replicas.table",
@@ -247,10 +253,12 @@ def test_the_bundle_holds_the_boot_files_and_the_user_data_only_stack_env() -> N
                                   "/opt/neuron-serving/bin/check-export", "/opt/neuron-serving/bin/export-model",
                                   "/opt/neuron-serving/bin/run-replica"]
     assert boot.files["/etc/systemd/system/neuron-replica@.service"].rstrip().endswith("WantedBy=multi-user.target")
-    # Only stack.env is in the user data, and in it only what the boot script needs before it has the
-    # bundle (no signal here: the bundle's place and region); the values known at synth are bundled.
+    # Only stack.env is in the user data, and in it only where the stack's values are (no signal
+    # here); the bundle's place is among those values, and the values known at synth are bundled.
     assert EMBEDDED_FILE.findall(user_data(boot)) == [
-        (STACK_ENV, f"BUNDLE={DEPLOYED_BUNDLE}\nSTACK_REGION=us-east-1\n")]
+        f"STACK_REGION=us-east-1\nSTACK_NAME={DEPLOYED_STACK}\nHOST_RESOURCE={DEPLOYED_RESOURCE}\n"]
+    assert json.loads(deployed_metadata(boot)) == {METADATA_KEY: f"BUNDLE={DEPLOYED_BUNDLE}\n"}
+    assert DEPLOYED_BUNDLE not in user_data(boot)
     assert boot.files[BUNDLE_ENV] == f"IMAGE={TGI_3_3_5.reference}\nHF_TOKEN_SECRET=neuron-serving/hf-token\n"
     assert f'sha256sum -c --quiet <<<"{boot.digest}  MANIFEST"' in user_data(boot)
 
@@ -340,29 +348,33 @@ def test_without_fleet_options_the_script_has_no_metadata_readiness_signal_or_ca
         assert "host.env" not in script and "wait-ready" not in script and "complete-lifecycle" not in script
         assert "aws s3" not in script and "signal-resource" not in script
         # The user data's own FAILURE signal (before the bundle is in) is off without a signal.
-        assert "SIGNAL_STACK" not in boot.stack_env
+        assert "SIGNAL_RESOURCE=" not in user_data(boot) and not boot.bootstrap_env
 
 
-def test_deploy_time_values_stay_one_quoted_word_in_stack_env_and_only_there() -> None:
+def test_deploy_time_values_stay_one_quoted_word_in_the_metadata_and_only_there() -> None:
     boot = rendered("trn1.32xlarge-tp2-secret-arn-fleet")[1]
     script, files = user_data(boot), embedded_files(boot)
+    # stack.env: the user data's lines (where the values are, and the FAILURE signal's resource),
+    # then the values the host resource's metadata holds.
     assert files[STACK_ENV] == (
+        f"STACK_REGION=us-east-1\nSTACK_NAME={DEPLOYED_STACK}\nHOST_RESOURCE={DEPLOYED_RESOURCE}\n"
+        "SIGNAL_RESOURCE=NeuronServingFleet\n"
         "CACHE_BUCKET='${Token[TOKEN.123]}'\n"
         "SERVICE='${Token[TOKEN.200]}'\nLOG_GROUP_BOOT='${Token[TOKEN.201]}'\n"
         "LOG_GROUP_REPLICAS='${Token[TOKEN.202]}'\nLOG_GROUP_ROUTER='${Token[TOKEN.203]}'\n"
-        "LOG_GROUP_METRICS='${Token[TOKEN.204]}'\n"
-        f"SIGNAL_STACK=NeuronLlamaStack\nSIGNAL_RESOURCE=NeuronServingFleet\nBUNDLE={DEPLOYED_BUNDLE}\n"
-        "STACK_REGION=us-east-1\n")
+        f"LOG_GROUP_METRICS='${{Token[TOKEN.204]}}'\nBUNDLE={DEPLOYED_BUNDLE}\n")
     # The values known at synth travel in the bundle; on the host, stack.env holds both.
     assert files[BUNDLE_ENV] == (
         f"IMAGE={TGI_3_3_5.reference}\nHF_TOKEN_SECRET={SECRET_ARN}\nCACHE_PREFIX=exports/\n"
-        "GROUP_NAME=NeuronLlamaStack-NeuronServingFleet\nHOOK_NAME=neuron-serving-launch\n")
+        "GROUP_NAME=NeuronLlamaStack-NeuronServingFleet\nHOOK_NAME=neuron-serving-launch\n"
+        "SIGNAL_STACK=NeuronLlamaStack\n")
     export_model = files["/opt/neuron-serving/bin/export-model"]
     assert "\ns3=s3://$CACHE_BUCKET/\ncached=$CACHE_PREFIX$key\n" in export_model
     assert '--bucket "$CACHE_BUCKET" --key' in export_model
     assert '--log-opt "awslogs-group=$LOG_GROUP_REPLICAS"' in files["/opt/neuron-serving/bin/run-replica"]
     for token in ["TOKEN.123", "TOKEN.200", "TOKEN.201", "TOKEN.202", "TOKEN.203", "TOKEN.204"]:
-        assert script.count(f"${{Token[{token}]}}") == 1, token
+        assert deployed_metadata(boot).count(f"${{Token[{token}]}}") == 1, token
+        assert token not in script
 
 
 @pytest.mark.parametrize(

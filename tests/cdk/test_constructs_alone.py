@@ -23,6 +23,7 @@ from constructs import Construct
 from neuron_serving import (
     AlarmThresholds,
     NeuronArtifactCache,
+    NeuronBootScript,
     NeuronExportBuilder,
     NeuronServingEndpoint,
     NeuronServingFleet,
@@ -48,7 +49,7 @@ from neuron_serving.cdk.scanners import skip_checkov
 from neuron_serving.plan.layout import builder_plan
 from neuron_serving.plan.metrics import API_KEY_SYNC_FAILURES
 from neuron_serving.plan.timing import boot_minutes
-from neuron_serving.render.boot import BUNDLE_ENV
+from neuron_serving.render.boot import BUNDLE_ENV, METADATA_KEY
 
 from .constructs_support import (
     PRIVATE_SUBNETS,
@@ -754,14 +755,26 @@ REGISTRY = "111122223333.dkr.ecr.us-east-1.amazonaws.com/ghcr"
 
 @pytest.fixture(scope="module")
 def boot() -> Built:
-    """A boot script granted to a role, with a spec of its own (vLLM from an ECR pull through cache,
-    a pinned revision) and an artifact cache."""
+    """A boot script granted to a role and attached to a launch template of the user's, with a spec of
+    its own (vLLM from an ECR pull through cache, a pinned revision) and an artifact cache."""
     stack = bare_stack()
     spec = resolve_host(small_plan(), engine="vllm", image_registry=REGISTRY, image_registry_pull_through=True,
                         model_revision="5f0b02c75b57c5855da9ae460ce51323ea669d8a")
     construct = boot_script(stack, spec=spec, artifact_cache=NeuronArtifactCache(stack, "Cache"))
     construct.grant_boot(iam.Role(stack, "Host", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com")))
+    template = ec2.LaunchTemplate(stack, "Template", user_data=construct.user_data)
+    construct.attach(template.node.default_child)  # type: ignore[arg-type]
     return _built(stack, construct)
+
+
+def _values(boot: Built) -> tuple[str, str]:
+    """The logical id of the launch template holding the boot script's values, and the values
+    (``Fn::Join``'s parts, tokens as their intrinsic functions)."""
+    metadata = Capture()
+    boot.template.has_resource("AWS::EC2::LaunchTemplate", {"Metadata": {METADATA_KEY: metadata}})
+    [logical_id] = boot.template.find_resources("AWS::EC2::LaunchTemplate")
+    value = metadata.as_object()
+    return logical_id, json.dumps(value)
 
 
 def test_a_boot_script_lets_its_host_read_its_bundle_and_nothing_else_of_the_assets_bucket(boot: Built) -> None:
@@ -771,9 +784,50 @@ def test_a_boot_script_lets_its_host_read_its_bundle_and_nothing_else_of_the_ass
         Match.object_like({"Action": "s3:GetObject", "Effect": "Allow", "Resource": resource})])}})
     # The assets bucket's ARN (account and region filled in at deploy), then the bundle's one key.
     assert resource.as_object()["Fn::Join"][1][-1] == f"/{bundle.s3_object_key}"
-    # The user data names the same object, and carries the bundle's manifest digest to check it by.
-    assert bundle.s3_object_key in boot.construct.script
+    # The launch template's metadata names the same object; the user data carries the bundle's
+    # manifest digest to check it by.
+    assert f"/{bundle.s3_object_key}'\\n" in _values(boot)[1]
+    assert bundle.s3_object_key not in boot.construct.script
     assert f'<<<"{boot.construct.boot.digest}  MANIFEST"' in boot.construct.script
+
+
+def test_a_boot_script_keeps_the_stacks_values_in_the_metadata_of_the_resource_it_is_attached_to(
+        boot: Built) -> None:
+    logical_id, values = _values(boot)
+    user_data = Capture()
+    boot.template.has_resource_properties("AWS::EC2::LaunchTemplate", {
+        "LaunchTemplateData": Match.object_like({"UserData": {"Fn::Base64": user_data}})})
+    # The user data names the stack and that launch template, where the host reads the values,
+    # with the permission to read them on this stack only.
+    # (The logical id is quoted: it was a token when the script was rendered.)
+    assert f"\nSTACK_NAME={STACK_NAME}\nHOST_RESOURCE='{logical_id}'\n" in user_data.as_object()["Fn::Join"][1][2]
+    boot.template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": Match.array_with([
+        Match.object_like({"Action": ["cloudformation:DescribeStackResource", "cloudformation:SignalResource"],
+                           "Resource": {"Ref": "AWS::StackId"}}),
+    ])}})
+    assert "CACHE_BUCKET=" in values
+
+
+def test_a_boot_script_that_is_attached_to_nothing_stops_synthesis_naming_itself() -> None:
+    stack = bare_stack()
+    boot_script(stack)
+    with pytest.raises(Exception, match=r"NeuronBootScript Own/Boot is attached to no resource: call attach\(\)"):
+        Template.from_stack(stack)
+
+
+def test_a_boot_script_runs_on_one_resource_of_its_own_stack() -> None:
+    stack = bare_stack()
+    construct = boot_script(stack)
+    first = ec2.LaunchTemplate(stack, "First", user_data=construct.user_data)
+    construct.attach(first.node.default_child)  # type: ignore[arg-type]
+    second = ec2.LaunchTemplate(stack, "Second", user_data=construct.user_data)
+    with pytest.raises(ServingConfigError, match=r"^resource \('Own/Second/Resource'\) is a second resource for "
+                       r"the boot script Own/Boot, attached to Own/First/Resource"):
+        construct.attach(second.node.default_child)  # type: ignore[arg-type]
+    other = ec2.LaunchTemplate(Stack(stack.node.root, "Other"), "Template")  # type: ignore[arg-type]
+    alone = NeuronBootScript(bare_stack(), "Boot", plan=small_plan())
+    with pytest.raises(ServingConfigError, match=r"^resource \('Other/Template/Resource'\) must be in the stack "):
+        alone.attach(other.node.default_child)  # type: ignore[arg-type]
 
 
 def test_a_boot_script_pulls_its_specs_image_from_its_registry_and_may_import_it(boot: Built) -> None:
@@ -791,12 +845,14 @@ def test_a_boot_script_pulls_its_specs_image_from_its_registry_and_may_import_it
 
 
 def test_a_boot_script_signals_its_stack_and_uses_its_cache(boot: Built) -> None:
-    boot.template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": Match.array_with([
-        Match.object_like({"Action": "s3:ListBucket"}),
-        Match.object_like({"Action": "cloudformation:SignalResource", "Resource": {"Ref": "AWS::StackId"}}),
-    ])}})
-    # The cache's bucket is a deploy-time name: in the user data, not the bundle.
-    assert "CACHE_BUCKET=" in boot.construct.script and "CACHE_BUCKET" not in boot.construct.boot.files[BUNDLE_ENV]
+    for statement in [{"Action": "s3:ListBucket"}, {"Action": Match.array_with(["cloudformation:SignalResource"]),
+                                                     "Resource": {"Ref": "AWS::StackId"}}]:
+        boot.template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": Match.array_with([
+            Match.object_like(statement)])}})
+    # The cache's bucket is a deploy-time name: in the launch template's metadata, not in the user
+    # data or the bundle.
+    assert "CACHE_BUCKET=" in _values(boot)[1]
+    assert "CACHE_BUCKET" not in boot.construct.script and "CACHE_BUCKET" not in boot.construct.boot.files[BUNDLE_ENV]
 
 
 def test_a_boot_script_names_a_boot_timeout_cloudformation_cannot_wait_for() -> None:

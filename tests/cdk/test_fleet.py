@@ -205,11 +205,16 @@ def test_host_may_use_only_the_cache_prefix_and_signal_its_own_stack(synth):
     assert objects["Resource"]["Fn::Join"][1][1] == "/exports/*"
     listing = by_action[json.dumps("s3:ListBucket")]
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["exports/*"]}}
-    assert by_action[json.dumps("cloudformation:SignalResource")]["Resource"] == {"Ref": "AWS::StackId"}
-    # Beyond the cache and the signal: shipping logs, fetching the metrics publisher, Session Manager,
+    # Its stack only: reading the stack's values from its launch template's metadata, and signalling.
+    # aws-cdk-lib's AutoScalingGroup grants the signal once more, for its signals (aws-cdk-lib 2.275.0,
+    # aws-autoscaling/lib/auto-scaling-group.js: props.signals && !props.init && addToRolePolicy(...)).
+    stack_actions = [json.dumps(["cloudformation:DescribeStackResource", "cloudformation:SignalResource"]),
+                     json.dumps("cloudformation:SignalResource")]
+    assert [by_action[a]["Resource"] for a in stack_actions] == [{"Ref": "AWS::StackId"}] * 2
+    # Beyond the cache and its stack: shipping logs, fetching the boot bundle, Session Manager,
     # tagging itself with its boot phase (tests/cdk/test_security.py).
     assert set(by_action) - {json.dumps(sorted(CACHE_OBJECT_ACTIONS)), json.dumps("s3:ListBucket"),
-                             json.dumps("cloudformation:SignalResource")} == {
+                             *stack_actions} == {
         json.dumps(["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]),
         json.dumps("s3:GetObject"), json.dumps("ssm:UpdateInstanceInformation"),
         json.dumps(list(SESSION_MANAGER_ACTIONS)), json.dumps("ec2:CreateTags")}

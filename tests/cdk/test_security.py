@@ -223,11 +223,12 @@ def test_the_host_may_tag_only_its_own_instance_and_only_with_the_boot_phase_key
     assert "aws:TagKeys" in instance["condition_keys"]
 
 
-def test_a_boot_script_that_calls_no_aws_api_is_granted_no_tagging():
+def test_a_boot_script_that_reports_no_phase_is_granted_no_tagging():
     stack = Stack(App(), "Own")
     role = iam.Role(stack, "Role", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))
     boot = NeuronBootScript(stack, "Boot", plan=plan_serving(ServingRequest("llama-3.2-1b", "inf2.xlarge")))
     boot.grant_boot(role)
+    boot.attach(ec2.LaunchTemplate(stack, "Template", user_data=boot.user_data).node.default_child)
     assert not reports_phases(boot.spec, boot.options)
     assert not any("report-phase" in text for text in [boot.script, *boot.boot.files.values()])
     assert "ec2:CreateTags" not in json.dumps(Template.from_stack(stack).to_json())

@@ -9,7 +9,7 @@ from neuron_serving.cdk.instance import SESSION_MANAGER_ACTIONS
 from neuron_serving.plan import ServingRequest, plan_serving
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
 from neuron_serving.plan.timing import longest_generation_seconds
-from neuron_serving.render.boot import BUNDLE_ENV
+from neuron_serving.render.boot import BUNDLE_ENV, METADATA_KEY
 
 from .conftest import CERTIFICATE, SNAPSHOT_CONFIGS, synthesize
 
@@ -106,15 +106,19 @@ def test_instance_launches_from_the_template_in_a_private_subnet(synth):
 
 def test_user_data_is_the_rendered_boot_script(synth):
     template = synth()
-    user_data = template.only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["UserData"]["Fn::Base64"]
-    # The artifact cache's bucket name is a deploy-time token inside the script.
+    [(logical_id, launch_template)] = template.resources("AWS::EC2::LaunchTemplate").items()
+    user_data = launch_template["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]
     assert user_data == template.stack.resolve(template.stack.boot_script.script)
-    pieces = user_data["Fn::Join"][1]
-    # The image, known at synth, is in the bundle; the bucket's name in the user data.
-    assert TGI_3_3_5.reference not in json.dumps(user_data)
-    assert f"IMAGE={TGI_3_3_5.reference}\n" in template.stack.boot_script.boot.files[BUNDLE_ENV]
+    # It names the launch template, whose metadata holds the stack's values; the artifact cache's
+    # bucket name is a deploy-time token among them.
+    assert f"\nHOST_RESOURCE='{logical_id}'\n" in json.dumps(user_data["Fn::Join"][1]).replace("\\n", "\n")
+    values = launch_template["Metadata"][METADATA_KEY]
     bucket = template.stack.get_logical_id(template.stack.artifact_cache.bucket.node.default_child)
-    assert {"Ref": bucket} in pieces
+    assert {"Ref": bucket} in values["Fn::Join"][1]
+    assert bucket not in json.dumps(user_data)
+    # The image, known at synth, is in the bundle.
+    assert TGI_3_3_5.reference not in json.dumps([user_data, values])
+    assert f"IMAGE={TGI_3_3_5.reference}\n" in template.stack.boot_script.boot.files[BUNDLE_ENV]
 
 
 PINNED_TGI = f"{TGI_3_3_5.reference}@sha256:{'0123456789abcdef' * 4}"
@@ -146,8 +150,8 @@ def test_instance_role_has_session_manager_the_cache_and_its_signal_only(synth):
     assert actions == sorted(json.dumps(a) for a in (
         "ssm:UpdateInstanceInformation", list(SESSION_MANAGER_ACTIONS),
         ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:PutObject"], "s3:ListBucket",
-        "cloudformation:SignalResource", ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
-        "s3:GetObject", "ec2:CreateTags"))
+        ["cloudformation:DescribeStackResource", "cloudformation:SignalResource"],
+        ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"], "s3:GetObject", "ec2:CreateTags"))
     assert "secretsmanager" not in json.dumps(template.host_statements())
 
 

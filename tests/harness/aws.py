@@ -11,10 +11,12 @@
   conditional writers win, and so does this server. Each request is a few milliseconds.
 - :class:`Recorder`: an HTTP server for the query-protocol calls moto lacks (moto 5.2.5 answers
   ``cloudformation signal-resource``, ``autoscaling complete-lifecycle-action`` and
-  ``autoscaling record-lifecycle-action-heartbeat`` with HTTP 500: it implements none of them). It
+  ``autoscaling record-lifecycle-action-heartbeat`` with HTTP 500: it implements none of them), and
+  ``cloudformation describe-stack-resource`` for the resources :meth:`Recorder.put_metadata` deploys. It
   reads each request as botocore's ``QuerySerializer`` (``botocore/serialize.py``) writes it, checks it
   against the operation's input shape in the service model the CLI itself carries, records it as a
-  JSON line, and answers as the service would: an empty ``<OperationResponse>``, or AWS's query-protocol
+  JSON line, and answers as the service would: an empty ``<OperationResponse>`` (DescribeStackResource's
+  holds the resource and its metadata), or AWS's query-protocol
   ``<ErrorResponse>`` (HTTP 400 ``ValidationError`` for a constraint violation). Knobs
   (:meth:`Recorder.fail`) make an operation fail as the real service does when nothing awaits it.
 - :class:`AwsEmulator`: one per test, shared by the test's simulated hosts. :attr:`AwsEmulator.env` is
@@ -341,6 +343,9 @@ class Recorder:
             self.models[model.signing_name] = model
         self.model_source = model_source()
         self.failures: list[Failure] = []
+        self.stack_resources: dict[tuple[str, str], str] = {}
+        """The metadata (a JSON string) DescribeStackResource returns, by stack name and logical id:
+        the resources of deployed stacks, as far as hosts read them (:meth:`put_metadata`)."""
         self._calls: list[Call] = []
         self._lock = threading.Lock()
         self._server: _RecorderHTTPServer | None = None
@@ -390,6 +395,12 @@ class Recorder:
         message = "No active Lifecycle Action found with instance ID {InstanceId}"
         return [self.fail(op, message, times=times, when=when)
                 for op in ("CompleteLifecycleAction", "RecordLifecycleActionHeartbeat")]
+
+    def put_metadata(self, stack: str, logical_id: str, metadata: str) -> None:
+        """Deploy ``stack``'s resource ``logical_id`` with ``metadata`` (JSON, as CloudFormation resolved
+        the template's), which DescribeStackResource then returns."""
+        with self._lock:
+            self.stack_resources[(stack, logical_id)] = metadata
 
     def clear_failures(self) -> None:
         with self._lock:
@@ -442,8 +453,18 @@ class Recorder:
         if failure is not None:
             message = failure.message.format_map(_Blank(params))
             return refuse(failure.status, failure.code, message, [], params)
+        result = ""
+        if action == "DescribeStackResource":
+            stack, logical_id = params.get("StackName"), params.get("LogicalResourceId")
+            with self._lock:
+                metadata = self.stack_resources.get((str(stack), str(logical_id)))
+            if metadata is None:
+                # CloudFormation's words for a resource the stack lacks (unverified: from memory).
+                return refuse(400, "ValidationError", f"Resource {logical_id} does not exist for stack {stack}",
+                              [], params)
+            result = _stack_resource_detail(str(stack), str(logical_id), metadata, region or REGION)
         self._record(Call(signing_name or "?", action, params, region, [], 200))
-        return 200, _success_xml(namespace, operation)
+        return 200, _success_xml(namespace, operation, result)
 
     def _record(self, call: Call) -> None:
         line = json.dumps({"service": call.service, "operation": call.operation, "params": call.params,
@@ -466,12 +487,29 @@ def _request_id() -> str:
     return str(uuid.uuid4())
 
 
-def _success_xml(namespace: str, operation: Any) -> str:
-    """``<OpResponse>`` with the output's ``resultWrapper`` element (empty) and ``ResponseMetadata``, as
-    botocore's ``QueryParser`` (``botocore/parsers.py``) reads it."""
+def _stack_resource_detail(stack: str, logical_id: str, metadata: str, region: str) -> str:
+    """DescribeStackResource's result: a ``StackResourceDetail`` with the members the API reference
+    marks required, and ``Metadata``, the resource's metadata as a JSON string (AWS CloudFormation API
+    Reference, StackResourceDetail). The stack id and the physical id are examples of their formats."""
+    return ("<StackResourceDetail>"
+            f"<StackName>{escape(stack)}</StackName>"
+            f"<StackId>arn:aws:cloudformation:{region}:{ACCOUNT_ID}:stack/{escape(stack)}/"
+            "5b8e7f40-cb5a-11f0-9a3e-0e1f3c7d9b21</StackId>"
+            f"<LogicalResourceId>{escape(logical_id)}</LogicalResourceId>"
+            "<PhysicalResourceId>lt-0a1b2c3d4e5f60718</PhysicalResourceId>"
+            "<ResourceType>AWS::EC2::LaunchTemplate</ResourceType>"
+            "<LastUpdatedTimestamp>2026-11-27T00:00:00.000Z</LastUpdatedTimestamp>"
+            "<ResourceStatus>CREATE_COMPLETE</ResourceStatus>"
+            f"<Metadata>{escape(metadata)}</Metadata>"
+            "</StackResourceDetail>")
+
+
+def _success_xml(namespace: str, operation: Any, result: str = "") -> str:
+    """``<OpResponse>`` with the output's ``resultWrapper`` element (holding ``result``, empty by default)
+    and ``ResponseMetadata``, as botocore's ``QueryParser`` (``botocore/parsers.py``) reads it."""
     name = operation.name
     wrapper = operation.output_shape.serialization.get("resultWrapper") if operation.output_shape else None
-    result = f"<{wrapper}/>" if wrapper else ""
+    result = (f"<{wrapper}>{result}</{wrapper}>" if result else f"<{wrapper}/>") if wrapper else ""
     return (f'<{name}Response xmlns="{namespace}">{result}'
             f"<ResponseMetadata><RequestId>{_request_id()}</RequestId></ResponseMetadata></{name}Response>")
 
@@ -803,6 +841,11 @@ class AwsEmulator:
         if bucket not in self.bucket_names():
             self.create_bucket(bucket)
         self.put_object(bucket, key, body)
+
+    def put_metadata(self, stack: str, logical_id: str, metadata: str) -> None:
+        """The deployed ``stack``'s resource ``logical_id`` has ``metadata`` (a JSON string), which
+        ``aws cloudformation describe-stack-resource`` returns (:meth:`Recorder.put_metadata`)."""
+        self.recorder.put_metadata(stack, logical_id, metadata)
 
     def publish_assets(self, assembly: Path, stack: str, region: str) -> str:
         """``stack``'s assets in the cloud assembly ``assembly`` published as ``cdk deploy`` publishes them,

@@ -5,7 +5,6 @@ a fault, the failure a user would want to read) and answer a completion through 
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -16,26 +15,22 @@ from tests.harness.userdata import publish_bundle
 from tests.twin.conftest import World, failure_report, request
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "boot"))
-from test_boot_synthesized import launch_user_data, user_data
+from test_boot_synthesized import Launch, launch_user_data, user_data
 
 FLEET = {"fleet": "asg", "min_capacity": "2", "max_capacity": "4"}
 SECURE = {"internet_facing": "true", "allowed_cidrs": "203.0.113.0/24", "api_keys": "true",
           "certificate_arn": "arn:aws:acm:us-east-2:123456789012:certificate/0a1b2c3d-aaaa-bbbb-cccc-000000000000"}
 
 
-def stack_env(script: str, variable: str) -> str | None:
-    """A value of the user data's stack.env (as the stack renders it, shell-quoted or not)."""
-    found = re.search(rf"^{variable}=(\S+)$", script, re.M)
-    return None if found is None else found.group(1).strip("'")
-
-
-def stage(world: World, script: str) -> None:
-    """What CloudFormation and the CDK's asset publishing make before an instance boots: the artifact
-    cache bucket and the boot bundle the user data downloads."""
-    cache = stack_env(script, "CACHE_BUCKET")
+def stage(world: World, launch: Launch) -> None:
+    """What CloudFormation and the CDK's asset publishing make before an instance boots: the launch
+    template with the stack's values in its metadata, the artifact cache bucket and the boot bundle
+    the user data downloads."""
+    launch.deploy(world.aws)
+    cache = launch.value("CACHE_BUCKET")
     if cache is not None and cache not in world.aws.bucket_names():
         world.aws.create_bucket(cache, versioned=True)
-    publish_bundle(world.aws, script, *assemblies())
+    publish_bundle(world.aws, launch.values, *assemblies())
 
 
 def completion(port: int, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
@@ -57,17 +52,17 @@ def signals(world: World) -> list[tuple[str, str]]:
     return [(c.params["Status"], str(c.params["UniqueId"])) for c in world.aws.recorder.calls("SignalResource")]
 
 
-def boot(world: World, script: str, plan: Any, **kwargs: Any) -> Any:
-    twin, imds, image = world.twin(script, plan, **kwargs)
+def boot(world: World, launch: Launch, plan: Any, **kwargs: Any) -> Any:
+    twin, imds, image = world.twin(launch.script, plan, **kwargs)
     twin.start()
     return twin, imds, image
 
 
 def boots_and_serves(world: World, context: dict[str, str]) -> tuple[Any, Any, float]:
-    script, _, plan = user_data(context)
-    stage(world, script)
+    launch, _, plan = user_data(context)
+    stage(world, launch)
     started = time.monotonic()
-    twin, _, image = boot(world, script, plan)
+    twin, _, image = boot(world, launch, plan)
     status = twin.wait_boot_script(timeout=300)
     took = time.monotonic() - started
     assert status == "done", failure_report(twin)
@@ -94,13 +89,13 @@ def test_a_vllm_stack_boots_and_serves(world: World) -> None:
 
 
 def test_a_fleet_host_publishes_its_export_and_the_next_host_downloads_it_without_compiling(world: World) -> None:
-    script, _, plan = user_data(FLEET)
-    stage(world, script)
-    first, _, _ = boot(world, script, plan)
+    launch, _, plan = user_data(FLEET)
+    stage(world, launch)
+    first, _, _ = boot(world, launch, plan)
     assert first.wait_boot_script(timeout=300) == "done", failure_report(first)
     serves(plan.router_port)
     first.poweroff()
-    second, _, _image = boot(world, script, plan)
+    second, _, _image = boot(world, launch, plan)
     assert second.wait_boot_script(timeout=300) == "done", failure_report(second)
     serves(plan.router_port)
     assert [s for s, _ in signals(world)] == ["SUCCESS", "SUCCESS"]
@@ -111,18 +106,18 @@ def test_a_fleet_host_publishes_its_export_and_the_next_host_downloads_it_withou
 
 
 def test_the_builder_exports_for_a_host_too_small_to_compile_which_then_serves(world: World) -> None:
-    scripts, plan = launch_user_data({"instance_type": "inf2.xlarge"})
-    [builder_script] = [s for name, s in scripts.items() if "Builder" in name]
-    [host_script] = [s for name, s in scripts.items() if "Builder" not in name]
-    stage(world, builder_script)
-    builder, _, _ = world.twin(builder_script, plan, instance_type="inf2.8xlarge", devices=1)
+    launches, plan = launch_user_data({"instance_type": "inf2.xlarge"})
+    [builder_launch] = [s for name, s in launches.items() if "Builder" in name]
+    [host_launch] = [s for name, s in launches.items() if "Builder" not in name]
+    stage(world, builder_launch)
+    builder, _, _ = world.twin(builder_launch.script, plan, instance_type="inf2.8xlarge", devices=1)
     builder.start()
     assert builder.wait_boot_script(timeout=300) == "done", failure_report(builder)
     [left] = world.aws.recorder.calls("TerminateInstanceInAutoScalingGroup")
     assert left.params["ShouldDecrementDesiredCapacity"] in (True, "true")
     builder.poweroff()
-    stage(world, host_script)
-    host, _, _image = boot(world, host_script, plan)
+    stage(world, host_launch)
+    host, _, _image = boot(world, host_launch, plan)
     assert host.wait_boot_script(timeout=300) == "done", failure_report(host)
     assert "waiting for the builder's export" in host.path("/var/log/neuron-serving/boot.log").read_text()
     serves(plan.router_port)
@@ -142,9 +137,9 @@ def test_a_reboot_brings_the_host_back_serving_without_rerunning_the_user_data(w
 
 
 def test_a_replica_that_crashes_at_load_fails_the_boot_naming_it(world: World) -> None:
-    script, _, plan = user_data({})
-    stage(world, script)
-    twin, _, image = world.twin(script, plan, environment={"NEURON_SERVING_READY_SECONDS": "30"})
+    launch, _, plan = user_data({})
+    stage(world, launch)
+    twin, _, image = world.twin(launch.script, plan, environment={"NEURON_SERVING_READY_SECONDS": "30"})
     image.knobs["TWIN_REPLICA_CRASH"] = "replica-1"
     twin.start()
     assert twin.wait_boot_script(timeout=300) == "failed wait-ready", failure_report(twin)
@@ -156,28 +151,29 @@ def test_a_replica_that_crashes_at_load_fails_the_boot_naming_it(world: World) -
 def test_with_s3_unreachable_the_boot_fails_at_once_saying_why(world: World) -> None:
     # The host's files are the boot bundle, in the stack's assets bucket: without S3 there is no boot,
     # and the stack hears why within seconds rather than at the signal's timeout.
-    script, _, plan = user_data({})
-    twin, _, _ = world.twin(script, plan, environment={"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9"})
+    launch, _, plan = user_data({})
+    launch.deploy(world.aws)
+    twin, _, _ = world.twin(launch.script, plan, environment={"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9"})
     twin.start()
     assert twin.wait_boot_script(timeout=300) == "failed bundle", failure_report(twin)
     [(status, reason)] = signals(world)
     assert status == "FAILURE"
     assert reason.startswith(f"{twin.instance_id} bundle: cannot download the boot bundle"), reason
     log = twin.path("/var/log/neuron-serving/boot.log").read_text()
-    assert "the host needs a route to S3 and its role s3:GetObject on it" in log
+    assert f"failed in step bundle: cannot download the boot bundle {launch.value('BUNDLE')}" in log
 
 
 def test_an_internet_facing_stack_serves_api_keys_added_rotated_and_revoked_and_keeps_them_on_a_broken_secret(
         world: World) -> None:
     from neuron_serving.userdata import api_keys
 
-    script, _, plan = user_data(SECURE)
-    stage(world, script)
+    launch, _, plan = user_data(SECURE)
+    stage(world, launch)
     alice, bob = api_keys.new_key(), api_keys.new_key()
-    secret = stack_env(script, "API_KEYS_SECRET")
+    secret = launch.value("API_KEYS_SECRET")
     assert secret is not None
     world.aws.create_secret(secret, json.dumps({"alice": api_keys.stored(alice)}))
-    twin, _, _ = boot(world, script, plan)
+    twin, _, _ = boot(world, launch, plan)
     assert twin.wait_boot_script(timeout=300) == "done", failure_report(twin)
     port = plan.router_port
 
@@ -221,9 +217,9 @@ def test_an_internet_facing_stack_serves_api_keys_added_rotated_and_revoked_and_
 
 
 def test_a_full_disk_fails_the_boot_saying_so_in_the_signal(world: World) -> None:
-    script, _, plan = user_data({})
-    stage(world, script)
-    twin, _, _ = world.twin(script, plan)
+    launch, _, plan = user_data({})
+    stage(world, launch)
+    twin, _, _ = world.twin(launch.script, plan)
     # Room for the checkpoint's download (its files and huggingface-cli's metadata, a 4 KiB page each on
     # tmpfs), not for the export beside it: the compile fails, which is not retried.
     twin.limit_disk("/var/lib/neuron-serving", "72k")
@@ -236,9 +232,9 @@ def test_a_full_disk_fails_the_boot_saying_so_in_the_signal(world: World) -> Non
 
 
 def test_a_warm_pool_host_is_prepared_stopped_and_started_and_then_serves(world: World) -> None:
-    script, _, plan = user_data({**FLEET, "warm_pool": "true"})
-    stage(world, script)
-    twin, imds, image = world.twin(script, plan)
+    launch, _, plan = user_data({**FLEET, "warm_pool": "true"})
+    stage(world, launch)
+    twin, imds, image = world.twin(launch.script, plan)
     imds.set("autoscaling/target-lifecycle-state", "Warmed:Stopped")
     twin.start()
     assert twin.wait_boot_script(timeout=300) == "done", failure_report(twin)
@@ -263,9 +259,9 @@ def test_a_warm_pool_host_is_prepared_stopped_and_started_and_then_serves(world:
 def test_a_hub_that_fails_twice_then_answers_delays_the_boot_but_does_not_fail_it(world: World) -> None:
     from tests.harness.fake_hub import RESET
 
-    script, _, plan = user_data({})
-    stage(world, script)
-    twin, _, _ = world.twin(script, plan)
+    launch, _, plan = user_data({})
+    stage(world, launch)
+    twin, _, _ = world.twin(launch.script, plan)
     # Two connections reset before any answer, as a flaky network does: the client retries neither
     # (tests/harness/fake_hub.py), the boot's export step does.
     world.hub.fail(2, status=RESET)

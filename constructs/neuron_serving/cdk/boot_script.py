@@ -5,13 +5,25 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from aws_cdk import Acknowledgment, ArnFormat, Aws, Duration, Stack, Token, Validations
+import jsii
+from aws_cdk import (
+    Acknowledgment,
+    ArnFormat,
+    Aws,
+    CfnResource,
+    Duration,
+    IStableStringProducer,
+    Lazy,
+    Stack,
+    Token,
+    Validations,
+)
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_secretsmanager as secretsmanager
 
-from constructs import Construct
+from constructs import Construct, IValidation
 
 from ..plan.engines import Engine, ServingImage
 from ..plan.errors import ServingConfigError, problem
@@ -21,7 +33,7 @@ from ..plan.phases import PHASE_TAGS
 from ..plan.registry import EcrRegistry
 from ..plan.timing import boot_minutes, boot_timeout_problem, readiness_seconds
 from ..plan.volume import VolumePerformance, volume_performance
-from ..render.boot import HostBoot, check_user_data_size, render_boot_script
+from ..render.boot import METADATA_KEY, HostBoot, check_user_data_size, render_boot_script
 from ..render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook, reports_phases
 from ..render.bundle import write_bundle
 from .artifact_cache import EXPORTS_PREFIX, NeuronArtifactCache
@@ -37,9 +49,12 @@ class NeuronBootScript(Construct):
     bundle, an S3 asset of the stack (:attr:`bundle`; readable in the cloud assembly as
     ``asset.<hash>/``), which the user data downloads and installs once its checksums match the
     ones it carries. The stack's values known at synth travel in the bundle too (``bundle.env``);
-    the user data holds only the deploy-time ones (names CloudFormation fills in), so it is 2.4 to
-    2.8 KB whatever the features. It is still checked against the EC2 user-data limit (16 KB)
-    when constructed.
+    the deploy-time ones (names CloudFormation fills in) and the bundle's place are in the
+    CloudFormation metadata of the resource the boot script is attached to (:meth:`attach`; the
+    launch template of a :class:`NeuronServingLaunchTemplate`), which the host reads at boot as
+    cfn-init does. So the user data is under 2 KB whatever the features (1.96 to 1.99 KB in the
+    stacks the tests synthesize). It is still checked against the EC2 user-data limit (16 KB) when
+    constructed.
 
     :param plan: the serving plan to realise on the host.
     :param spec: the host's engine, image (pinned or not), private registry, export source and role
@@ -143,11 +158,42 @@ class NeuronBootScript(Construct):
         write_bundle(self.boot.files, bundle_directory)
         self.bundle = s3_assets.Asset(self, "Bundle", path=str(bundle_directory))
         """The boot bundle's asset (:mod:`~neuron_serving.render.bundle`)."""
-        self.script: str = self.boot.user_data(_asset_uri(self.bundle), Aws.REGION)
+        self._host: CfnResource | None = None
+        self.script: str = self.boot.user_data(
+            Aws.REGION, Stack.of(self).stack_name, Lazy.string(_HostResource(self)))
         """The rendered boot script (tokens, if any, unresolved)."""
+        self.node.add_validation(_Attached(self))
         check_user_data_size(self.script, plan)
         self.user_data = ec2.UserData.custom(self.script)
         """The script as EC2 user data, for a launch template."""
+
+    def attach(self, resource: CfnResource) -> None:
+        """Keep the stack's deploy-time values and the bundle's place in ``resource``'s metadata
+        (:meth:`~neuron_serving.render.boot.HostBoot.metadata`), where the user data reads them: the
+        launch template or instance that runs :attr:`user_data`, in this construct's stack, as
+        ``CloudFormationInit.attach`` does. ``NeuronServingLaunchTemplate`` attaches its own; a boot
+        script runs on one resource's hosts, and synthesis stops if it was never attached.
+        :meth:`grant_boot` grants reading it.
+
+        A host reads the values when it boots. A change of the bundle changes the user data (it
+        carries the bundle's digest), so the launch template gets a new version and the hosts are
+        replaced; a change of the values alone (a resource the values name replaced, say) reaches
+        the hosts launched after it, as with ``CloudFormationInit``."""
+        if self._host is not None:
+            raise ServingConfigError([problem(
+                "resource", resource.node.path, f"is a second resource for the boot script {self.node.path}, "
+                f"attached to {self._host.node.path}: each launch template needs a NeuronBootScript of its own")])
+        if Stack.of(resource) is not Stack.of(self):
+            raise ServingConfigError([problem(
+                "resource", resource.node.path, f"must be in the stack of the boot script {self.node.path} "
+                f"({Stack.of(self).stack_name}), whose name its user data carries")])
+        self._host = resource
+        resource.add_metadata(METADATA_KEY, self.boot.metadata(_asset_uri(self.bundle))[METADATA_KEY])
+
+    @property
+    def host_resource(self) -> CfnResource | None:
+        """The resource whose metadata holds the stack's values (:meth:`attach`), once attached."""
+        return self._host
 
     @property
     def engine(self) -> Engine:
@@ -179,6 +225,15 @@ class NeuronBootScript(Construct):
             resource_arns=[self.bundle.bucket.arn_for_objects(self.bundle.s3_object_key)],
         )
         stack = Stack.of(self)
+        # The stack's values, in the host resource's metadata (attach), as CloudFormationInit grants
+        # cfn-init the same action on the stack.
+        iam.Grant.add_to_principal(
+            grantee=grantee, actions=["cloudformation:DescribeStackResource"], resource_arns=[stack.stack_id],
+        )
+        if self.signal is not None:
+            iam.Grant.add_to_principal(
+                grantee=grantee, actions=["cloudformation:SignalResource"], resource_arns=[stack.stack_id],
+            )
         if self.artifact_cache is not None:
             self.artifact_cache.grant_cache(grantee)
             bucket = stack.get_logical_id(self.artifact_cache.bucket.node.default_child)  # type: ignore[arg-type]
@@ -208,12 +263,6 @@ class NeuronBootScript(Construct):
             )
         if reports_phases(self.spec, self.options):
             self._grant_phase_tags(grantee)
-        if self.signal is not None:
-            iam.Grant.add_to_principal(
-                grantee=grantee,
-                actions=["cloudformation:SignalResource"],
-                resource_arns=[Stack.of(self).stack_id],
-            )
         if self.warm_pool_hook is not None:
             iam.Grant.add_to_principal(
                 grantee=grantee,
@@ -296,6 +345,34 @@ class NeuronBootScript(Construct):
             reason="An instance id is assigned at launch: the host may tag only the instance whose credentials "
             "sign the request (aws:ARN equals ec2:SourceInstanceARN), and only with the boot phase's three keys",
         ))
+
+
+@jsii.implements(IValidation)
+class _Attached:
+    """A boot script whose user data names no resource stops synthesis."""
+
+    def __init__(self, boot: NeuronBootScript) -> None:
+        self._boot = boot
+
+    def validate(self) -> list[str]:
+        if self._boot.host_resource is not None:
+            return []
+        return [f"NeuronBootScript {self._boot.node.path} is attached to no resource: call attach() with the "
+                "launch template or instance that runs its user data, whose metadata then holds the stack's values "
+                "(NeuronServingLaunchTemplate attaches its own)"]
+
+
+@jsii.implements(IStableStringProducer)
+class _HostResource:
+    """The attached resource's logical id, for the user data."""
+
+    def __init__(self, boot: NeuronBootScript) -> None:
+        self._boot = boot
+
+    def produce(self) -> str:
+        host = self._boot.host_resource
+        # Not attached: the validation has already stopped synthesis with its reason.
+        return host.logical_id if host is not None else "NotAttached"
 
 
 def _secret_id(secret: secretsmanager.ISecret | None) -> str | None:

@@ -45,7 +45,8 @@ class NeuronServingLaunchTemplate(Construct):
     Command and State Manager therefore do not reach these hosts.
 
     :param vpc: the VPC of the security group.
-    :param boot_script: the user data and the plan it realises.
+    :param boot_script: the user data and the plan it realises. The launch template holds the
+        stack's values the user data reads at boot, in its metadata (``NeuronBootScript.attach``).
     :param machine_image: the AMI. Use ``neuron_dlami(...)`` or ``PinnedLinuxImage``.
     :param root_volume_gib: root volume size. Default: ``plan.root_volume_gib``, sized for the
         image, the weights and the export (at least 512 on trn1). The volume's throughput and IOPS
@@ -146,6 +147,8 @@ class NeuronServingLaunchTemplate(Construct):
             ],
         )
         self.root_volume_gib = size
+        # The stack's values the user data reads at boot are in this launch template's metadata.
+        boot_script.attach(self.launch_template.node.default_child)  # type: ignore[arg-type]
 
     @property
     def grant_principal(self) -> iam.IPrincipal:

@@ -43,13 +43,16 @@ builds; devices handed to docker stay the real ``/dev/neuronN``):
 
 The files travel as the boot bundle (:mod:`~neuron_serving.render.bundle`): a CDK asset the
 user data downloads from S3 and installs only when its manifest's SHA-256 is the one the user data
-carries and every file matches the manifest (:meth:`HostBoot.user_data`), so the user data stays a
-couple of kilobytes whatever the features. The bundle is made at synth, so it cannot hold
-deploy-time values (CDK tokens such as the cache bucket's name): the user data writes those, with
-the bundle's place and the target of its FAILURE signal, to ``/etc/neuron-serving/stack.env``;
-the boot's steps add the stack's values known at synth (image, cache prefix, prebuilt export,
-lifecycle hook), which come as the bundle's ``bundle.env``, and the files source the whole. The
-options and their checks are in :mod:`~neuron_serving.render.boot_options`.
+carries and every file matches the manifest (:meth:`HostBoot.user_data`). The bundle is made at
+synth, so it cannot hold deploy-time values (CDK tokens such as the cache bucket's name); the user
+data does not hold them either. As aws-cdk-lib's ``CloudFormationInit`` does, the stack keeps them,
+with the bundle's place, in the CloudFormation metadata of the host's resource (its launch template,
+:meth:`HostBoot.metadata`), and the user data reads them with ``DescribeStackResource`` into
+``/etc/neuron-serving/stack.env``. So the user data is the same short script (under 2 KB) whatever
+the features: where the values are, the target of its FAILURE signal and the bundle's checksum. The
+boot's steps add the stack's values known at synth (image, cache prefix, prebuilt export, lifecycle
+hook), which come as the bundle's ``bundle.env``, and the files source the whole. The options and
+their checks are in :mod:`~neuron_serving.render.boot_options`.
 
 **Artifact cache.** Exports live in S3 under ``<artifact_cache>/<export key>/``: a host that
 finds ``COMPLETE`` there downloads the upload it names; otherwise it exports, uploads to
@@ -105,7 +108,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 
 from ..plan.engines import (
@@ -181,9 +184,13 @@ REPLICA_ENV = "/etc/neuron-serving/replica.env"
 """The ``docker --env-file`` lines every replica shares; each ``replica-N.env`` starts with them."""
 BUNDLE_ENV = "/etc/neuron-serving/bundle.env"
 """The stack's values known at synth, which the boot's steps add to stack.env."""
-BOOTSTRAP_ENV = ("SIGNAL_STACK", "SIGNAL_RESOURCE")
-"""What the boot script reads before it has the bundle, besides the bundle's place and region: the
-target of its FAILURE signal. Always in the user data's stack.env."""
+BOOTSTRAP_ENV = ("SIGNAL_RESOURCE",)
+"""What the boot script reads before it has the stack's values, besides where they are: the
+resource its FAILURE signal goes to (in the stack whose values it reads). In the user data."""
+METADATA_KEY = "NeuronServing"
+"""The key of the host resource's CloudFormation metadata that holds the stack's deploy-time values
+(``{"NeuronServing": "<stack.env lines>"}``), which the boot script reads with DescribeStackResource
+(:meth:`HostBoot.metadata`)."""
 
 
 def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions | None = None) -> HostBoot:
@@ -242,8 +249,8 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
         "METRICS_NAMESPACE": monitoring.namespace if monitoring and api_keys else None,
         **{log_group_variable(kind): log_groups.get(kind) for kind in LOG_KINDS},
         "API_KEYS_SECRET": options.api_keys_secret,
-        # For the boot script's FAILURE signal before it has its bundle (userdata/bootstrap.sh.j2).
         "SIGNAL_STACK": signal.stack_name if signal else None,
+        # Also for the boot script's FAILURE signal before it has its bundle (userdata/bootstrap.sh.j2).
         "SIGNAL_RESOURCE": signal.logical_id if signal else None,
     }
     files = {
@@ -347,42 +354,59 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
     )
     files[BOOT_STEPS] = render("boot-steps.sh.j2", description=Unquoted(_describe(plan)), **steps)
     known = {k: v for k, v in stack_env.items() if v is not None}
-    deploy_time = {k: v for k, v in known.items() if TOKEN_MARK in v or k in BOOTSTRAP_ENV}
-    files[BUNDLE_ENV] = _env_file({k: v for k, v in known.items() if k not in deploy_time})
+    bootstrap = {k: v for k, v in known.items() if k in BOOTSTRAP_ENV}
+    deploy_time = {k: v for k, v in known.items() if TOKEN_MARK in v and k not in bootstrap}
+    files[BUNDLE_ENV] = _env_file({k: v for k, v in known.items() if k not in deploy_time | bootstrap})
     # Jinja drops a template's last line break; every file ends with one, as editors write them.
     files = {path: text if text.endswith("\n") else text + "\n" for path, text in files.items()}
-    return HostBoot(files=files, stack_env=deploy_time)
+    return HostBoot(files=files, stack_env=deploy_time, bootstrap_env=bootstrap)
 
 
 @dataclass(frozen=True)
 class HostBoot:
-    """A host's boot, rendered: its files (the bundle, which the stack ships as an asset) and the
-    values the user data writes (``stack.env``: CDK tokens, and what the boot script needs before it
-    has the bundle).
+    """A host's boot, rendered: its files (the bundle, which the stack ships as an asset), the
+    stack's deploy-time values (CDK tokens), which the stack keeps in the metadata of the host's
+    resource, and what the user data itself carries.
 
     :param files: host path to content (:mod:`~neuron_serving.render.bundle`).
-    :param stack_env: the variables the user data writes to ``/etc/neuron-serving/stack.env``.
+    :param stack_env: the deploy-time values, which the boot script reads from the metadata
+        (:meth:`metadata`) into ``/etc/neuron-serving/stack.env``.
+    :param bootstrap_env: what the boot script needs before it has read them: the target of its
+        FAILURE signal (:data:`BOOTSTRAP_ENV`), written to stack.env by the user data.
     """
 
     files: Mapping[str, str]
     stack_env: Mapping[str, str]
+    bootstrap_env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
         """The SHA-256 of the bundle's manifest, which the user data checks the bundle by."""
         return digest(self.files)
 
-    def user_data(self, bundle: str, region: str) -> str:
-        """The boot script (EC2 user data) that downloads the bundle from ``bundle`` (an S3 URI;
-        bucket and key may be CDK tokens) in ``region``, checks it, installs its files and runs
-        the boot's steps (``userdata/bootstrap.sh.j2``).
+    def values(self, bundle: str) -> str:
+        """The lines the boot script adds to stack.env from the host resource's metadata: the
+        deploy-time values and ``BUNDLE``, the bundle's S3 URI (bucket and key may be CDK tokens)."""
+        return _env_file({**self.stack_env, "BUNDLE": bundle})
+
+    def metadata(self, bundle: str) -> dict[str, str]:
+        """The CloudFormation metadata of the host's resource (its launch template) that holds
+        :meth:`values`: ``{METADATA_KEY: values}``."""
+        return {METADATA_KEY: self.values(bundle)}
+
+    def user_data(self, region: str, stack_name: str, resource: str) -> str:
+        """The boot script (EC2 user data) that reads the stack's values from the metadata of
+        ``resource`` (a logical id) in the stack ``stack_name`` in ``region`` (each may be a CDK
+        token), downloads the bundle they name, checks it, installs its files and runs the boot's
+        steps (``userdata/bootstrap.sh.j2``). Its size does not depend on the stack's features.
 
         The result is not checked against the user data limit: see :func:`check_user_data_size`.
         """
-        env = {**self.stack_env, "BUNDLE": bundle, "STACK_REGION": region}
+        env = {"STACK_REGION": region, "STACK_NAME": stack_name, "HOST_RESOURCE": resource, **self.bootstrap_env}
         script = render(
             "bootstrap.sh.j2",
             stack_env=Unquoted(_env_file(env)),
+            key=METADATA_KEY,
             digest=self.digest,
             boot_steps=BOOT_STEPS,
         )

@@ -4,56 +4,41 @@ set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 PATH=$PATH:/snap/bin
 logs=$R/var/log/neuron-serving
-mkdir -p "$logs" "$R/etc/neuron-serving"
+env_file=$R/etc/neuron-serving/stack.env
+mkdir -p "$logs" "${env_file%/*}"
 exec > >(tee -a "$logs/boot.log") 2>&1
 step=bundle why=
+cat >"$env_file" <<'EOF'
+STACK_REGION=us-east-1
+STACK_NAME=NeuronLlamaStack
+HOST_RESOURCE=ExportBuilderHost6094748D
+EOF
+. "$R/etc/neuron-serving/stack.env"
+cfn() { aws cloudformation "$1" --region "$STACK_REGION" --stack-name "$STACK_NAME" --logical-resource-id "$2" "${@:3}"; }
 on_exit() {
   local rc=$?
   [ $rc = 0 ] && return
   echo "failed $step" >"$logs/status"
   echo "neuron-serving: failed in step $step: ${why:=exit $rc}" | tee -a "$R/dev/console"
-  [ -z "${SIGNAL_STACK:-}" ] || aws cloudformation signal-resource --region "$STACK_REGION" --stack-name "$SIGNAL_STACK" \
-    --logical-resource-id "$SIGNAL_RESOURCE" --status FAILURE --unique-id \
+  [ -z "${SIGNAL_RESOURCE:-}" ] || cfn signal-resource "$SIGNAL_RESOURCE" --status FAILURE --unique-id \
     "$(echo -n "$(cloud-init query v1.instance_id) $step: $why" | tr -cs '[:alnum:] ._:/()=,+-' ' ' | head -c 64)"
 }
 trap on_exit EXIT
 trap 'why="exit $? at line $LINENO: $BASH_COMMAND"' ERR
 die() { why=$*; exit 1; }
-cat >"$R/etc/neuron-serving/stack.env" <<'EOF'
-BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.zip
-STACK_REGION=us-east-1
-EOF
-. "$R/etc/neuron-serving/stack.env"
-apt_install() {
-  apt-get -o DPkg::Lock::Timeout=600 update -q
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
-}
-aws_cli() {
-  local d
-  d=$(mktemp -d)
-  command -v unzip >/dev/null || apt_install unzip
-  curl -fsSL -o "$d/cli.zip" "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"
-  unzip -q -d "$d" "$d/cli.zip"
-  "$d/aws/install" --update --bin-dir "$R/usr/local/bin" --install-dir "$R/usr/local/aws-cli"
-  rm -rf "$d"
-  PATH=$R/usr/local/bin:$PATH
-}
-command -v aws >/dev/null || snap install aws-cli --classic || aws_cli || die "no AWS CLI to download the boot bundle with"
+command -v aws >/dev/null || snap install aws-cli --classic || die "no AWS CLI, and snap could not install one"
 b=$(mktemp -d)
 cd "$b"
-aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z ||
-  die "cannot download the boot bundle $BUNDLE: the host needs a route to S3 and its role s3:GetObject on it"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"2f430728462a175dcb4a41115e9b8dcc4d4875de63bb2e39cb8a66a6bb33418f  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadata --output text >m ||
+  die "cannot read the stack's values (DescribeStackResource $HOST_RESOURCE)"
+python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
+. "$R/etc/neuron-serving/stack.env"
+aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"5b6e428f3dd24c449c4ed3af5134abe4c94b583fcc85d6de13fe4ab821e6efe8  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
-while read -r _ p; do
-  [ "$(head -c 2 "$p")" = '#!' ] && m=755 || m=644
-  install -D -m $m "$p" "$R/$p.new"
-  mv -f "$R/$p.new" "$R/$p"
-done <MANIFEST
-cd /
-rm -rf "$b"
-step=start
-. "$R/opt/neuron-serving/bin/boot-steps"
+. "./opt/neuron-serving/bin/boot-steps"
+# ==> metadata NeuronServing <==
+BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.zip
 # ==> /etc/haproxy/haproxy.cfg.new <==
 <left out>
 # ==> /etc/logrotate.d/neuron-serving-metrics <==
@@ -140,11 +125,21 @@ RestartSec=10
 WantedBy=multi-user.target
 # ==> /opt/neuron-serving/bin/boot-steps <==
 # The boot's steps for meta-llama/Llama-3.2-1B-Instruct on inf2.xlarge (1 replica of tensor_parallel 2, batch_size 4, sequence_length 4096), bf16
-# Sourced by the boot script (userdata/bootstrap.sh.j2) once it has installed the bundle's files:
-# they run in its shell, with its R, logs, step and why, apt_install and aws_cli, its stack.env
-# values and its EXIT trap until they set their own. How the boot ends (run_step, signal, on_exit) is here too, to keep the
+# Sourced by the boot script (userdata/bootstrap.sh.j2) from the bundle's directory once it has
+# checked the bundle: they run in its shell, with its R, logs, step, why and b (the bundle's
+# temporary directory), its stack.env values and its EXIT trap until they set their own. How the boot ends (run_step, signal, on_exit) is here too, to keep the
 # user data small.
 # shellcheck shell=bash
+# The bundle's files: each replaces its old copy at once (a rename); those starting with #! are
+# executable.
+while read -r _ p; do
+  [ "$(head -c 2 "$p")" = '#!' ] && m=755 || m=644
+  install -D -m $m "$p" "$R/$p.new"
+  mv -f "$R/$p.new" "$R/$p"
+done <MANIFEST
+cd /
+rm -rf "$b"
+step=start
 # The stack's values known at synth, with the deploy-time ones the user data wrote: every file
 # that reads stack.env (the scripts, systemd's EnvironmentFile) finds them all in one place.
 cat "$R/etc/neuron-serving/bundle.env" >>"$R/etc/neuron-serving/stack.env"
@@ -155,6 +150,11 @@ PATH=$PATH:/opt/aws/neuron/bin
 log() { echo "$(date -u +%FT%TZ) neuron-serving: $*"; }
 die() { why=$*; log "ERROR: $*"; exit 1; }
 trap 'why="command failed (exit $?) at line $LINENO: $BASH_COMMAND"; log "$why"' ERR
+apt_install() {
+  # Early in the first boot, cloud-init or unattended-upgrades may hold the dpkg lock.
+  apt-get -o DPkg::Lock::Timeout=600 update -q
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
+}
 # put PATH MODE <content: writes a file under the root, replacing it atomically.
 put() {
   local path=$R$1

@@ -4,64 +4,48 @@ set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
 PATH=$PATH:/snap/bin
 logs=$R/var/log/neuron-serving
-mkdir -p "$logs" "$R/etc/neuron-serving"
+env_file=$R/etc/neuron-serving/stack.env
+mkdir -p "$logs" "${env_file%/*}"
 exec > >(tee -a "$logs/boot.log") 2>&1
 step=bundle why=
+cat >"$env_file" <<'EOF'
+STACK_REGION=us-east-1
+STACK_NAME=NeuronLlamaStack
+HOST_RESOURCE=ExportBuilderHost6094748D
+SIGNAL_RESOURCE=NeuronServingFleet
+EOF
+. "$R/etc/neuron-serving/stack.env"
+cfn() { aws cloudformation "$1" --region "$STACK_REGION" --stack-name "$STACK_NAME" --logical-resource-id "$2" "${@:3}"; }
 on_exit() {
   local rc=$?
   [ $rc = 0 ] && return
   echo "failed $step" >"$logs/status"
   echo "neuron-serving: failed in step $step: ${why:=exit $rc}" | tee -a "$R/dev/console"
-  [ -z "${SIGNAL_STACK:-}" ] || aws cloudformation signal-resource --region "$STACK_REGION" --stack-name "$SIGNAL_STACK" \
-    --logical-resource-id "$SIGNAL_RESOURCE" --status FAILURE --unique-id \
+  [ -z "${SIGNAL_RESOURCE:-}" ] || cfn signal-resource "$SIGNAL_RESOURCE" --status FAILURE --unique-id \
     "$(echo -n "$(cloud-init query v1.instance_id) $step: $why" | tr -cs '[:alnum:] ._:/()=,+-' ' ' | head -c 64)"
 }
 trap on_exit EXIT
 trap 'why="exit $? at line $LINENO: $BASH_COMMAND"' ERR
 die() { why=$*; exit 1; }
-cat >"$R/etc/neuron-serving/stack.env" <<'EOF'
+command -v aws >/dev/null || snap install aws-cli --classic || die "no AWS CLI, and snap could not install one"
+b=$(mktemp -d)
+cd "$b"
+cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadata --output text >m ||
+  die "cannot read the stack's values (DescribeStackResource $HOST_RESOURCE)"
+python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
+. "$R/etc/neuron-serving/stack.env"
+aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"bbe45b407e708b2dcee6f3dbf165aff6c6f517b1f1d2b1341d1108add6d60a88  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+  die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
+. "./opt/neuron-serving/bin/boot-steps"
+# ==> metadata NeuronServing <==
 CACHE_BUCKET='${Token[TOKEN.123]}'
 SERVICE='${Token[TOKEN.200]}'
 LOG_GROUP_BOOT='${Token[TOKEN.201]}'
 LOG_GROUP_REPLICAS='${Token[TOKEN.202]}'
 LOG_GROUP_ROUTER='${Token[TOKEN.203]}'
 LOG_GROUP_METRICS='${Token[TOKEN.204]}'
-SIGNAL_STACK=NeuronLlamaStack
-SIGNAL_RESOURCE=NeuronServingFleet
 BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.zip
-STACK_REGION=us-east-1
-EOF
-. "$R/etc/neuron-serving/stack.env"
-apt_install() {
-  apt-get -o DPkg::Lock::Timeout=600 update -q
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
-}
-aws_cli() {
-  local d
-  d=$(mktemp -d)
-  command -v unzip >/dev/null || apt_install unzip
-  curl -fsSL -o "$d/cli.zip" "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"
-  unzip -q -d "$d" "$d/cli.zip"
-  "$d/aws/install" --update --bin-dir "$R/usr/local/bin" --install-dir "$R/usr/local/aws-cli"
-  rm -rf "$d"
-  PATH=$R/usr/local/bin:$PATH
-}
-command -v aws >/dev/null || snap install aws-cli --classic || aws_cli || die "no AWS CLI to download the boot bundle with"
-b=$(mktemp -d)
-cd "$b"
-aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z ||
-  die "cannot download the boot bundle $BUNDLE: the host needs a route to S3 and its role s3:GetObject on it"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"8c69924a39be9fc8c17a981f08281b5d76816c30b85244969c3d6acbb27da0bd  MANIFEST" && sha256sum -c --quiet MANIFEST ||
-  die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
-while read -r _ p; do
-  [ "$(head -c 2 "$p")" = '#!' ] && m=755 || m=644
-  install -D -m $m "$p" "$R/$p.new"
-  mv -f "$R/$p.new" "$R/$p"
-done <MANIFEST
-cd /
-rm -rf "$b"
-step=start
-. "$R/opt/neuron-serving/bin/boot-steps"
 # ==> /etc/haproxy/haproxy.cfg.new <==
 <left out>
 # ==> /etc/logrotate.d/neuron-serving-metrics <==
@@ -84,6 +68,7 @@ HF_TOKEN_SECRET=arn:aws:secretsmanager:eu-west-1:123456789012:secret:neuron-serv
 CACHE_PREFIX=exports/
 GROUP_NAME=NeuronLlamaStack-NeuronServingFleet
 HOOK_NAME=neuron-serving-launch
+SIGNAL_STACK=NeuronLlamaStack
 # ==> /etc/neuron-serving/cloudwatch-agent.json.in <==
 {"agent":{"run_as_user":"root"},"logs":{"logs_collected":{"files":{"collect_list":[{"file_path":"/var/log/neuron-serving/boot.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/boot"},{"file_path":"/var/log/neuron-serving/export.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/export"},{"file_path":"/var/log/neuron-serving/ready.log","log_group_name":"@LOG_GROUP_BOOT@","log_stream_name":"{instance_id}/ready"},{"file_path":"/var/log/haproxy.log","log_group_name":"@LOG_GROUP_ROUTER@","log_stream_name":"{instance_id}"},{"file_path":"/var/log/neuron-serving/metrics.emf","log_group_name":"@LOG_GROUP_METRICS@","log_stream_name":"{instance_id}"}]}}}}
 # ==> /etc/neuron-serving/metrics.json <==
@@ -184,11 +169,21 @@ StandardOutput=append:/var/log/neuron-serving/ready.log
 WantedBy=multi-user.target
 # ==> /opt/neuron-serving/bin/boot-steps <==
 # The boot's steps for meta-llama/Llama-3.1-8B-Instruct on trn1.32xlarge (16 replicas of tensor_parallel 2, batch_size 4, sequence_length 4096), bf16
-# Sourced by the boot script (userdata/bootstrap.sh.j2) once it has installed the bundle's files:
-# they run in its shell, with its R, logs, step and why, apt_install and aws_cli, its stack.env
-# values and its EXIT trap until they set their own. How the boot ends (run_step, signal, on_exit) is here too, to keep the
+# Sourced by the boot script (userdata/bootstrap.sh.j2) from the bundle's directory once it has
+# checked the bundle: they run in its shell, with its R, logs, step, why and b (the bundle's
+# temporary directory), its stack.env values and its EXIT trap until they set their own. How the boot ends (run_step, signal, on_exit) is here too, to keep the
 # user data small.
 # shellcheck shell=bash
+# The bundle's files: each replaces its old copy at once (a rename); those starting with #! are
+# executable.
+while read -r _ p; do
+  [ "$(head -c 2 "$p")" = '#!' ] && m=755 || m=644
+  install -D -m $m "$p" "$R/$p.new"
+  mv -f "$R/$p.new" "$R/$p"
+done <MANIFEST
+cd /
+rm -rf "$b"
+step=start
 # The stack's values known at synth, with the deploy-time ones the user data wrote: every file
 # that reads stack.env (the scripts, systemd's EnvironmentFile) finds them all in one place.
 cat "$R/etc/neuron-serving/bundle.env" >>"$R/etc/neuron-serving/stack.env"
@@ -199,6 +194,23 @@ PATH=$PATH:/opt/aws/neuron/bin
 log() { echo "$(date -u +%FT%TZ) neuron-serving: $*"; }
 die() { why=$*; log "ERROR: $*"; exit 1; }
 trap 'why="command failed (exit $?) at line $LINENO: $BASH_COMMAND"; log "$why"' ERR
+apt_install() {
+  # Early in the first boot, cloud-init or unattended-upgrades may hold the dpkg lock.
+  apt-get -o DPkg::Lock::Timeout=600 update -q
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
+}
+# AWS CLI v2 by AWS's own installer ("Installing or updating to the latest version of the AWS CLI",
+# AWS CLI user guide) into /usr/local, whose bin comes first on PATH (Ubuntu's /etc/environment).
+aws_cli() {
+  local d
+  d=$(mktemp -d)
+  command -v unzip >/dev/null || apt_install unzip
+  curl -fsSL -o "$d/cli.zip" "https://awscli.amazonaws.com/awscli-exe-linux-$(uname -m).zip"
+  unzip -q -d "$d" "$d/cli.zip"
+  "$d/aws/install" --update --bin-dir "$R/usr/local/bin" --install-dir "$R/usr/local/aws-cli"
+  rm -rf "$d"
+  PATH=$R/usr/local/bin:$PATH
+}
 # put PATH MODE <content: writes a file under the root, replacing it atomically.
 put() {
   local path=$R$1
@@ -289,7 +301,7 @@ command -v docker >/dev/null || apt_install docker.io
 # The CLI's own S3 model says whether it has the option: --generate-cli-skeleton prints the
 # operation's parameters, IfNoneMatch among them from 1.34.2 (tried with awscli 1.34.1, 1.34.2
 # and 1.46.3), and needs no region, credentials or network. Such a CLI is replaced by AWS's.
-# The boot script has an AWS CLI (it downloaded the bundle with it); aws_cli installs AWS's.
+# The boot script has an AWS CLI (it read the stack's values with it); aws_cli installs AWS's.
 if [[ $(aws s3api put-object --generate-cli-skeleton) != *IfNoneMatch* ]]; then
   log "$(aws --version) lacks --if-none-match: installing v2"
   aws_cli

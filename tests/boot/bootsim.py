@@ -31,7 +31,7 @@ from neuron_serving.plan.phases import DETAIL_TAG, PHASE_TAG
 from neuron_serving.render.boot import HostBoot
 from neuron_serving.render.boot_options import ReadinessSignal, WarmPoolHook
 from tests.harness.dockerd import FakeDockerd
-from tests.harness.userdata import zipped_boot
+from tests.harness.userdata import deployed_metadata, zipped_boot
 
 STUBS = Path(__file__).parent / "stubs"
 
@@ -133,7 +133,7 @@ def make_plan(instance_type: str, tensor_parallel: int | None = None, model_id: 
     return plan_serving(ServingRequest(model_id, instance_type, tensor_parallel=tensor_parallel))
 
 
-def _bundle_download(argv: list[str]) -> bool:
+def _boot_script_call(argv: list[str]) -> bool:
     """The boot script's own calls: the stack's values (its host resource's metadata), then the bundle."""
     return (argv[:2] == ["s3", "cp"] and any(a.startswith(f"s3://{BUNDLE_BUCKET}/") for a in argv)) or (
         argv[:2] == ["cloudformation", "describe-stack-resource"] and "--query" in argv)
@@ -198,7 +198,7 @@ class Host:
         resource (the stack's values) as CloudFormation would, and return its user data."""
         uri = f"s3://{BUNDLE_BUCKET}/{boot.digest}.zip"
         self.publish(uri, zipped_boot(boot, self.root.parent))
-        self.put_metadata(HOST_STACK, host_resource(boot), json.dumps(boot.metadata(uri)))
+        self.put_metadata(HOST_STACK, host_resource(boot), deployed_metadata(boot, uri))
         return boot.user_data(BUNDLE_REGION, HOST_STACK, host_resource(boot))
 
     def boot_async(self, script: HostBoot | str, **knobs: str) -> subprocess.Popen[str]:
@@ -256,7 +256,7 @@ class Host:
         script's reading of the stack's values and download of the bundle (:meth:`publish_bundle`),
         which every boot makes first, only with ``bundle``."""
         return [argv for name, argv in self.entries() if (cmd is None or name == cmd)
-                and (bundle or not (name == "aws" and _bundle_download(argv)))]
+                and (bundle or not (name == "aws" and _boot_script_call(argv)))]
 
     def entries(self) -> list[tuple[str, list[str]]]:
         """Every stub call so far as ``(command, argv)``, in order."""

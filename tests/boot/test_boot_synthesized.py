@@ -58,14 +58,19 @@ def _resolve(value: Any, refs: dict[str, str]) -> str:
 @dataclass(frozen=True)
 class Launch:
     """A launch template of a synthesized stack as its hosts get it, resolved as CloudFormation would:
-    its user data, and the stack's values its metadata holds (``NeuronBootScript.attach``)."""
+    its user data, and its metadata, which holds the stack's values (``NeuronBootScript.attach``)."""
 
     resource: str
     """The launch template's logical id, which the user data names."""
     script: str
     """The user data."""
-    values: str
-    """The lines the boot script adds to stack.env from the launch template's metadata."""
+    metadata: dict[str, str]
+    """The launch template's metadata, each value resolved."""
+
+    @property
+    def values(self) -> str:
+        """The lines the boot script adds to stack.env from the launch template's metadata."""
+        return self.metadata[METADATA_KEY]
 
     def value(self, variable: str) -> str | None:
         """One of the stack's values (as the stack renders it, shell-quoted or not)."""
@@ -74,7 +79,7 @@ class Launch:
 
     def deploy(self, aws: AwsEmulator) -> None:
         """The launch template in ``aws``'s CloudFormation, with its metadata, as the stack deployed it."""
-        aws.put_metadata(STACK, self.resource, json.dumps({METADATA_KEY: self.values}))
+        aws.put_metadata(STACK, self.resource, json.dumps(self.metadata))
 
 
 def launch_user_data(context: dict[str, str]) -> tuple[dict[str, Launch], Any]:
@@ -84,7 +89,7 @@ def launch_user_data(context: dict[str, str]) -> tuple[dict[str, Launch], Any]:
             for name, resource in synth.json["Resources"].items()}
     launches = {
         name: Launch(name, _resolve(template["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"], refs),
-                     _resolve(template["Metadata"][METADATA_KEY], refs))
+                     {key: _resolve(value, refs) for key, value in template["Metadata"].items()})
         for name, template in synth.resources("AWS::EC2::LaunchTemplate").items()}
     return launches, synth.stack.plan
 

@@ -20,7 +20,8 @@ from neuron_serving.render.bundle import MANIFEST, write_bundle
 from tests.harness.aws import AwsEmulator
 
 BUNDLE = re.compile(r"^BUNDLE='?(s3://[^/\s]+/([0-9a-f]{64})\.zip)'?$", re.M)
-"""The bundle's S3 URI in a user data's stack.env, and its asset hash (the object key's stem)."""
+"""The bundle's S3 URI in the stack's values (:meth:`HostBoot.values`), and its asset hash (the object
+key's stem)."""
 
 
 def bundle_uri(values: str) -> str:

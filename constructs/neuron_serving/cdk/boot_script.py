@@ -33,7 +33,7 @@ from ..plan.phases import PHASE_TAGS
 from ..plan.registry import EcrRegistry
 from ..plan.timing import boot_minutes, boot_timeout_problem, readiness_seconds
 from ..plan.volume import VolumePerformance, volume_performance
-from ..render.boot import METADATA_KEY, HostBoot, check_user_data_size, render_boot_script
+from ..render.boot import HostBoot, check_user_data_size, render_boot_script
 from ..render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook, reports_phases
 from ..render.bundle import write_bundle
 from .artifact_cache import EXPORTS_PREFIX, NeuronArtifactCache
@@ -188,7 +188,8 @@ class NeuronBootScript(Construct):
                 "resource", resource.node.path, f"must be in the stack of the boot script {self.node.path} "
                 f"({Stack.of(self).stack_name}), whose name its user data carries")])
         self._host = resource
-        resource.add_metadata(METADATA_KEY, self.boot.metadata(_asset_uri(self.bundle))[METADATA_KEY])
+        for key, value in self.boot.metadata(_asset_uri(self.bundle)).items():
+            resource.add_metadata(key, value)
 
     @property
     def host_resource(self) -> CfnResource | None:

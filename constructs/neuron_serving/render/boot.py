@@ -359,7 +359,7 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
     files[BUNDLE_ENV] = _env_file({k: v for k, v in known.items() if k not in deploy_time | bootstrap})
     # Jinja drops a template's last line break; every file ends with one, as editors write them.
     files = {path: text if text.endswith("\n") else text + "\n" for path, text in files.items()}
-    return HostBoot(files=files, stack_env=deploy_time, bootstrap_env=bootstrap)
+    return HostBoot(files=files, deploy_env=deploy_time, bootstrap_env=bootstrap)
 
 
 @dataclass(frozen=True)
@@ -369,14 +369,14 @@ class HostBoot:
     resource, and what the user data itself carries.
 
     :param files: host path to content (:mod:`~neuron_serving.render.bundle`).
-    :param stack_env: the deploy-time values, which the boot script reads from the metadata
+    :param deploy_env: the deploy-time values, which the boot script reads from the metadata
         (:meth:`metadata`) into ``/etc/neuron-serving/stack.env``.
     :param bootstrap_env: what the boot script needs before it has read them: the target of its
         FAILURE signal (:data:`BOOTSTRAP_ENV`), written to stack.env by the user data.
     """
 
     files: Mapping[str, str]
-    stack_env: Mapping[str, str]
+    deploy_env: Mapping[str, str]
     bootstrap_env: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -387,7 +387,7 @@ class HostBoot:
     def values(self, bundle: str) -> str:
         """The lines the boot script adds to stack.env from the host resource's metadata: the
         deploy-time values and ``BUNDLE``, the bundle's S3 URI (bucket and key may be CDK tokens)."""
-        return _env_file({**self.stack_env, "BUNDLE": bundle})
+        return _env_file({**self.deploy_env, "BUNDLE": bundle})
 
     def metadata(self, bundle: str) -> dict[str, str]:
         """The CloudFormation metadata of the host's resource (its launch template) that holds

@@ -3,7 +3,7 @@
     python scripts/fit_performance.py
 
 Least squares of the log of predicted over published, for every figure of
-``neuron_serving.plan.performance.PUBLISHED``, over the logs of the four constants of
+``neuron_serving.plan.performance.PUBLISHED``, over the logs of the five constants of
 ``Calibration`` (which keeps them positive), by Nelder-Mead from the shipped values. The printed
 values are what ``performance.py`` ships, rounded to three significant figures; the script
 changes nothing itself.

@@ -19,7 +19,13 @@ from neuron_serving.plan import (
     predict,
     recommend,
 )
-from neuron_serving.plan.performance import LATENCY_TIE_FRACTION, predict_published
+from neuron_serving.plan.performance import (
+    CALIBRATION,
+    LATENCY_TIE_FRACTION,
+    STATIC_BATCHING,
+    PublishedFigure,
+    predict_published,
+)
 
 LLAMA_8B = ServingRequest("meta-llama/Meta-Llama-3.1-8B-Instruct", "inf2.48xlarge")
 
@@ -39,6 +45,29 @@ def test_the_model_is_within_30_percent_of_each_published_figure(figure):
         f"{figure.name} (batch {figure.batch}, sequence {figure.sequence}, {figure.engine}; {figure.source}): "
         f"published {figure.value}, predicted {predicted:.4g}, off by {error:+.1%}"
     )
+
+
+@pytest.mark.parametrize("figure", STATIC_BATCHING, ids=lambda figure: f"batch {figure.batch}")
+def test_each_step_of_the_static_batching_table_is_within_15_percent(figure):
+    predicted = predict_published(figure)
+    error = predicted / figure.value - 1
+    assert abs(error) <= 0.15, f"batch {figure.batch}: {figure.value} ms, predicted {predicted:.3g} ({error:+.1%})"
+
+
+def test_the_step_grows_from_batch_1_to_the_largest_published_batch_within_25_percent_of_the_table():
+    # Every table of full-batch steps the model is fitted on: today optimum-neuron's of Llama 3.1 8B.
+    tables: dict[tuple[str, str, int, int], list[PublishedFigure]] = {}
+    for figure in PUBLISHED:
+        if figure.metric == "step_ms":
+            tables.setdefault((figure.model, figure.instance, figure.degree, figure.sequence), []).append(figure)
+    assert tables, "no table of steps by batch in PUBLISHED"
+    for key, table in tables.items():
+        first, last = min(table, key=lambda f: f.batch), max(table, key=lambda f: f.batch)
+        assert first.batch == 1 and last.batch > 1, key
+        published = last.value - first.value
+        predicted = predict_published(last) - predict_published(first)
+        assert abs(predicted / published - 1) <= 0.25, (
+            f"{key}: batch 1 to {last.batch} grows {published} ms published, {predicted:.3g} ms predicted")
 
 
 def test_every_published_figure_names_its_engine_and_source():
@@ -74,9 +103,15 @@ def test_the_prompt_length_does_not_change_the_time_to_first_token_because_every
     assert _at(8, workload=Workload(100, 256)).ttft_s == _at(8, workload=Workload(3000, 256)).ttft_s
 
 
-def test_a_lone_request_steps_as_slowly_as_a_full_batch_because_the_graph_computes_every_slot():
+def test_a_lone_request_steps_faster_than_a_full_batch_by_the_other_slots_work_only():
     prediction = _at(8)
-    assert prediction.itl_batch1_s == prediction.itl_full_batch_s
+    busy = LLAMA_8B.batch_size - 1
+    assert prediction.itl_full_batch_s - prediction.itl_batch1_s == pytest.approx(busy * CALIBRATION.slot_step_s)
+
+
+def test_the_compiled_batch_costs_its_kv_cache_read_even_with_one_slot_busy():
+    small, large = (_at(8, replace(LLAMA_8B, batch_size=batch)) for batch in (4, 32))
+    assert large.itl_batch1_s > small.itl_batch1_s
 
 
 def test_shorter_answers_give_fewer_tokens_per_second_because_prefills_interrupt_decoding():

@@ -12,12 +12,20 @@ The physics, for one replica of ``degree`` NeuronCores:
   ``create_context_encoding_wrapper`` and ``create_token_generation_wrapper``, with
   ``enable_bucketing`` left at its default, False, by llama/modeling_llama.py; v0.1.0 pads the
   same way in optimum/neuron/backends/hlo/decoder.py). So the time to first token does not depend
-  on the prompt's length, and a decode step does not depend on how many slots are busy.
+  on the prompt's length, and the device's share of a decode step depends on the batch the graph
+  was compiled for, not on how many of its slots are busy.
 - **Decode** is bound by device memory bandwidth: each step reads every weight once and the KV
-  cache of the whole batch, each core its share, at the device's bandwidth times
-  :data:`DECODE_MEMORY_EFFICIENCY`. Every decoder layer also all-reduces its activations across
-  the replica's cores twice; an all-reduce costs :data:`ALLREDUCE_HOP_S` for each of a ring's
-  ``2 (degree - 1)`` hops, which is why more cores stop paying off.
+  cache of every slot of the compiled batch at the sequence length, each core its share, at the
+  device's bandwidth times :data:`DECODE_MEMORY_EFFICIENCY`. Every decoder layer also all-reduces
+  its activations across the replica's cores twice; an all-reduce costs :data:`ALLREDUCE_HOP_S`
+  for each of a ring's ``2 (degree - 1)`` hops, which is why more cores stop paying off.
+- **Each busy slot** adds :data:`SLOT_STEP_S` to the step: its logits over the vocabulary come back
+  to the host, which samples the next token (``model.generate``'s loop without a server; TGI's
+  and vLLM's per-sequence work behind one). A fitted figure, not derived: optimum-neuron's static
+  batching benchmark of Llama 3.1 8B (every slot busy, no server) grows by 28 ms from batch 1 to
+  48, more than twice what reading the larger KV cache explains, while a lone request on a batch of
+  32 behind a server steps in 26.6 to 26.8 ms, less than the same benchmark's full batch of 32
+  without one (33 ms): the growth follows the busy slots, not the compiled batch.
 - **Prefill** is bound by compute: 2 FLOPs per parameter per token plus attention's quadratic
   term, over the cores' BF16 FLOPS times :data:`PREFILL_COMPUTE_EFFICIENCY` (or by the weight
   read, for a prompt too short to be compute bound).
@@ -27,7 +35,7 @@ The physics, for one replica of ``degree`` NeuronCores:
   Neuron backend pauses the active slots during a prefill (TGI v3.3.1,
   backends/neuron/server/text_generation_server/generator.py, ``Generator.prefill``).
 
-Hardware figures come from :class:`~neuron_serving.plan.instances.DeviceSpec`; the four constants
+Hardware figures come from :class:`~neuron_serving.plan.instances.DeviceSpec`; the five constants
 above are fitted on the published measurements of :data:`PUBLISHED` (the fit:
 ``scripts/fit_performance.py``; the check of every figure: ``tests/plan/test_performance.py``).
 """
@@ -48,26 +56,31 @@ T = TypeVar("T")
 
 # --- Fitted constants ------------------------------------------------------------------------------------------
 
-DECODE_MEMORY_EFFICIENCY = 0.567  # fitted: see PUBLISHED and tests/plan/test_performance.py
+DECODE_MEMORY_EFFICIENCY = 0.555  # fitted: see PUBLISHED and tests/plan/test_performance.py
 """Fraction of the device memory bandwidth a decode step achieves while it streams weights and KV
 cache (the rest goes to the step's other work, which the model does not itemise). The Llama 2
 figures, timed without a server at degrees 2 and 24, set it."""
 
-PREFILL_COMPUTE_EFFICIENCY = 0.238  # fitted: see PUBLISHED and tests/plan/test_performance.py
+PREFILL_COMPUTE_EFFICIENCY = 0.25  # fitted: see PUBLISHED and tests/plan/test_performance.py
 """Fraction of the NeuronCores' BF16 FLOPS a prefill achieves. The three served prefills set it:
 16512 and 4096 padded tokens, where attention is a fifth and a sixteenth of the FLOPs."""
 
-ALLREDUCE_HOP_S = 1.78e-6  # fitted: see PUBLISHED and tests/plan/test_performance.py
+ALLREDUCE_HOP_S = 1.67e-6  # fitted: see PUBLISHED and tests/plan/test_performance.py
 """Cost of each hop of a ring all-reduce (reduce-scatter, then all-gather: ``2 (degree - 1)`` hops).
 Decode all-reduces carry a few kilobytes, so their cost is each hop's latency, not the links'
 bandwidth. The Llama 2 figures at degrees 2 and 24 set it; a fixed cost per all-reduce besides
 the hops does not improve the fit (the figures cannot tell it apart), so the model has none."""
 
-SERVER_STEP_S = 9.24e-3  # fitted: see PUBLISHED and tests/plan/test_performance.py
+SERVER_STEP_S = 7.92e-3  # fitted: see PUBLISHED and tests/plan/test_performance.py
 """What a server adds to every prefill and decode step: for TGI, the gRPC call from its router to
 its Python server and the Python work around each forward pass; for vLLM, its scheduler and
 engine loop; for both, detokenizing and streaming. One figure for both servers: their synchronous
 inter-token latencies at the same shapes differ by under 1% (26.79 and 26.59 ms)."""
+
+SLOT_STEP_S = 3.35e-4  # fitted: see PUBLISHED and tests/plan/test_performance.py
+"""What each busy slot of the batch adds to a decode step (its logits, its sampling and the host's
+work on its token). optimum-neuron's static-batching benchmark of Llama 3.1 8B at batches 1 to 48
+sets it, with the served runs' throughputs at batch 32."""
 
 # --- Architecture constants ------------------------------------------------------------------------------------
 
@@ -85,12 +98,14 @@ class Calibration:
     :param prefill_compute_efficiency: Default: :data:`PREFILL_COMPUTE_EFFICIENCY`.
     :param allreduce_hop_s: Default: :data:`ALLREDUCE_HOP_S`.
     :param server_step_s: Default: :data:`SERVER_STEP_S`.
+    :param slot_step_s: Default: :data:`SLOT_STEP_S`.
     """
 
     decode_memory_efficiency: float = DECODE_MEMORY_EFFICIENCY
     prefill_compute_efficiency: float = PREFILL_COMPUTE_EFFICIENCY
     allreduce_hop_s: float = ALLREDUCE_HOP_S
     server_step_s: float = SERVER_STEP_S
+    slot_step_s: float = SLOT_STEP_S
 
 
 CALIBRATION = Calibration()
@@ -154,17 +169,43 @@ def _weights_read_s(model: ModelSpec, device: DeviceSpec, degree: int, dtype_byt
 
 
 def decode_step_s(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: int, *, batch_size: int,
-                  sequence_length: int, calibration: Calibration = CALIBRATION, served: bool = True) -> float:
-    """Seconds one decode step takes: a new token for each of the ``batch_size`` slots, each
-    attending over a cache of ``sequence_length`` positions.
+                  sequence_length: int, busy: int | None = None, calibration: Calibration = CALIBRATION,
+                  served: bool = True) -> float:
+    """Seconds one decode step takes: a new token for each of the ``busy`` slots of a graph compiled
+    for ``batch_size``, every slot attending over a cache of ``sequence_length`` positions.
 
+    :param busy: slots with a request. Default: ``batch_size`` (a full batch).
     :param served: whether a server (TGI, vLLM) runs the step, adding its own time. Default: true.
     """
+    return step_costs(model, device, degree, dtype_bytes, batch_size=batch_size, sequence_length=sequence_length,
+                      calibration=calibration, served=served).step(batch_size if busy is None else busy)
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """A decode step's cost as a function of its busy slots: ``fixed_s + busy * per_slot_s``.
+
+    :param fixed_s: the step with no slot busy: the device's work for the compiled batch and the
+        server's own, seconds.
+    :param per_slot_s: what each busy slot adds, seconds.
+    """
+
+    fixed_s: float
+    per_slot_s: float
+
+    def step(self, busy: int) -> float:
+        """Seconds of a step with ``busy`` slots busy."""
+        return self.fixed_s + busy * self.per_slot_s
+
+
+def step_costs(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: int, *, batch_size: int,
+               sequence_length: int, calibration: Calibration = CALIBRATION, served: bool = True) -> StepCosts:
+    """The :class:`StepCosts` of a replica compiled for ``batch_size`` and ``sequence_length``."""
     kv_per_core = batch_size * sequence_length * model.kv_cache_bytes_per_token(dtype_bytes, degree)
     kv_read = kv_per_core / (device.memory_bytes_per_second_per_core * calibration.decode_memory_efficiency)
-    step = _weights_read_s(model, device, degree, dtype_bytes, calibration) + kv_read
-    step += _allreduces_s(model, degree, calibration)
-    return step + (calibration.server_step_s if served else 0.0)
+    fixed = _weights_read_s(model, device, degree, dtype_bytes, calibration) + kv_read
+    fixed += _allreduces_s(model, degree, calibration)
+    return StepCosts(fixed + (calibration.server_step_s if served else 0.0), calibration.slot_step_s)
 
 
 def prefill_s(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: int, *, tokens: int,
@@ -207,8 +248,9 @@ class Prediction:
     :param replicas: replicas on the instance.
     :param ttft_s: time to first token of a request alone on a replica (synchronous), seconds:
         the prefill of a whole sequence, whatever the prompt's length (static shapes).
-    :param itl_batch1_s: inter-token latency of a request alone on a replica, seconds. Equal to
-        ``itl_full_batch_s``: the engines' static token-generation graph computes every slot.
+    :param itl_batch1_s: inter-token latency of a request alone on a replica, seconds: the
+        engines' static token-generation graph computes every slot of the compiled batch, but only
+        the busy slot's token goes back to the host.
     :param itl_full_batch_s: inter-token latency with every batch slot busy, seconds. At
         saturation, the prefills of newcomers pause it further.
     :param tokens_per_second_replica: output tokens per second of one replica at saturation,
@@ -246,7 +288,8 @@ def _predict(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: int
              calibration: Calibration) -> Prediction:
     shape = (model, device, degree, dtype_bytes)
     ttft = prefill_s(*shape, tokens=sequence_length, calibration=calibration)
-    step = decode_step_s(*shape, batch_size=batch_size, sequence_length=sequence_length, calibration=calibration)
+    steps = step_costs(*shape, batch_size=batch_size, sequence_length=sequence_length, calibration=calibration)
+    step = steps.step(batch_size)
     requests = saturated_requests_per_second(batch_size, ttft, step, output_tokens)
     per_replica = requests * output_tokens
     per_instance = per_replica * replicas
@@ -254,7 +297,7 @@ def _predict(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: int
         degree=degree,
         replicas=replicas,
         ttft_s=ttft,
-        itl_batch1_s=step,
+        itl_batch1_s=steps.step(1),
         itl_full_batch_s=step,
         tokens_per_second_replica=per_replica,
         tokens_per_second_instance=per_instance,
@@ -314,8 +357,8 @@ class PublishedFigure:
     :param sequence: static sequence length of the export.
     :param workload: prompt and output tokens per request.
     :param metric: what was measured, in its unit: ``ms_per_output_token`` (end-to-end latency
-        over output tokens), ``ttft_s``, ``itl_ms``, ``requests_per_second`` or
-        ``output_tokens_per_second``.
+        over output tokens), ``ttft_s``, ``itl_ms`` (a lone request's), ``step_ms`` (a decode
+        step with every slot busy), ``requests_per_second`` or ``output_tokens_per_second``.
     :param value: the published figure, in the metric's unit.
     :param engine: the software that served it, with its Neuron SDK.
     :param served: whether a server (TGI, vLLM) stood between the clock and the model.
@@ -366,6 +409,27 @@ def _llama31_vllm(metric: str, value: float, workload: Workload) -> PublishedFig
                            _VLLM_BENCHMARK, _VLLM_BENCHMARK_URL, _VLLM_BENCHMARK_NOTE)
 
 
+_STATIC_BATCHING = "optimum-neuron's static-batching benchmark of Llama 3.1 8B on inf2.48xlarge (model.generate)"
+_STATIC_BATCHING_URL = ("https://github.com/huggingface/optimum-neuron/blob/main/docs/source/benchmarks/"
+                        "inferentia-llama3.1-8b.mdx")
+_STATIC_BATCHING_ENGINE = ("optimum-neuron 0.2.0.dev7 (Neuron SDK 2.22) NeuronModelForCausalLM.generate, greedy, "
+                           "no server; run of 2025-06-04 (optimum-neuron 55ecce60)")
+_STATIC_BATCHING_NOTE = ("benchmark/text-generation/performance/benchmark.py at 55ecce60: every slot of the batch "
+                         "holds the same prompt, 256 new tokens, latency = (generate time - one-token generate time) "
+                         "/ new tokens; the figure is docs/assets/benchmarks/inferentia-llama3.1-8b/latency.png's "
+                         "plateau from 1024 input tokens (12 at 1024, 13 from 1280 for batch 4)")
+
+
+def _static_batch(batch: int, step_ms: float) -> PublishedFigure:
+    return PublishedFigure("llama-3.1-8b", "inf2.48xlarge", 8, 1, batch, 4096, Workload(1792, 256), "step_ms",
+                           step_ms, _STATIC_BATCHING_ENGINE, False, _STATIC_BATCHING, _STATIC_BATCHING_URL,
+                           _STATIC_BATCHING_NOTE)
+
+
+STATIC_BATCHING = tuple(_static_batch(batch, step) for batch, step in
+                        ((1, 11.0), (4, 12.5), (8, 16.0), (16, 21.0), (32, 33.0), (48, 39.0)))
+"""optimum-neuron's published decode step of Llama 3.1 8B at degree 8 and sequence 4096, by batch."""
+
 _SYNCHRONOUS = Workload(15903, 293)
 """GuideLLM's synchronous run: one request at a time, mean prompt 15902.82 and output 293.09 tokens."""
 _THROUGHPUT = Workload(15899, 294)
@@ -404,6 +468,8 @@ PUBLISHED: tuple[PublishedFigure, ...] = (
     _llama31_vllm("itl_ms", 26.59, Workload(1500, 242)),
     _llama31_vllm("requests_per_second", 5.331, Workload(1500, 230)),
     _llama31_vllm("output_tokens_per_second", 1226.1, Workload(1500, 230)),
+    # Inter-token latency with every slot busy, batches 1 to 48, sequence 4096, no server.
+    *STATIC_BATCHING,
 )
 """Every published measurement the fitted constants rest on, with its source."""
 
@@ -413,6 +479,9 @@ def predict_published(figure: PublishedFigure, calibration: Calibration = CALIBR
     model = resolve_model(figure.model)
     instance = instance_spec(figure.instance)
     shape = (model, instance.device, figure.degree, DTYPE_BYTES["bf16"])
+    if figure.metric == "step_ms":
+        return decode_step_s(*shape, batch_size=figure.batch, sequence_length=figure.sequence,
+                             calibration=calibration, served=figure.served) * 1e3
     if figure.metric == "ms_per_output_token":
         # transformers-neuronx of 2023 encoded the context in buckets near the prompt's length
         # ("parallel context encoding" in the post), so the prompt is what its prefill computes.

@@ -22,6 +22,10 @@ from neuron_serving.plan import (
 from neuron_serving.plan.performance import (
     CALIBRATION,
     LATENCY_TIE_FRACTION,
+    Goodput,
+    LayoutSpace,
+    layout_label,
+    predict_load,
     STATIC_BATCHING,
     PublishedFigure,
     predict_published,
@@ -184,24 +188,27 @@ def test_cost_picks_the_lowest_price_per_token_and_says_throughput_agrees_on_one
 
 
 def test_a_recommendation_predicts_every_fitting_degree_and_rejects_the_others_by_memory():
-    chosen = recommend(ServingRequest("llama-3.1-70b", "inf2.48xlarge"), "throughput")
+    request = ServingRequest("llama-3.1-70b", "inf2.48xlarge")
+    chosen = recommend(request, "throughput", space=LayoutSpace.fixed(request))
     assert [plan.degree for plan, _ in chosen.candidates] == list(range(12, 25, 2))
-    assert [degree for degree, _ in chosen.rejected] == list(range(2, 11, 2))
+    assert [label for label, _ in chosen.rejected] == [f"degree {d}" for d in range(2, 11, 2)]
     assert chosen.rejected[0][1].startswith("does not fit: needs ")
 
 
 def test_a_recommendation_ignores_the_requested_degree():
-    assert recommend(replace(LLAMA_8B, tensor_parallel=8), "cost").plan.degree == 2
+    fixed = LayoutSpace.fixed(LLAMA_8B)
+    assert recommend(replace(LLAMA_8B, tensor_parallel=8), "cost", space=fixed).plan.degree == 2
 
 
 def test_an_unknown_objective_is_refused_naming_the_allowed_ones():
-    with pytest.raises(ServingConfigError, match=r"objective \('fast'\) must be one of latency, throughput, cost"):
+    with pytest.raises(ServingConfigError, match=r"objective \('fast'\) must be one of latency, throughput, cost, goodput"):
         recommend(LLAMA_8B, "fast")
 
 
 def test_a_model_that_fits_nowhere_gets_the_planner_s_error():
     with pytest.raises(ServingConfigError, match=r"fits at no tensor_parallel degree on inf2.8xlarge"):
-        recommend(ServingRequest("llama-3-8b", "inf2.8xlarge", batch_size=64, sequence_length=8192), "latency")
+        request = ServingRequest("llama-3-8b", "inf2.8xlarge", batch_size=64, sequence_length=8192)
+        recommend(request, "latency", space=LayoutSpace.fixed(request))
 
 
 # --- Constraints ----------------------------------------------------------------------------------------------
@@ -213,48 +220,49 @@ def test_a_limit_must_be_a_positive_number(value):
         Constraints(max_itl_ms=value)
 
 
-def test_a_latency_limit_rules_out_the_slow_degrees_before_the_cost_objective_picks():
+def test_a_latency_limit_rules_out_the_slow_layouts_before_the_cost_objective_picks():
     chosen = recommend(LLAMA_8B, "cost", Constraints(max_itl_ms=25))
-    slow = sorted(plan.degree for plan, p in chosen.candidates if p.itl_full_batch_s > 0.025)
-    assert slow and chosen.plan.degree not in slow
-    assert [degree for degree, why in chosen.rejected if why.startswith("misses max_itl_ms (25): ")] == slow
+    slow = sorted(layout_label(plan) for plan, p in chosen.candidates if p.itl_full_batch_s > 0.025)
+    assert slow and layout_label(chosen.plan) not in slow
+    assert sorted(label for label, why in chosen.rejected if why.startswith("misses max_itl_ms (25): ")) == slow
     assert chosen.prediction.usd_per_million_tokens == min(
-        p.usd_per_million_tokens for plan, p in chosen.candidates if plan.degree not in slow)
-    assert chosen.reason.endswith(f"Ruled out by the limits: degree {', '.join(map(str, slow))}.")
+        p.usd_per_million_tokens for plan, p in chosen.candidates if layout_label(plan) not in slow)
+    assert chosen.reason.endswith(f"Ruled out by the limits: {len(slow)} layouts.")
 
 
 def test_a_throughput_limit_rules_out_the_degrees_with_fewer_tokens_per_second():
     chosen = recommend(LLAMA_8B, "latency", Constraints(min_tokens_per_second=400))
-    assert {plan.degree for plan, p in chosen.candidates if p.tokens_per_second_instance < 400} == {
-        degree for degree, why in chosen.rejected}
+    assert {layout_label(plan) for plan, p in chosen.candidates if p.tokens_per_second_instance < 400} == {
+        label for label, why in chosen.rejected}
     assert chosen.prediction.tokens_per_second_instance >= 400
 
 
 def test_a_first_token_limit_is_checked_against_the_time_to_first_token():
-    chosen = recommend(LLAMA_8B, "throughput", Constraints(max_ttft_ms=500))
+    chosen = recommend(LLAMA_8B, "throughput", Constraints(max_ttft_ms=500), space=LayoutSpace.fixed(LLAMA_8B))
     assert chosen.prediction.ttft_s <= 0.5
-    assert 2 in {degree for degree, _ in chosen.rejected}
+    assert "degree 2, batch 4, sequence 4096" in {label for label, _ in chosen.rejected}
 
 
 def test_a_limit_no_degree_meets_is_named_with_its_value_and_the_best_any_degree_achieves():
     with pytest.raises(ServingConfigError) as raised:
-        recommend(LLAMA_8B, "latency", Constraints(max_itl_ms=5, max_ttft_ms=50))
+        recommend(LLAMA_8B, "latency", Constraints(max_itl_ms=5, max_ttft_ms=50), space=LayoutSpace.fixed(LLAMA_8B))
     itl, ttft = raised.value.problems
     found = candidates(LLAMA_8B)
     fastest_plan, fastest = min(found, key=lambda candidate: candidate[1].itl_full_batch_s)
     assert itl == (f"max_itl_ms (5) cannot be met on inf2.48xlarge: the best inter-token latency at full batch of any "
-                   f"degree that fits is {fastest.itl_full_batch_s * 1e3:.1f} ms (degree {fastest_plan.degree})")
+                   f"layout that fits is {fastest.itl_full_batch_s * 1e3:.1f} ms ({layout_label(fastest_plan)})")
     first_plan, first = min(found, key=lambda candidate: candidate[1].ttft_s)
-    assert ttft == (f"max_ttft_ms (50) cannot be met on inf2.48xlarge: the best time to first token of any degree "
-                    f"that fits is {first.ttft_s * 1e3:.1f} ms (degree {first_plan.degree})")
+    assert ttft == (f"max_ttft_ms (50) cannot be met on inf2.48xlarge: the best time to first token of any layout "
+                    f"that fits is {first.ttft_s * 1e3:.1f} ms ({layout_label(first_plan)})")
 
 
 def test_limits_each_met_by_some_degree_but_never_together_are_reported_as_such():
     with pytest.raises(ServingConfigError) as raised:
-        recommend(LLAMA_8B, "latency", Constraints(max_itl_ms=25, min_tokens_per_second=600))
+        recommend(LLAMA_8B, "latency", Constraints(max_itl_ms=25, min_tokens_per_second=600),
+                  space=LayoutSpace.fixed(LLAMA_8B))
     *limits, summary = raised.value.problems
     assert all(limit.endswith("but not together with the other limits") for limit in limits)
-    assert summary == "no single degree meets every limit: relax one of them"
+    assert summary == "no single layout meets every limit: relax one of them"
 
 
 # --- Across instance types ------------------------------------------------------------------------------------
@@ -273,3 +281,76 @@ def test_cost_across_instance_types_picks_the_cheapest_token_of_all_and_says_why
 def test_candidates_refuse_a_workload_that_does_not_fit_before_predicting():
     with pytest.raises(ServingConfigError, match="sequence_length"):
         candidates(replace(LLAMA_8B, sequence_length=512, max_input_tokens=None), DEFAULT_WORKLOAD)
+
+
+# --- The whole layout -----------------------------------------------------------------------------------------
+
+
+def test_the_search_covers_batch_sizes_and_the_sequence_lengths_the_workload_fits_in():
+    requests = LayoutSpace().requests(LLAMA_8B, DEFAULT_WORKLOAD)  # 512 + 256 tokens: 1024 is the shortest
+    assert sorted({r.sequence_length for r in requests}) == [1024, 2048, 4096]
+    assert sorted({r.batch_size for r in requests}) == [1, 2, 4, 8, 16, 32, 48]
+    assert all(r.effective_max_input_tokens >= DEFAULT_WORKLOAD.input_tokens for r in requests)
+
+
+def test_cost_on_llama_8b_chooses_a_batch_above_4_and_beats_the_degree_alone():
+    degree_only = recommend(LLAMA_8B, "cost", space=LayoutSpace.fixed(LLAMA_8B))
+    whole = recommend(LLAMA_8B, "cost")
+    assert whole.plan.batch_size > 4
+    assert whole.prediction.usd_per_million_tokens < degree_only.prediction.usd_per_million_tokens
+    assert whole.reason.startswith("the lowest price per million output tokens, $")
+
+
+def test_latency_chooses_the_smallest_batch_because_a_busy_slot_costs_every_other_slot_time():
+    assert recommend(LLAMA_8B, "latency").plan.batch_size == 1
+
+
+# --- Goodput --------------------------------------------------------------------------------------------------
+
+
+def test_goodput_serves_the_rate_within_its_targets_at_the_lowest_price_per_hour():
+    goodput = Goodput(rate=4.0, p99_ttft_ms=1500, p99_itl_ms=60)
+    chosen = recommend(LLAMA_8B, "goodput", goodput=goodput)
+    load = chosen.load
+    assert load is not None and load.rate == 4.0
+    assert load.ttft_p99_s <= 1.5 and load.itl_p99_s <= 0.060 and load.utilisation < 1
+    assert load.usd_per_hour == pytest.approx(load.instances * 12.98)
+    assert chosen.instances == load.instances
+    assert "predicted p99 TTFT" in chosen.reason and "utilisation" in chosen.reason
+    # No layout of fewer instances meets the targets: one instance less is already too few for the best layout.
+    if load.instances > 1:
+        fewer = predict_load(chosen.plan, DEFAULT_WORKLOAD, 4.0, load.instances - 1)
+        assert goodput.misses(fewer) or fewer.utilisation >= 1
+
+
+def test_goodput_with_a_rate_twice_as_high_needs_a_fleet_at_least_as_dear():
+    low, high = (recommend(LLAMA_8B, "goodput", goodput=Goodput(rate=rate, p99_ttft_ms=2000)) for rate in (2.0, 8.0))
+    assert high.load is not None and low.load is not None
+    assert high.load.usd_per_hour >= low.load.usd_per_hour
+
+
+def test_goodput_says_plainly_when_no_layout_can_meet_the_targets():
+    with pytest.raises(ServingConfigError, match=r"rate \(2\.0\) cannot be served as asked \(2 requests/s with p99 "
+                                                 r"TTFT <= 10 ms\): no layout on inf2.48xlarge serves a request alone"):
+        recommend(LLAMA_8B, "goodput", goodput=Goodput(rate=2.0, p99_ttft_ms=10))
+
+
+def test_goodput_needs_a_rate_and_the_other_objectives_refuse_one():
+    with pytest.raises(ServingConfigError, match=r"rate \(None\) is needed by the goodput objective"):
+        recommend(LLAMA_8B, "goodput")
+    with pytest.raises(ServingConfigError, match=r"rate \(1\.0\) applies only to the goodput objective, not cost"):
+        recommend(LLAMA_8B, "cost", goodput=Goodput(rate=1.0))
+
+
+@pytest.mark.parametrize(("field", "value"), [("rate", 0), ("p99_ttft_ms", -5.0), ("p99_itl_ms", math.inf)])
+def test_goodput_targets_must_be_positive_numbers(field, value):
+    with pytest.raises(ServingConfigError, match=rf"{field} \(.*\) must be a positive number"):
+        Goodput(**{"rate": 1.0, field: value})
+
+
+def test_goodput_across_instance_types_picks_the_cheapest_fleet_per_hour():
+    compared = compare_instances(LLAMA_8B, "goodput", goodput=Goodput(rate=1.0, p99_ttft_ms=3000),
+                                 instance_types=("inf2.8xlarge", "inf2.24xlarge", "inf2.48xlarge"))
+    prices = [r.load.usd_per_hour for r in compared.per_instance if r.load is not None]
+    assert prices == sorted(prices) and compared.best.load is not None
+    assert compared.best.load.usd_per_hour == prices[0]

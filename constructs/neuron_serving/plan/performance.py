@@ -51,6 +51,7 @@ from .errors import Problems, ServingConfigError, problem
 from .instances import INSTANCES, DeviceSpec, instance_spec
 from .layout import DTYPE_BYTES, ServingPlan, ServingRequest, degree_options, plan_serving
 from .models import ModelSpec, resolve_model
+from .queueing import Arrival, ReplicaCosts, percentile, poisson_trace, simulate
 
 T = TypeVar("T")
 
@@ -314,6 +315,77 @@ def prediction_document(prediction: Prediction) -> dict[str, float | int]:
             for name, value in asdict(prediction).items()}
 
 
+def replica_costs(plan: ServingPlan, calibration: Calibration = CALIBRATION) -> ReplicaCosts:
+    """What one replica of ``plan`` costs per operation, for the discrete-event model of
+    :mod:`~neuron_serving.plan.queueing`: each prefill the whole sequence's (static shapes), each
+    step the compiled batch's plus each busy slot's share."""
+    shape = (plan.model, plan.instance.device, plan.degree, DTYPE_BYTES[plan.dtype])
+    steps = step_costs(*shape, batch_size=plan.batch_size, sequence_length=plan.sequence_length,
+                       calibration=calibration)
+    return ReplicaCosts(plan.batch_size, prefill_s(*shape, tokens=plan.sequence_length, calibration=calibration),
+                        steps.fixed_s, step_per_slot_s=steps.per_slot_s)
+
+
+LOAD_REQUESTS = 2000
+"""Requests of the trace a load prediction replays: its p99 is the 20th slowest."""
+
+
+@dataclass(frozen=True)
+class LoadPrediction:
+    """What the discrete-event model predicts for a fleet of one layout under a request rate.
+
+    :param rate: requests per second arriving at the fleet.
+    :param instances: instances of the fleet, each with the layout's replicas.
+    :param utilisation: the rate over what the fleet completes at saturation.
+    :param ttft_p50_s: median time to first token, seconds.
+    :param ttft_p99_s: 99th percentile of the time to first token, seconds.
+    :param itl_p99_s: 99th percentile of each request's mean inter-token latency (prefills of
+        newcomers that pause its batch included), seconds.
+    :param e2e_p99_s: 99th percentile of the end-to-end latency, seconds.
+    :param usd_per_hour: on-demand price of the fleet per hour.
+    :param usd_per_million_tokens: that price over the output tokens the rate asks for.
+    """
+
+    rate: float
+    instances: int
+    utilisation: float
+    ttft_p50_s: float
+    ttft_p99_s: float
+    itl_p99_s: float
+    e2e_p99_s: float
+    usd_per_hour: float
+    usd_per_million_tokens: float
+
+
+def predict_load(plan: ServingPlan, workload: Workload, rate: float, instances: int = 1,
+                 trace: Sequence[Arrival] | None = None, calibration: Calibration = CALIBRATION) -> LoadPrediction:
+    """The latency percentiles of ``instances`` instances laid out as ``plan`` under ``rate``
+    requests per second of ``workload``: :data:`LOAD_REQUESTS` Poisson arrivals (seed 0), or
+    ``trace``. The fleet's load balancer (least outstanding requests) and each host's router
+    (leastconn) are modelled as one leastconn over every replica of the fleet."""
+    workload.check_fits(plan.request)
+    requests = poisson_trace(rate, LOAD_REQUESTS, workload.input_tokens, workload.output_tokens) \
+        if trace is None else trace
+    timings = simulate(replica_costs(plan, calibration), len(plan.replicas) * instances, requests)
+    itl = [(t.e2e_s - t.ttft_s) / (r.output_tokens - 1) for t, r in zip(timings, requests, strict=True)
+           if r.output_tokens > 1]
+    saturated = _predict(plan.model, plan.instance.device, plan.degree, DTYPE_BYTES[plan.dtype], plan.batch_size,
+                         plan.sequence_length, len(plan.replicas), plan.instance.hourly_usd, workload.output_tokens,
+                         calibration)
+    hourly = plan.instance.hourly_usd * instances
+    return LoadPrediction(
+        rate=rate,
+        instances=instances,
+        utilisation=rate / (saturated.requests_per_second_instance * instances),
+        ttft_p50_s=percentile([t.ttft_s for t in timings], 50),
+        ttft_p99_s=percentile([t.ttft_s for t in timings], 99),
+        itl_p99_s=percentile(itl, 99) if itl else 0.0,
+        e2e_p99_s=percentile([t.e2e_s for t in timings], 99),
+        usd_per_hour=hourly,
+        usd_per_million_tokens=hourly / (rate * workload.output_tokens * 3600) * 1e6,
+    )
+
+
 # --- Published measurements -----------------------------------------------------------------------------------
 
 _PYTORCH_BLOG = "High performance Llama 2 deployments with AWS Inferentia2 using TorchServe (PyTorch blog)"
@@ -504,10 +576,112 @@ def predict_published(figure: PublishedFigure, calibration: Calibration = CALIBR
 
 # --- Recommending a layout ------------------------------------------------------------------------------------
 
-OBJECTIVES = ("latency", "throughput", "cost")
+OBJECTIVES = ("latency", "throughput", "cost", "goodput")
 """What a recommendation optimises: ``latency`` the inter-token latency at full batch (among those
 within :data:`LATENCY_TIE_FRACTION` of the lowest, the time to first token), ``throughput`` the
-output tokens per second of the instance, ``cost`` the price per million output tokens."""
+output tokens per second of the instance, ``cost`` the price per million output tokens at
+saturation, ``goodput`` the price per hour of the fewest instances that serve a request rate
+within p99 latency targets (:class:`Goodput`)."""
+
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 48)
+"""The batch sizes an objective chooses among. 48 is the largest batch the model's step is fitted
+on (:data:`STATIC_BATCHING`); beyond it, the model would extrapolate."""
+
+
+@dataclass(frozen=True)
+class LayoutSpace:
+    """The batch sizes and sequence lengths an objective chooses among (with every degree whose
+    memory fits).
+
+    :param batch_sizes: Default: :data:`BATCH_SIZES`.
+    :param sequence_lengths: Default: the powers of two from the shortest the workload fits in up to
+        the request's ``sequence_length``, and that length itself.
+    """
+
+    batch_sizes: tuple[int, ...] | None = None
+    sequence_lengths: tuple[int, ...] | None = None
+
+    @classmethod
+    def fixed(cls, request: ServingRequest) -> LayoutSpace:
+        """Only the request's own batch size and sequence length: the degree alone is chosen."""
+        return cls((request.batch_size,), (request.sequence_length,))
+
+    def requests(self, request: ServingRequest, workload: Workload) -> list[ServingRequest]:
+        """``request`` with each batch size and sequence length of the space that ``workload`` fits in."""
+        sequences = self.sequence_lengths
+        if sequences is None:
+            need = max(workload.input_tokens + workload.output_tokens, math.ceil(workload.input_tokens * 4 / 3) + 1)
+            length = 1 << max(0, need - 1).bit_length()
+            shorter = []
+            while length < request.sequence_length:
+                shorter.append(length)
+                length *= 2
+            sequences = (*shorter, request.sequence_length)
+        found = []
+        for sequence in sequences:
+            explicit = request.max_input_tokens is not None and request.max_input_tokens < sequence
+            for batch in BATCH_SIZES if self.batch_sizes is None else self.batch_sizes:
+                candidate = replace(request, batch_size=batch, sequence_length=sequence,
+                                    max_input_tokens=request.max_input_tokens if explicit else None)
+                try:
+                    workload.check_fits(candidate)
+                except ServingConfigError:
+                    continue
+                found.append(candidate)
+        return found
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """What the ``goodput`` objective must serve: a request rate within p99 latency targets.
+
+    :param rate: requests per second arriving at the fleet.
+    :param p99_ttft_ms: the highest 99th percentile of the time to first token, milliseconds.
+        Default: no target.
+    :param p99_itl_ms: the highest 99th percentile of a request's mean inter-token latency,
+        milliseconds. Default: no target.
+    :param max_instances: the most instances the fleet may have. Default: 32.
+    """
+
+    rate: float
+    p99_ttft_ms: float | None = None
+    p99_itl_ms: float | None = None
+    max_instances: int = 32
+
+    def __post_init__(self) -> None:
+        problems = Problems()
+        for name in ("rate", "p99_ttft_ms", "p99_itl_ms"):
+            value = getattr(self, name)
+            if value is None and name != "rate":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                problems.add(name, value, "must be a positive number")
+        if isinstance(self.max_instances, bool) or not isinstance(self.max_instances, int) or self.max_instances < 1:
+            problems.add("max_instances", self.max_instances, "must be an integer of at least 1")
+        problems.raise_if_any()
+
+    def misses(self, load: LoadPrediction) -> tuple[str, ...]:
+        """Each target ``load`` does not meet, as ``setting (target): predicted figure``."""
+        misses = []
+        if self.p99_ttft_ms is not None and load.ttft_p99_s * 1e3 > self.p99_ttft_ms:
+            misses.append(f"p99_ttft_ms ({_number(self.p99_ttft_ms)}): {load.ttft_p99_s * 1e3:.0f} ms")
+        if self.p99_itl_ms is not None and load.itl_p99_s * 1e3 > self.p99_itl_ms:
+            misses.append(f"p99_itl_ms ({_number(self.p99_itl_ms)}): {load.itl_p99_s * 1e3:.1f} ms")
+        return tuple(misses)
+
+    def describe(self) -> str:
+        targets = [f"p99 TTFT <= {_number(self.p99_ttft_ms)} ms"] if self.p99_ttft_ms is not None else []
+        targets += [f"p99 ITL <= {_number(self.p99_itl_ms)} ms"] if self.p99_itl_ms is not None else []
+        return f"{_number(self.rate)} requests/s" + (f" with {' and '.join(targets)}" if targets else "")
+
+
+GOODPUT_TIES = 8
+"""Fleets of the lowest price that meet the targets the ``goodput`` objective compares (in the
+order of their time to first token alone) before it takes the one with the lowest p99 TTFT."""
+
+GOODPUT_UTILISATION = 0.95
+"""The highest utilisation the ``goodput`` objective starts its search of instance counts from:
+at 100% a queue grows without end."""
 
 
 @dataclass(frozen=True)
@@ -575,6 +749,11 @@ def _number(value: float) -> str:
     return f"{value:g}"
 
 
+def layout_label(plan: ServingPlan) -> str:
+    """``degree 8, batch 32, sequence 1024``: what an objective chooses of a layout."""
+    return f"degree {plan.degree}, batch {plan.batch_size}, sequence {plan.sequence_length}"
+
+
 @dataclass(frozen=True)
 class Recommendation:
     """The layout an objective picks, and why.
@@ -582,16 +761,26 @@ class Recommendation:
     :param plan: the recommended layout.
     :param prediction: its predicted figures.
     :param reason: why, in one or two sentences for the user, starting with what the layout has
-        that the objective asks for: it reads after "degree 8 (3 replicas): ".
-    :param candidates: every degree whose memory fits, each with its prediction, by degree.
-    :param rejected: ``(degree, why)`` for each degree ruled out, by memory or by a constraint.
+        that the objective asks for: it reads after "degree 8 (3 replicas), batch 32, sequence 1024: ".
+    :param candidates: every layout whose memory fits and that holds the workload, each with its
+        prediction, by degree, batch size and sequence length.
+    :param rejected: ``(layout, why)`` for each layout ruled out, by memory or by a constraint;
+        ``layout`` is a degree alone (``degree 2``) where the memory of the request's own batch
+        and sequence rules it out.
+    :param load: with ``goodput``, the fleet and its predicted percentiles at the rate.
     """
 
     plan: ServingPlan
     prediction: Prediction
     reason: str
     candidates: tuple[tuple[ServingPlan, Prediction], ...]
-    rejected: tuple[tuple[int, str], ...]
+    rejected: tuple[tuple[str, str], ...]
+    load: LoadPrediction | None = None
+
+    @property
+    def instances(self) -> int:
+        """Instances of the recommended fleet: ``goodput``'s count, else 1."""
+        return 1 if self.load is None else self.load.instances
 
 
 LATENCY_TIE_FRACTION = 0.05
@@ -602,7 +791,7 @@ that precise: its figures stray up to a quarter from the published ones."""
 
 
 def _ranked(objective: str, items: Sequence[T], prediction: Callable[[T], Prediction]) -> list[T]:
-    """``items`` best first for ``objective``."""
+    """``items`` best first for ``objective`` (not ``goodput``, whose order is its fleet's price)."""
     if objective == "throughput":
         return sorted(items, key=lambda i: (-prediction(i).tokens_per_second_instance, prediction(i).itl_full_batch_s))
     if objective == "cost":
@@ -618,43 +807,72 @@ def _ranked(objective: str, items: Sequence[T], prediction: Callable[[T], Predic
     return sorted(items, key=latency)
 
 
-def candidates(request: ServingRequest,
-               workload: Workload = DEFAULT_WORKLOAD) -> tuple[tuple[ServingPlan, Prediction], ...]:
-    """Every degree of ``request``'s instance whose memory fits, each laid out and predicted
-    (``request.tensor_parallel`` is ignored). Raises :class:`ServingConfigError` for a bad request
-    or workload."""
+def candidates(request: ServingRequest, workload: Workload = DEFAULT_WORKLOAD,
+               space: LayoutSpace | None = None) -> tuple[tuple[ServingPlan, Prediction], ...]:
+    """Every layout of ``request``'s instance whose memory fits, each laid out and predicted: every
+    degree (``request.tensor_parallel`` is ignored), with each batch size and sequence length of
+    ``space`` that ``workload`` fits in. Raises :class:`ServingConfigError` for a bad request or
+    workload.
+
+    :param space: Default: the request's own batch size and sequence length (:meth:`LayoutSpace.fixed`).
+    """
     request = replace(request, tensor_parallel=None)
-    fitting = [option.degree for option in degree_options(request) if option.memory.fits]
-    workload.check_fits(request)
-    plans = [plan_serving(replace(request, tensor_parallel=degree)) for degree in fitting]
-    return tuple((plan, predict(plan, workload)) for plan in plans)
+    degree_options(request)  # validates the request itself
+    space = LayoutSpace.fixed(request) if space is None else space
+    if space == LayoutSpace.fixed(request):
+        workload.check_fits(request)
+    found = []
+    for shaped in space.requests(request, workload):
+        for option in degree_options(shaped):
+            if option.memory.fits:
+                plan = plan_serving(replace(shaped, tensor_parallel=option.degree))
+                found.append((plan, predict(plan, workload)))
+    return tuple(sorted(found, key=lambda c: (c[0].degree, c[0].batch_size, c[0].sequence_length)))
 
 
-def _check_objective(objective: str) -> None:
+def _check_objective(objective: str, goodput: Goodput | None) -> None:
     if objective not in OBJECTIVES:
         raise ServingConfigError([problem("objective", objective, f"must be one of {', '.join(OBJECTIVES)}")])
+    if objective == "goodput" and goodput is None:
+        raise ServingConfigError([problem("rate", None, "is needed by the goodput objective: the requests per "
+                                                        "second the fleet must serve")])
+    if objective != "goodput" and goodput is not None:
+        raise ServingConfigError([problem("rate", goodput.rate, f"applies only to the goodput objective, "
+                                                                f"not {objective}")])
 
 
 def recommend(request: ServingRequest, objective: str, constraints: Constraints = Constraints(),
-              workload: Workload = DEFAULT_WORKLOAD) -> Recommendation:
+              workload: Workload = DEFAULT_WORKLOAD, *, goodput: Goodput | None = None,
+              space: LayoutSpace | None = None, trace: Sequence[Arrival] | None = None) -> Recommendation:
     """The layout of ``request``'s instance that best meets ``objective`` within ``constraints``.
 
-    Every degree the instance accepts whose memory fits is predicted (``request.tensor_parallel``
-    is ignored); those missing a constraint are ruled out; the objective picks among the rest:
+    Every layout of ``space`` is predicted: each degree the instance accepts whose memory fits
+    (``request.tensor_parallel`` is ignored), with each batch size and sequence length that holds
+    ``workload``. Those missing a constraint are ruled out; the objective picks among the rest:
     ``latency`` the lowest inter-token latency at full batch (within :data:`LATENCY_TIE_FRACTION`,
     the shortest time to first token), ``throughput`` the most output tokens per second of the
-    instance, ``cost`` the lowest price per million output tokens.
+    instance, ``cost`` the lowest price per million output tokens at saturation, ``goodput`` the
+    cheapest fleet (layout and instance count) whose predicted p99s at ``goodput.rate`` meet its
+    targets, replaying ``trace`` if given (see :func:`predict_load`).
 
-    Raises :class:`ServingConfigError` for a bad objective, request or workload, when no degree
-    fits, and when no degree meets the constraints (naming each, with the best any degree achieves).
+    :param space: Default: :class:`LayoutSpace` ``()``, every batch size of :data:`BATCH_SIZES`
+        and the sequence lengths the workload fits in.
+
+    Raises :class:`ServingConfigError` for a bad objective, request or workload, when nothing fits,
+    and when no layout meets the constraints or targets (naming each, with the best any reaches).
     """
-    _check_objective(objective)
+    _check_objective(objective, goodput)
     request = replace(request, tensor_parallel=None)
-    found = candidates(request, workload)
+    space = LayoutSpace() if space is None else space
+    found = candidates(request, workload, space)
     if not found:
-        plan_serving(request)  # raises the planner's own error, which says what would fit
+        if space.requests(request, workload):
+            plan_serving(request)  # raises the planner's own error, which says what would fit
+        workload.check_fits(request)  # raises what does not hold the workload
+        raise ServingConfigError([problem("batch_size", request.batch_size, "and sequence_length: no batch size and "
+                                          "sequence length of the search both fits in memory and holds the workload")])
     rejected = [
-        (option.degree, f"does not fit: needs {option.memory.describe()}")
+        (f"degree {option.degree}", f"does not fit: needs {option.memory.describe()}")
         for option in degree_options(request)
         if not option.memory.fits
     ]
@@ -662,15 +880,88 @@ def recommend(request: ServingRequest, objective: str, constraints: Constraints 
     for plan, prediction in found:
         misses = constraints.misses(prediction)
         if misses:
-            rejected.append((plan.degree, "misses " + "; ".join(misses)))
+            rejected.append((layout_label(plan), "misses " + "; ".join(misses)))
         else:
             passing.append((plan, prediction))
     if not passing:
         raise ServingConfigError(_unmet(constraints, found))
+    missed = sorted(label for label, why in rejected if why.startswith("misses"))
+    if objective == "goodput":
+        assert goodput is not None
+        plan, prediction, load = _cheapest_fleet(passing, workload, goodput, trace)
+        reason = _goodput_reason(plan, load, goodput, len(passing))
+        return Recommendation(plan, prediction, reason, found, tuple(rejected), load)
     ranked = _ranked(objective, passing, lambda candidate: candidate[1])
-    missed = sorted(degree for degree, why in rejected if why.startswith("misses"))
     plan, prediction = ranked[0]
-    return Recommendation(plan, prediction, _reason(objective, ranked, missed), found, tuple(sorted(rejected)))
+    return Recommendation(plan, prediction, _reason(objective, ranked, missed), found, tuple(rejected))
+
+
+def _cheapest_fleet(passing: Sequence[tuple[ServingPlan, Prediction]], workload: Workload, goodput: Goodput,
+                    trace: Sequence[Arrival] | None) -> tuple[ServingPlan, Prediction, LoadPrediction]:
+    """The layout and instance count of the lowest price per hour whose p99s meet ``goodput``'s
+    targets. Layouts are tried from the cheapest fleet their saturation allows
+    (:data:`GOODPUT_UTILISATION`), adding instances while the fleet stays cheaper than the best
+    found; among the fleets of that price, the first :data:`GOODPUT_TIES` that meet the targets are
+    compared and the lowest p99 TTFT wins. A layout whose request alone misses a target is never
+    simulated."""
+    rate = goodput.rate
+    options = []
+    alone_best: tuple[float, float] = (math.inf, math.inf)
+    for plan, prediction in passing:
+        alone = (prediction.ttft_s * 1e3, prediction.itl_batch1_s * 1e3)
+        alone_best = min(alone_best, alone)
+        if (goodput.p99_ttft_ms is not None and alone[0] > goodput.p99_ttft_ms) or (
+                goodput.p99_itl_ms is not None and alone[1] > goodput.p99_itl_ms):
+            continue
+        fewest = max(1, math.ceil(rate / (prediction.requests_per_second_instance * GOODPUT_UTILISATION)))
+        if fewest <= goodput.max_instances:
+            options.append((fewest * plan.instance.hourly_usd, prediction.ttft_s, fewest, plan, prediction))
+    options.sort(key=lambda option: option[:2])
+    best: tuple[ServingPlan, Prediction, LoadPrediction] | None = None
+    closest: tuple[int, float, ServingPlan, LoadPrediction] | None = None
+    ties = 0
+    for price, _, fewest, plan, prediction in options:
+        if best is not None and (price > best[2].usd_per_hour or ties >= GOODPUT_TIES):
+            break
+        for instances in range(fewest, min(goodput.max_instances, fewest + 3) + 1):
+            if best is not None and instances * plan.instance.hourly_usd > best[2].usd_per_hour:
+                break
+            load = predict_load(plan, workload, rate, instances, trace)
+            misses = goodput.misses(load)
+            if not misses:
+                if best is None or load.usd_per_hour < best[2].usd_per_hour:
+                    best, ties = (plan, prediction, load), 1
+                else:
+                    ties += 1
+                    if load.ttft_p99_s < best[2].ttft_p99_s:
+                        best = (plan, prediction, load)
+                break
+            over = max((load.ttft_p99_s * 1e3 / goodput.p99_ttft_ms) if goodput.p99_ttft_ms else 0.0,
+                       (load.itl_p99_s * 1e3 / goodput.p99_itl_ms) if goodput.p99_itl_ms else 0.0)
+            if closest is None or over < closest[1]:
+                closest = (instances, over, plan, load)
+    if best is not None:
+        return best
+    instance = passing[0][0].instance.name
+    if closest is None:
+        why = (f"no layout on {instance} serves a request alone within the targets (best alone: time to first "
+               f"token {alone_best[0]:.0f} ms, inter-token latency {alone_best[1]:.1f} ms), or none serves "
+               f"{_number(rate)} requests/s with {goodput.max_instances} instances or fewer")
+    else:
+        instances, _, plan, load = closest
+        why = (f"no layout on {instance} with {goodput.max_instances} instances or fewer meets the targets; the "
+               f"closest is {layout_label(plan)} on {instances} instance(s): p99 TTFT {load.ttft_p99_s * 1e3:.0f} ms, "
+               f"p99 ITL {load.itl_p99_s * 1e3:.1f} ms, utilisation {load.utilisation:.0%}")
+    raise ServingConfigError([problem("rate", rate, f"cannot be served as asked ({goodput.describe()}): {why}")])
+
+
+def _goodput_reason(plan: ServingPlan, load: LoadPrediction, goodput: Goodput, count: int) -> str:
+    fleet = f"{load.instances} instance" + ("" if load.instances == 1 else "s")
+    return (f"the cheapest fleet of the {count} layouts that serves {goodput.describe()}: {fleet} of "
+            f"{plan.instance.name} at ${load.usd_per_hour:.2f}/h (${load.usd_per_million_tokens:.2f} per million "
+            f"output tokens at that rate), predicted p99 TTFT {load.ttft_p99_s * 1e3:.0f} ms, p99 ITL "
+            f"{load.itl_p99_s * 1e3:.1f} ms, p99 end-to-end {load.e2e_p99_s:.1f} s, utilisation "
+            f"{load.utilisation:.0%}.")
 
 
 def _unmet(constraints: Constraints, found: Sequence[tuple[ServingPlan, Prediction]]) -> list[str]:
@@ -681,15 +972,15 @@ def _unmet(constraints: Constraints, found: Sequence[tuple[ServingPlan, Predicti
         constraint = _CONSTRAINTS[name]
         pick = min if constraint.at_most else max
         plan, prediction = pick(found, key=lambda candidate: constraint.figure(candidate[1]))
-        best = f"{constraint.show(prediction)} (degree {plan.degree})"
+        best = f"{constraint.show(prediction)} ({layout_label(plan)})"
         if constraint.meets(prediction, limit):
             best += ", but not together with the other limits"
         else:
             each_alone = False
         problems.append(problem(name, limit, f"cannot be met on {instance}: the best {constraint.describes} "
-                                             f"of any degree that fits is {best}"))
+                                             f"of any layout that fits is {best}"))
     if each_alone:
-        problems.append("no single degree meets every limit: relax one of them")
+        problems.append("no single layout meets every limit: relax one of them")
     return problems
 
 
@@ -697,7 +988,7 @@ def _replicas(count: int) -> str:
     return f"{count} replica" + ("" if count == 1 else "s")
 
 
-def _reason(objective: str, ranked: Sequence[tuple[ServingPlan, Prediction]], missed: Sequence[int]) -> str:
+def _reason(objective: str, ranked: Sequence[tuple[ServingPlan, Prediction]], missed: Sequence[str]) -> str:
     plan, best = ranked[0]
     if objective == "latency":
         reason = _latency_reason(ranked)
@@ -708,14 +999,14 @@ def _reason(objective: str, ranked: Sequence[tuple[ServingPlan, Prediction]], mi
         reason = f"the lowest price per million output tokens, {_cost_figure(best)} at ${hourly:.2f}/h"
     if objective != "latency" and len(ranked) > 1:
         figure = _throughput_figure if objective == "throughput" else _cost_figure
-        reason += f" ({figure(ranked[1][1])} at degree {ranked[1][0].degree})"
+        reason += f" ({figure(ranked[1][1])} at {layout_label(ranked[1][0])})"
     if len(ranked) == 1:
-        reason += ", the only degree that fits" + (" and meets the limits" if missed else "")
+        reason += ", the only layout that fits" + (" and meets the limits" if missed else "")
     reason += "."
     if objective == "cost":
         reason += " " + _ONE_PRICE
     if missed:
-        reason += f" Ruled out by the limits: degree {', '.join(map(str, missed))}."
+        reason += f" Ruled out by the limits: {len(missed)} layout{'s' if len(missed) > 1 else ''}."
     return reason
 
 
@@ -737,11 +1028,11 @@ def _latency_reason(ranked: Sequence[tuple[ServingPlan, Prediction]]) -> str:
     lowest_plan, lowest = min(ranked, key=lambda candidate: candidate[1].itl_full_batch_s)
     if lowest is not best:
         return (f"an inter-token latency at full batch of {itl}, within {LATENCY_TIE_FRACTION:.0%} of the lowest "
-                f"({lowest.itl_full_batch_s * 1e3:.1f} ms at degree {lowest_plan.degree}), and the shortest time "
+                f"({lowest.itl_full_batch_s * 1e3:.1f} ms at {layout_label(lowest_plan)}), and the shortest time "
                 f"to first token of those, {best.ttft_s:.2f} s")
     reason = f"the lowest inter-token latency at full batch, {itl}"
     if len(ranked) > 1:
-        reason += f" ({ranked[1][1].itl_full_batch_s * 1e3:.1f} ms at degree {ranked[1][0].degree})"
+        reason += f" ({ranked[1][1].itl_full_batch_s * 1e3:.1f} ms at {layout_label(ranked[1][0])})"
     return reason + f", with a time to first token of {best.ttft_s:.2f} s"
 
 
@@ -760,28 +1051,35 @@ class InstanceComparison:
 
 
 def compare_instances(request: ServingRequest, objective: str, constraints: Constraints = Constraints(),
-                      workload: Workload = DEFAULT_WORKLOAD,
-                      instance_types: Sequence[str] = tuple(INSTANCES)) -> InstanceComparison:
+                      workload: Workload = DEFAULT_WORKLOAD, instance_types: Sequence[str] = tuple(INSTANCES), *,
+                      goodput: Goodput | None = None, space: LayoutSpace | None = None,
+                      trace: Sequence[Arrival] | None = None) -> InstanceComparison:
     """:func:`recommend` on each of ``instance_types`` (``request.instance_type`` is ignored), and the
-    one whose recommendation best meets ``objective``: with ``cost``, the cheapest per token of all.
+    one whose recommendation best meets ``objective``: with ``cost``, the cheapest per token of all;
+    with ``goodput``, the cheapest fleet per hour.
 
     Raises :class:`ServingConfigError` for a bad objective, and naming each instance type when none
     has a recommendation.
     """
-    _check_objective(objective)
+    _check_objective(objective, goodput)
     found: list[Recommendation] = []
     ruled_out: list[tuple[str, str]] = []
     for instance_type in instance_types:
         try:
-            found.append(recommend(replace(request, instance_type=instance_type), objective, constraints, workload))
+            found.append(recommend(replace(request, instance_type=instance_type), objective, constraints, workload,
+                                   goodput=goodput, space=space, trace=trace))
         except ServingConfigError as err:
             ruled_out.append((instance_type, "; ".join(err.problems)))
     if not found:
         raise ServingConfigError([f"{instance_type}: {why}" for instance_type, why in ruled_out])
-    ranked = _ranked(objective, found, lambda recommendation: recommendation.prediction)
+    if objective == "goodput":
+        ranked = sorted(found, key=lambda r: (r.load.usd_per_hour if r.load else math.inf,
+                                              r.load.ttft_p99_s if r.load else math.inf))
+    else:
+        ranked = _ranked(objective, found, lambda recommendation: recommendation.prediction)
     best = ranked[0]
     reason = f"the best of the {len(ranked)} instance types that can serve the model"
     if len(ranked) > 1:
-        reason += f" (next: {ranked[1].plan.instance.name} at degree {ranked[1].plan.degree})"
+        reason += f" (next: {ranked[1].plan.instance.name} at {layout_label(ranked[1].plan)})"
     reason += ", with " + best.reason.replace(" " + _ONE_PRICE, "")
     return InstanceComparison(replace(best, reason=reason), tuple(ranked), tuple(ruled_out))

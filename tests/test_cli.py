@@ -54,16 +54,19 @@ def test_latency_and_cost_objectives_recommend_different_layouts_with_their_reas
         assert layout.startswith("layout: replica-0: ")
         recommended.append(line)
     latency, cost = recommended
-    assert latency.startswith("recommended: degree 24 (1 replica): an inter-token latency at full batch of ")
-    assert cost.startswith("recommended: degree 2 (12 replicas): the lowest price per million output tokens, $")
+    assert latency.startswith("recommended: degree 24 (1 replica), batch 1, sequence 1024: an inter-token latency at "
+                              "full batch of ")
+    assert cost.startswith("recommended: degree 2 (12 replicas), batch 48, sequence 1024: the lowest price per million "
+                           "output tokens, $")
 
 
 def test_a_limit_lists_the_degrees_it_rules_out(capsys):
-    assert main([*LLAMA_8B, "--objective", "cost", "--max-itl-ms", "30"]) == 0
+    fixed = ["--batch-size", "4", "--sequence-length", "4096"]
+    assert main([*LLAMA_8B, *fixed, "--objective", "cost", "--max-itl-ms", "30"]) == 0
     out = capsys.readouterr().out
     slow = [degree for degree, row in _rows(out).items() if float(row[8]) > 30]
     ruled_out = [line for line in out.splitlines() if line.startswith("ruled out: ")]
-    assert slow and [line.split()[3].rstrip(":") for line in ruled_out] == [str(degree) for degree in slow]
+    assert slow and [line.split()[3].rstrip(",") for line in ruled_out] == [str(degree) for degree in slow]
     assert all(": misses max_itl_ms (30): " in line for line in ruled_out)
     assert f"recommended: degree {slow[-1]} " not in out
 
@@ -78,7 +81,7 @@ def test_the_workload_options_change_the_predictions(capsys):
 
 def test_json_output_is_one_document_with_request_options_predictions_and_recommendation(capsys):
     assert main([*LLAMA_8B, "--objective", "cost", "--max-itl-ms", "30", "--input-tokens", "1000",
-                 "--output", "json"]) == 0
+                 "--batch-size", "4", "--sequence-length", "4096", "--output", "json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["request"]["instance_type"] == "inf2.48xlarge"
     assert document["workload"] == {"input_tokens": 1000, "output_tokens": 256}
@@ -89,8 +92,8 @@ def test_json_output_is_one_document_with_request_options_predictions_and_recomm
         "degree", "replicas", "ttft_s", "itl_batch1_s", "itl_full_batch_s", "tokens_per_second_replica",
         "tokens_per_second_instance", "requests_per_second_instance", "usd_per_million_tokens"}
     fast = [d for d in document["degrees"] if d["prediction"]["itl_full_batch_s"] <= 0.030]
-    assert [r["degree"] for r in document["rejected"]] == [
-        d["degree"] for d in document["degrees"] if d not in fast]
+    assert [r["layout"] for r in document["rejected"]] == [
+        f"degree {d['degree']}, batch 4, sequence 4096" for d in document["degrees"] if d not in fast]
     cheapest = min(fast, key=lambda d: d["prediction"]["usd_per_million_tokens"])
     assert document["recommendation"]["degree"] == cheapest["degree"]
     assert document["recommendation"]["prediction"] == cheapest["prediction"]
@@ -109,7 +112,8 @@ def test_any_instance_type_with_the_cost_objective_compares_every_instance_type(
     assert main(["plan", "--model", "llama-3.1-8b", "--instance-type", "any", "--objective", "cost"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[2].split()[:4] == ["instance", "type", "$/h", "degree"]
-    assert "recommended: inf2.xlarge, degree 2 (1 replica): the best of the 7 instance types" in out
+    assert ("recommended: inf2.xlarge, degree 2 (1 replica), batch 48, sequence 1024: the best of the 7 instance "
+            "types") in out
     assert ("note: instance_type ('inf2.xlarge') has 16 GiB of host memory; exporting llama-3.1-8b (8.0 B parameters) "
             "needs about 34 GiB") in out
 
@@ -118,7 +122,7 @@ def test_an_unknown_objective_exits_2_naming_the_allowed_ones(capsys):
     with pytest.raises(SystemExit) as exited:
         main([*LLAMA_8B, "--objective", "fast"])
     assert exited.value.code == 2
-    assert "argument --objective: invalid choice: 'fast' (choose from 'latency', 'throughput', 'cost')" in (
+    assert "argument --objective: invalid choice: 'fast' (choose from 'latency', 'throughput', 'cost', 'goodput')" in (
         capsys.readouterr().err)
 
 
@@ -171,3 +175,34 @@ def test_json_output_of_any_instance_type_compares_them_all_in_the_ops_commands_
     assert len(compared) == 7 and sorted(compared + ruled_out) == sorted(INSTANCES)
     assert document["recommendation"]["instance_type"] == "inf2.xlarge"
     assert "needs about 34 GiB" in document["recommendation"]["cannot_compile"]
+
+
+def test_cost_chooses_the_batch_and_sequence_too_unless_they_are_given(capsys):
+    assert main([*LLAMA_8B, "--objective", "cost", "--output", "json"]) == 0
+    chosen = json.loads(capsys.readouterr().out)["recommendation"]
+    assert chosen["batch_size"] > 4 and chosen["sequence_length"] < 4096
+    assert main([*LLAMA_8B, "--objective", "cost", "--batch-size", "4", "--output", "json"]) == 0
+    fixed = json.loads(capsys.readouterr().out)["recommendation"]
+    assert fixed["batch_size"] == 4
+    assert chosen["prediction"]["usd_per_million_tokens"] < fixed["prediction"]["usd_per_million_tokens"]
+
+
+def test_goodput_prints_the_fleet_its_percentiles_and_utilisation(capsys):
+    assert main([*LLAMA_8B, "--objective", "goodput", "--rate", "4", "--p99-ttft-ms", "1500",
+                 "--p99-itl-ms", "60"]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("recommended: "))
+    assert "1 instance of inf2.48xlarge" in line and "predicted p99 TTFT" in line and "utilisation" in line
+    assert main([*LLAMA_8B, "--objective", "goodput", "--rate", "4", "--p99-ttft-ms", "1500", "--output", "json"]) == 0
+    load = json.loads(capsys.readouterr().out)["recommendation"]["load"]
+    assert load["rate"] == 4.0 and load["ttft_p99_s"] <= 1.5 and 0 < load["utilisation"] < 1
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--objective", "goodput"], "rate (None) is needed by --objective goodput"),
+    (["--objective", "cost", "--p99-ttft-ms", "300"], "p99_ttft_ms (300.0) applies only with --objective goodput"),
+    (["--objective", "goodput", "--rate", "2", "--p99-ttft-ms", "10"], "rate (2.0) cannot be served as asked"),
+])
+def test_bad_goodput_input_exits_2_naming_it(capsys, arguments, message):
+    assert main([*LLAMA_8B, *arguments]) == 2
+    assert message in capsys.readouterr().err

@@ -29,6 +29,9 @@ from ..plan.performance import (
     DEFAULT_WORKLOAD,
     OBJECTIVES,
     Constraints,
+    Goodput,
+    LayoutSpace,
+    LoadPrediction,
     Prediction,
     Recommendation,
     Workload,
@@ -56,20 +59,31 @@ def register(commands: Any) -> None:
     plan.add_argument("--model", default=DEFAULT_MODEL_ID, help="Hugging Face model id or catalog name")
     plan.add_argument("--instance-type", default=DEFAULT_INSTANCE_TYPE,
                       help=f"a Neuron instance type, or {ANY_INSTANCE!r} with --objective to compare them all")
-    plan.add_argument("--batch-size", type=int, default=ServingRequest.batch_size)
-    plan.add_argument("--sequence-length", type=int, default=ServingRequest.sequence_length)
+    plan.add_argument("--batch-size", type=int, default=None,
+                      help=f"static batch size (default: {ServingRequest.batch_size}; with --objective, the "
+                           f"objective chooses it unless given)")
+    plan.add_argument("--sequence-length", type=int, default=None,
+                      help=f"static sequence length (default: {ServingRequest.sequence_length}; with --objective, "
+                           "the objective chooses it up to this length unless given)")
     plan.add_argument("--max-input-tokens", type=int, default=None)
     plan.add_argument("--dtype", default=ServingRequest.dtype)
     plan.add_argument("--model-config", default=None, help="path to config.json for a model outside the catalog")
     plan.add_argument("--objective", choices=OBJECTIVES, default=None,
                       help="recommend the layout with the lowest inter-token latency, the most tokens per second, "
-                           "or the lowest cost per token (default: the smallest degree that fits)")
+                           "the lowest cost per token, or (goodput) the cheapest fleet that serves --rate within "
+                           "the p99 targets (default: the smallest degree that fits)")
     plan.add_argument("--max-itl-ms", type=float, default=None,
                       help="with --objective: highest inter-token latency at full batch, milliseconds")
     plan.add_argument("--max-ttft-ms", type=float, default=None,
                       help="with --objective: highest time to first token, milliseconds")
     plan.add_argument("--min-tokens-per-second", type=float, default=None,
                       help="with --objective: fewest output tokens per second of the instance at saturation")
+    plan.add_argument("--rate", type=float, default=None,
+                      help="with --objective goodput: requests per second the fleet must serve")
+    plan.add_argument("--p99-ttft-ms", type=float, default=None,
+                      help="with --objective goodput: highest p99 time to first token at the rate, milliseconds")
+    plan.add_argument("--p99-itl-ms", type=float, default=None,
+                      help="with --objective goodput: highest p99 inter-token latency at the rate, milliseconds")
     plan.add_argument("--input-tokens", type=int, default=DEFAULT_WORKLOAD.input_tokens,
                       help="prompt tokens per request of the workload the predictions are for")
     plan.add_argument("--output-tokens", type=int, default=DEFAULT_WORKLOAD.output_tokens,
@@ -82,8 +96,8 @@ def command(args: argparse.Namespace) -> int:
     objective that can recommend nothing, are one line on stderr and exit status :data:`EXIT_BAD_INPUT`."""
     printer = Printer(args.output)
     try:
-        request, workload, constraints = _plan_inputs(args)
-        document = plan_document(request, workload, args.objective, constraints)
+        request, workload, constraints, goodput, space = _plan_inputs(args)
+        document = plan_document(request, workload, args.objective, constraints, goodput=goodput, space=space)
     except ServingConfigError as err:
         print(f"neuron-serving: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -121,45 +135,69 @@ def _replicas(count: int) -> str:
     return f"{count} replica" + ("" if count == 1 else "s")
 
 
-def _plan_inputs(args: argparse.Namespace) -> tuple[ServingRequest, Workload, Constraints]:
+def _plan_inputs(args: argparse.Namespace) -> tuple[ServingRequest, Workload, Constraints, Goodput | None,
+                                                    LayoutSpace]:
     request = ServingRequest(
         model_id=args.model,
         instance_type=args.instance_type,
-        batch_size=args.batch_size,
-        sequence_length=args.sequence_length,
+        batch_size=ServingRequest.batch_size if args.batch_size is None else args.batch_size,
+        sequence_length=ServingRequest.sequence_length if args.sequence_length is None else args.sequence_length,
         max_input_tokens=args.max_input_tokens,
         dtype=args.dtype,
         model_config=args.model_config,
     )
     workload = Workload(args.input_tokens, args.output_tokens)
     constraints = Constraints(args.max_itl_ms, args.max_ttft_ms, args.min_tokens_per_second)
-    return request, workload, constraints
+    problems = Problems()
+    if args.objective != "goodput":
+        for name in ("p99_ttft_ms", "p99_itl_ms"):
+            if getattr(args, name) is not None:
+                problems.add(name, getattr(args, name), "applies only with --objective goodput")
+    problems.raise_if_any()
+    goodput = None
+    if args.objective == "goodput" or args.rate is not None:
+        if args.rate is None:
+            raise ServingConfigError(["rate (None) is needed by --objective goodput: the requests per second the "
+                                      "fleet must serve"])
+        goodput = Goodput(args.rate, args.p99_ttft_ms, args.p99_itl_ms)
+    space = LayoutSpace(None if args.batch_size is None else (args.batch_size,),
+                        None if args.sequence_length is None else (args.sequence_length,))
+    return request, workload, constraints, goodput, space
 
 
 def plan_document(request: ServingRequest, workload: Workload, objective: str | None,
-                  constraints: Constraints) -> dict[str, Any]:
+                  constraints: Constraints, *, goodput: Goodput | None = None,
+                  space: LayoutSpace | None = None) -> dict[str, Any]:
     """What ``neuron-serving plan --output json`` prints. Keys (times in seconds, memory in GiB):
 
     - ``request``: ``model_id``, ``instance_type`` (or ``"any"``), ``batch_size``,
       ``sequence_length``, ``max_input_tokens``, ``dtype``;
     - ``workload``: ``input_tokens``, ``output_tokens``;
-    - ``objective``: ``latency``, ``throughput``, ``cost`` or null;
+    - ``objective``: ``latency``, ``throughput``, ``cost``, ``goodput`` or null;
     - ``constraints``: ``max_itl_ms``, ``max_ttft_ms``, ``min_tokens_per_second`` (null: none);
+    - ``goodput``: ``rate``, ``p99_ttft_ms``, ``p99_itl_ms``, ``max_instances``, or null;
     - ``degrees`` (one instance type): per degree the instance accepts, ``degree``, ``replicas``,
       ``idle_cores``, ``memory_gib`` (needed per core), ``available_gib``, ``fits``, and
       ``prediction`` (null when it does not fit);
     - ``instance_types`` (``any``): per instance type that can serve the model, its
       ``instance_type``, ``hourly_usd``, ``degree``, ``replicas`` and ``prediction``;
       ``ruled_out``: ``[{"instance_type", "why"}]`` for the others;
-    - ``rejected``: ``[{"degree", "why"}]``, the degrees an objective ruled out;
-    - ``recommendation``: ``instance_type``, ``hourly_usd``, ``degree``, ``replicas``, ``layout``,
-      ``reason`` and ``prediction`` of the recommended layout (without an objective: the smallest
-      degree that fits), or null when nothing fits;
+    - ``rejected``: ``[{"layout", "why"}]``, the layouts an objective's limits ruled out
+      (``layout``: ``degree 8, batch 32, sequence 1024``);
+    - ``recommendation``: ``instance_type``, ``hourly_usd``, ``degree``, ``batch_size``,
+      ``sequence_length``, ``replicas``, ``instances``, ``layout``, ``reason``, ``prediction`` and
+      ``load`` (with ``goodput``: :class:`~neuron_serving.plan.performance.LoadPrediction`'s
+      fields, else null) of the recommended layout (without an objective: the smallest degree
+      that fits), or null when nothing fits;
     - ``no_layout``: why nothing fits, or null.
 
     A ``prediction`` holds :class:`~neuron_serving.plan.performance.Prediction`'s fields: ``degree``,
     ``replicas``, ``ttft_s``, ``itl_batch1_s``, ``itl_full_batch_s``, ``tokens_per_second_replica``,
     ``tokens_per_second_instance``, ``requests_per_second_instance``, ``usd_per_million_tokens``.
+
+    With an objective, the batch size and sequence length are chosen too, within ``space``
+    (default: :class:`~neuron_serving.plan.performance.LayoutSpace` ``()``); ``degrees`` lists the
+    request's own batch size and sequence length.
 
     Raises :class:`ServingConfigError` for bad input (limits or ``any`` without an objective among
     them), and when an objective can recommend nothing.
@@ -184,12 +222,14 @@ def plan_document(request: ServingRequest, workload: Workload, objective: str | 
         "objective": objective,
         "constraints": {name: getattr(constraints, name)
                         for name in ("max_itl_ms", "max_ttft_ms", "min_tokens_per_second")},
+        "goodput": None if goodput is None else asdict(goodput),
     }
     if request.instance_type == ANY_INSTANCE and objective is not None:
-        compared = compare_instances(request, objective, constraints, workload)
+        compared = compare_instances(request, objective, constraints, workload, goodput=goodput, space=space)
         document["instance_types"] = [
             {"instance_type": r.plan.instance.name, "hourly_usd": r.plan.instance.hourly_usd,
-             "degree": r.plan.degree, "replicas": len(r.plan.replicas), "prediction": asdict(r.prediction)}
+             "degree": r.plan.degree, "batch_size": r.plan.batch_size, "sequence_length": r.plan.sequence_length,
+             "replicas": len(r.plan.replicas), "instances": r.instances, "prediction": asdict(r.prediction)}
             for r in compared.per_instance
         ]
         document["ruled_out"] = [{"instance_type": name, "why": why} for name, why in compared.ruled_out]
@@ -199,7 +239,8 @@ def plan_document(request: ServingRequest, workload: Workload, objective: str | 
     predicted = {plan.degree: prediction for plan, prediction in candidates(request, workload)}
     document["degrees"] = [_degree_entry(option, predicted.get(option.degree)) for option in options]
     if objective is not None:
-        return _recommended(document, recommend(request, objective, constraints, workload))
+        return _recommended(document, recommend(request, objective, constraints, workload, goodput=goodput,
+                                                space=space))
     try:
         default = plan_serving(request)
     except ServingConfigError as err:
@@ -220,15 +261,20 @@ def _degree_entry(option: DegreeOption, prediction: Prediction | None) -> dict[s
     }
 
 
-def _layout_entry(plan: ServingPlan, prediction: Prediction, reason: str) -> dict[str, Any]:
+def _layout_entry(plan: ServingPlan, prediction: Prediction, reason: str,
+                  load: LoadPrediction | None = None) -> dict[str, Any]:
     return {
         "instance_type": plan.instance.name,
         "hourly_usd": plan.instance.hourly_usd,
         "degree": plan.degree,
+        "batch_size": plan.batch_size,
+        "sequence_length": plan.sequence_length,
         "replicas": len(plan.replicas),
+        "instances": 1 if load is None else load.instances,
         "layout": plan.describe(),
         "reason": reason,
         "prediction": asdict(prediction),
+        "load": None if load is None else asdict(load),
         # The host serves this layout, but compiles it only with enough memory: else a prebuilt export.
         "cannot_compile": compile_memory_problem(plan),
     }
@@ -238,9 +284,10 @@ def _recommended(document: dict[str, Any], recommendation: Recommendation) -> di
     return {
         **document,
         # Degrees whose memory does not fit are in the listing already; these are the objective's.
-        "rejected": [{"degree": degree, "why": why}
-                     for degree, why in recommendation.rejected if not why.startswith("does not fit")],
-        "recommendation": _layout_entry(recommendation.plan, recommendation.prediction, recommendation.reason),
+        "rejected": [{"layout": layout, "why": why}
+                     for layout, why in recommendation.rejected if not why.startswith("does not fit")],
+        "recommendation": _layout_entry(recommendation.plan, recommendation.prediction, recommendation.reason,
+                                        recommendation.load),
         "no_layout": None,
     }
 
@@ -255,10 +302,11 @@ def _plan_text(request: ServingRequest, workload: Workload, document: dict[str, 
         "(prompts are padded to the sequence length; tok/s and $/Mtok: output tokens, at saturation)",
     ]
     if "instance_types" in document:
-        rows = [["instance type", "$/h", "degree", "replicas", *_COLUMNS[6:]]]
+        rows = [["instance type", "$/h", "degree", "batch", "sequence", "replicas", "instances", *_COLUMNS[6:]]]
         for entry in document["instance_types"]:
             rows.append([entry["instance_type"], f"{entry['hourly_usd']:.2f}", str(entry["degree"]),
-                         str(entry["replicas"]), *_prediction_cells(Prediction(**entry["prediction"]))])
+                         str(entry["batch_size"]), str(entry["sequence_length"]), str(entry["replicas"]),
+                         str(entry["instances"]), *_prediction_cells(Prediction(**entry["prediction"]))])
         lines.append(_table(rows))
         lines += [f"ruled out: {entry['instance_type']}: {entry['why']}" for entry in document["ruled_out"]]
     else:
@@ -271,7 +319,7 @@ def _plan_text(request: ServingRequest, workload: Workload, document: dict[str, 
                 *_prediction_cells(None if prediction is None else Prediction(**prediction)),
             ])
         lines.append(_table(rows))
-    lines += [f"ruled out: degree {entry['degree']}: {entry['why']}" for entry in document["rejected"]]
+    lines += [f"ruled out: {entry['layout']}: {entry['why']}" for entry in document["rejected"]]
     chosen = document["recommendation"]
     if chosen is None:
         lines.append(f"no layout: {document['no_layout']}")
@@ -279,8 +327,8 @@ def _plan_text(request: ServingRequest, workload: Workload, document: dict[str, 
         lines.append(f"default (smallest degree that fits): {chosen['degree']} -> {chosen['layout']}")
     else:
         on = f"{chosen['instance_type']}, " if request.instance_type == ANY_INSTANCE else ""
-        lines.append(f"recommended: {on}degree {chosen['degree']} ({_replicas(chosen['replicas'])}): "
-                     f"{chosen['reason']}")
+        lines.append(f"recommended: {on}degree {chosen['degree']} ({_replicas(chosen['replicas'])}), batch "
+                     f"{chosen['batch_size']}, sequence {chosen['sequence_length']}: {chosen['reason']}")
         lines.append(f"layout: {chosen['layout']}")
     if chosen is not None and chosen.get("cannot_compile"):
         lines.append(f"note: {chosen['cannot_compile']}")

@@ -142,7 +142,13 @@ def test_latency_and_cost_objectives_choose_different_degrees():
 @pytest.mark.parametrize(
     ("context", "expected"),
     [
-        ({"objective": "speed"}, "objective ('speed') must be one of latency, throughput, cost"),
+        ({"objective": "speed"}, "objective ('speed') must be one of latency, throughput, cost, goodput"),
+        ({"objective": "goodput"}, "rate (None) is required with objective=goodput"),
+        ({"objective": "cost", "rate": "2"}, "rate (2.0) applies only with -c objective=goodput"),
+        ({"p99_ttft_ms": "300"}, "p99_ttft_ms (300.0) applies only with -c objective=goodput"),
+        ({"objective": "goodput", "rate": "-1"}, "rate (-1.0) must be a positive number"),
+        ({"objective": "goodput", "rate": "2", "p99_ttft_ms": "10"}, "rate (2.0) cannot be served as asked"),
+        ({"objective": "goodput", "rate": "30"}, "fleet ('instance') is one instance, but objective=goodput needs"),
         ({"objective": "latency", "tensor_parallel": "8"},
          "objective ('latency') applies only with tensor_parallel=auto: tensor_parallel 8 leaves no degree"),
         ({"max_itl_ms": "30"}, "max_itl_ms (30.0) is a constraint on the degree the objective chooses"),
@@ -156,6 +162,27 @@ def test_bad_objective_settings_name_the_key(context, expected):
     with pytest.raises(ServingConfigError) as err:
         _settings(**{**LLAMA_31_48XL, **context})
     assert expected in str(err.value)
+
+
+def test_an_objective_chooses_the_batch_and_sequence_unless_they_are_given():
+    chosen, why = _settings(**LLAMA_31_48XL, objective="cost").layout()
+    assert (chosen.batch_size, chosen.sequence_length) == (48, 1024)
+    assert why.startswith("the lowest price per million output tokens")
+    given, _ = _settings(**LLAMA_31_48XL, objective="cost", batch_size="8").layout()
+    assert given.batch_size == 8 and given.sequence_length == 1024
+    default, _ = _settings(**LLAMA_31_48XL).layout()
+    assert (default.batch_size, default.sequence_length) == (4, 4096)
+
+
+def test_goodput_sizes_the_fleet_to_the_instances_the_rate_needs():
+    settings = _settings(**LLAMA_31_48XL, objective="goodput", rate="30", p99_ttft_ms="2000", fleet="asg")
+    load = settings.load
+    assert load is not None and load.instances > 1 and load.ttft_p99_s <= 2.0
+    assert settings.capacity() == (load.instances, load.instances, None)
+    bigger = _settings(**LLAMA_31_48XL, objective="goodput", rate="30", p99_ttft_ms="2000", fleet="asg",
+                       min_capacity="1", max_capacity="40")
+    assert bigger.capacity() == (load.instances, 40, None)
+    assert _settings(**LLAMA_31_48XL).capacity() == (1, 2, None)
 
 
 def test_constraints_no_degree_meets_fail_naming_the_constraint():

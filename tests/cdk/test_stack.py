@@ -10,6 +10,7 @@ from neuron_serving.plan import ServingRequest, plan_serving
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
 from neuron_serving.plan.timing import longest_generation_seconds
 from neuron_serving.render.boot import BUNDLE_ENV, METADATA_KEY
+from neuron_serving.settings import StackSettings
 
 from .conftest import CERTIFICATE, SNAPSHOT_CONFIGS, synthesize
 
@@ -394,6 +395,21 @@ def test_outputs_carry_the_layout_and_its_predicted_performance(synth):
     predicted = json.loads(outputs["PredictedPerformance"])
     assert predicted["ttft_s"] > 0 and predicted["itl_full_batch_s"] >= predicted["itl_batch1_s"] > 0
     assert predicted["usd_per_million_tokens"] > 0
+
+
+def test_goodput_builds_the_layout_and_the_fleet_size_it_recommends():
+    context = {"model_id": "meta-llama/Meta-Llama-3.1-8B-Instruct", "instance_type": "inf2.48xlarge",
+               "objective": "goodput", "rate": "30", "p99_ttft_ms": "2000", "fleet": "asg"}
+    settings = StackSettings.from_context(context.get)
+    assert settings.load is not None and settings.load.instances > 1
+    synthesized = synthesize(context)
+    [group] = synthesized.resources("AWS::AutoScaling::AutoScalingGroup").values()
+    assert int(group["Properties"]["MinSize"]) == settings.load.instances
+    assert int(group["Properties"]["MaxSize"]) == settings.load.instances
+    layout = json.loads(synthesized.json["Outputs"]["ServingPlan"]["Value"])
+    assert (layout["batch_size"], layout["sequence_length"]) == (settings.plan().batch_size,
+                                                                settings.plan().sequence_length)
+    assert "the cheapest fleet" in synthesized.json["Outputs"]["ServingPlan"]["Description"]
 
 
 def test_an_objective_chooses_the_degree_and_says_why():

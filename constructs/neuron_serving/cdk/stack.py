@@ -211,9 +211,10 @@ class NeuronLlamaStack(Stack):
                 "Fleet",
                 vpc=self.vpc,
                 launch_template=self.launch_template,
-                min_capacity=settings.min_capacity,
-                max_capacity=settings.max_capacity,
-                desired_capacity=settings.desired_capacity,
+                # The settings' sizes, raised to the instance count objective=goodput chose.
+                min_capacity=settings.capacity()[0],
+                max_capacity=settings.capacity()[1],
+                desired_capacity=settings.capacity()[2],
             )
             self.endpoint.add_target(self.fleet.auto_scaling_group, self.fleet)
             if settings.target_requests_per_minute is not None:

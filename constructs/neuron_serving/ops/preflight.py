@@ -86,7 +86,7 @@ class Target:
 
     @property
     def max_hosts(self) -> int:
-        return self.settings.max_capacity if self.fleet else 1
+        return self.settings.capacity()[1] if self.fleet else 1
 
 
 # ---------------------------------------------------------------------------------------------------------------

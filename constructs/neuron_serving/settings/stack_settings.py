@@ -23,7 +23,16 @@ from ..plan.host import (
     resolve_host,
 )
 from ..plan.layout import ServingPlan, ServingRequest, builder_plan, compile_memory_problem, plan_serving
-from ..plan.performance import DEFAULT_WORKLOAD, OBJECTIVES, Constraints, Workload, recommend
+from ..plan.performance import (
+    DEFAULT_WORKLOAD,
+    OBJECTIVES,
+    Constraints,
+    Goodput,
+    LayoutSpace,
+    LoadPrediction,
+    Workload,
+    recommend,
+)
 from ..plan.registry import ecr_registry_problem
 from ..plan.timing import PULL_MINUTES, boot_timeout_problem
 from ..plan.volume import GP3_IOPS, GP3_THROUGHPUT_MIB_S, volume_performance
@@ -41,6 +50,9 @@ DEFAULT_INSTANCE_TYPE = "inf2.24xlarge"
 
 CONSTRAINT_KEYS = ("max_itl_ms", "max_ttft_ms", "min_tokens_per_second")
 """Limits on the performance model's predictions that the chosen degree must meet, with ``objective``."""
+
+GOODPUT_KEYS = ("rate", "p99_ttft_ms", "p99_itl_ms")
+"""What the ``goodput`` objective serves: a request rate within p99 targets."""
 
 OIDC_KEYS = ("oidc_issuer", "oidc_client_id", "oidc_client_secret", "oidc_authorization_endpoint",
              "oidc_token_endpoint", "oidc_user_info_endpoint")
@@ -132,11 +144,19 @@ class StackSettings:
     tensor_parallel: int | None = setting(None, """NeuronCores per replica. `auto` picks the smallest valid
         degree whose memory estimate fits, which gives the most replicas, unless `objective` is set.""",
                                           shown="`auto`", kind="degree")
-    objective: str | None = setting(None, """With `tensor_parallel=auto`, choose the degree with the
-        [performance model](performance-model.md#choosing-a-layout-the-performance-model): `latency` (lowest
-        time per token at full batch; within 5% of it, shortest time to first token), `throughput` (most output
-        tokens per second per instance) or `cost` (lowest price per million output tokens). The stack's
-        `ServingPlan` output says which degree and why.""", check=_choice(*OBJECTIVES))
+    objective: str | None = setting(None, """With `tensor_parallel=auto`, choose the layout with the
+        [performance model](performance-model.md#choosing-a-layout-the-performance-model): the degree, and the
+        batch size and sequence length unless given. `latency` (lowest time per token at full batch; within 5% of
+        it, shortest time to first token), `throughput` (most output tokens per second per instance), `cost`
+        (lowest price per million output tokens) or `goodput` (the cheapest fleet that serves `rate` within
+        `p99_ttft_ms` and `p99_itl_ms`; with `fleet=asg` it sets the fleet's size). The stack's `ServingPlan`
+        output says which layout and why.""", check=_choice(*OBJECTIVES))
+    rate: float | None = setting(None, """With `objective=goodput`: the requests per second the endpoint must
+        serve, of the workload (`workload_input_tokens`, `workload_output_tokens`).""")
+    p99_ttft_ms: float | None = setting(None, """With `objective=goodput`: the highest 99th percentile of the
+        time to first token at `rate`, in milliseconds.""")
+    p99_itl_ms: float | None = setting(None, """With `objective=goodput`: the highest 99th percentile of a
+        request's inter-token latency at `rate`, in milliseconds.""")
     max_itl_ms: float | None = setting(None, """With `objective`: the highest inter-token latency at full
         batch, in milliseconds, the chosen degree must reach. When no degree does, synthesis stops naming the
         setting and the best figure any degree reaches.""")
@@ -151,10 +171,12 @@ class StackSettings:
         tokens. Input and output together must fit `sequence_length`.""")
     engine: str = setting(DEFAULT_ENGINE, """`tgi` (Hugging Face TGI 3.3.5 Neuron) or `vllm` (vLLM 0.11.0
         through optimum-neuron 0.4.5).""", check=_choice(*ENGINES))
-    batch_size: int = setting(ServingRequest.batch_size, """Static batch size of the export (TGI
-        `MAX_BATCH_SIZE`, vLLM `--max-num-seqs`). At least 2 with vLLM.""")
-    sequence_length: int = setting(ServingRequest.sequence_length, """Static sequence length (TGI
-        `MAX_TOTAL_TOKENS`, vLLM `--max-model-len`).""")
+    batch_size: int | None = setting(None, """Static batch size of the export (TGI `MAX_BATCH_SIZE`, vLLM
+        `--max-num-seqs`). At least 2 with vLLM. With `objective`, the objective chooses it unless given.""",
+                                     shown=f"{ServingRequest.batch_size}, or the objective's choice")
+    sequence_length: int | None = setting(None, f"""Static sequence length (TGI `MAX_TOTAL_TOKENS`, vLLM
+        `--max-model-len`). With `objective`, the objective chooses it, up to {ServingRequest.sequence_length},
+        unless given.""", shown=f"{ServingRequest.sequence_length}, or the objective's choice")
     max_input_tokens: int | None = setting(None, """Longest prompt (TGI `MAX_INPUT_TOKENS`). Must be below
         `sequence_length`. TGI only: vLLM takes any prompt that leaves room for the tokens asked for, and refuses
         the setting.""", shown="3/4 of `sequence_length`")
@@ -321,8 +343,10 @@ class StackSettings:
     def request(self) -> ServingRequest:
         """The serving request the planner takes."""
         return ServingRequest(
-            model_id=self.model_id, instance_type=self.instance_type, batch_size=self.batch_size,
-            sequence_length=self.sequence_length, max_input_tokens=self.max_input_tokens, dtype=self.dtype,
+            model_id=self.model_id, instance_type=self.instance_type,
+            batch_size=ServingRequest.batch_size if self.batch_size is None else self.batch_size,
+            sequence_length=ServingRequest.sequence_length if self.sequence_length is None else self.sequence_length,
+            max_input_tokens=self.max_input_tokens, dtype=self.dtype,
             tensor_parallel=self.tensor_parallel, model_config=self.model_config,
         )
 
@@ -338,6 +362,32 @@ class StackSettings:
     @property
     def workload(self) -> Workload:
         return Workload(self.workload_input_tokens, self.workload_output_tokens)
+
+    @property
+    def goodput(self) -> Goodput | None:
+        """What ``objective=goodput`` serves, when ``rate`` is given."""
+        return None if self.rate is None else Goodput(self.rate, self.p99_ttft_ms, self.p99_itl_ms)
+
+    @property
+    def space(self) -> LayoutSpace:
+        """The batch sizes and sequence lengths an objective chooses among: the given ones alone."""
+        return LayoutSpace(None if self.batch_size is None else (self.batch_size,),
+                           None if self.sequence_length is None else (self.sequence_length,))
+
+    @property
+    def load(self) -> LoadPrediction | None:
+        """With ``objective=goodput``, the fleet it chose and its predicted percentiles at ``rate``."""
+        load: LoadPrediction | None = self.__dict__["_load"]
+        return load
+
+    def capacity(self) -> tuple[int, int, int | None]:
+        """The fleet's ``(min, max, desired)`` size: the settings', raised to the instance count
+        ``objective=goodput`` chose (``fleet=asg``)."""
+        if self.load is None:
+            return self.min_capacity, self.max_capacity, self.desired_capacity
+        count = self.load.instances
+        desired = None if self.desired_capacity is None else max(self.desired_capacity, count)
+        return max(self.min_capacity, count), max(self.max_capacity, count), desired
 
     def plan(self) -> ServingPlan:
         """The layout: ``tensor_parallel`` when given; else the degree ``objective`` recommends;
@@ -435,6 +485,20 @@ class StackSettings:
             if getattr(self, key) is not None and objective is None:
                 problems.add(key, getattr(self, key), "is a constraint on the degree the objective chooses: add "
                              f"-c objective=<{'|'.join(OBJECTIVES)}> (and tensor_parallel=auto)")
+        for key in GOODPUT_KEYS:
+            if getattr(self, key) is not None and objective != "goodput":
+                problems.add(key, getattr(self, key), "applies only with -c objective=goodput")
+        if objective == "goodput" and self.rate is None:
+            problems.add("rate", None, "is required with objective=goodput: the requests per second to serve")
+        try:
+            self.goodput  # noqa: B018 (checks the targets)
+        except ServingConfigError as error:
+            problems.add_all(error.problems)
+        if objective is not None and self.prebuilt_export is not None:
+            for key in ("batch_size", "sequence_length"):
+                if getattr(self, key) is None:
+                    problems.add(key, None, "must be given with objective and prebuilt_export: the export's "
+                                 "shapes are fixed, so the objective cannot choose them")
         # The engine and the image are looked up here, once: the host's spec takes them as found. An
         # unknown engine is the engine setting's own check's (_choice).
         engine = ENGINES.get(self.engine)
@@ -545,8 +609,15 @@ class StackSettings:
             why = ("tensor_parallel given" if self.tensor_parallel is not None
                    else "the smallest degree that fits, which gives the most replicas")
         else:
-            chosen = recommend(self.request, self.objective, self.constraints, self.workload)
+            chosen = recommend(self.request, self.objective, self.constraints, self.workload,
+                               goodput=self.goodput, space=self.space)
             plan, why = chosen.plan, chosen.reason
+            if chosen.load is not None and chosen.load.instances > 1 and self.fleet == "instance":
+                raise ServingConfigError([problem(
+                    "fleet", self.fleet, f"is one instance, but objective=goodput needs {chosen.load.instances} "
+                    f"instances of {plan.instance.name} to serve rate {self.rate:g} within the targets: add "
+                    "-c fleet=asg (the fleet then has that many), or lower the rate or relax the targets")])
+        object.__setattr__(self, "_load", None if self.objective is None else chosen.load)
         # Only a host that compiles needs the compiler's memory: one that cannot waits for a builder's export.
         builder = None
         if self.prebuilt_export is not None:

@@ -9,13 +9,23 @@ v3.3.5), is what decides latency behind the router:
   prefills the waiting requests the batch has free slots for. With the launcher's default
   ``waiting_served_ratio`` of 0.3 (launcher/src/main.rs) and batches of at most 4, a waiting request
   joins at the next step whenever a slot is free. The prefill stalls the decoding of the running
-  batch; it costs ``prefill_seconds_per_token`` times the joining requests' input tokens, and the
-  joining requests' first tokens come out at its end. The running requests get no token from it:
-  the Neuron generator pauses their slots and generates only for the prefilled ones
+  batch, and the joining requests' first tokens come out at its end. The running requests get no
+  token from it: the Neuron generator pauses their slots and generates only for the prefilled ones
   (backends/neuron/server/text_generation_server/generator.py, ``NeuronGenerator.prefill``:
   ``slot.pause()`` on the active slots, then ``_generate_token(prefill_slots, ...)``). Each decode
-  step costs ``step_seconds`` whatever the number of requests in the batch (a Neuron model runs the
-  static batch shape it was compiled for) and gives every request in the batch one token.
+  step gives every request in the batch one token.
+
+  These decisions are not made here: they come from the planner's own model,
+  :class:`neuron_serving.plan.queueing.BatchSchedule`, and what each operation costs from its
+  :class:`~neuron_serving.plan.queueing.ReplicaCosts` (``ReplicaSpec.costs``), so that the planner's
+  prediction of a trace and this fake's measurement of it differ only by what the model leaves out
+  (the router's own delay, the network, the event loops). The fake runs each operation for its
+  modelled seconds on its device clock and sends the tokens it gives.
+- Abandoned requests. A request whose client has gone leaves the batch, or the queue, at the end
+  of the operation under way (:meth:`BatchSchedule.drop`), as TGI drops it when the response
+  channel is closed (backends/v2/src/queue.rs, ``State::next_batch``: queued entries whose
+  ``response_tx`` is closed are skipped; backends/v2/src/backend.rs, ``send_responses`` returns
+  "stopped" for an entry whose channel is closed and ``filter_send_generations`` removes it).
 - ``POST /generate_stream``: response headers at once, then one Server-Sent Event per token, each a
   ``StreamResponse`` (``index``, ``token``, ``generated_text`` on the last; router/src/server.rs,
   ``generate_stream_internal``, and router/src/lib.rs). ``POST /generate``: one JSON
@@ -49,6 +59,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from neuron_serving.plan.queueing import BatchSchedule, Operation, ReplicaCosts
+
 MAX_CONCURRENT_REQUESTS = 128
 """TGI's default ``MAX_CONCURRENT_REQUESTS`` (launcher/src/main.rs at v3.3.5)."""
 
@@ -64,19 +76,25 @@ class ReplicaSpec:
 
     :param name: echoed in the ``X-Replica`` response header.
     :param port: its loopback port.
-    :param batch_size: requests decoded together (TGI ``MAX_BATCH_SIZE``).
-    :param step_seconds: the cost of one decode step of the whole batch.
-    :param prefill_seconds_per_token: the prefill's cost per input token.
+    :param costs: its batch size (TGI ``MAX_BATCH_SIZE``) and what its prefills and decode steps
+        cost, on the clock it runs (the planner's model, :class:`ReplicaCosts`).
     :param max_concurrent_requests: requests queued or in the batch beyond which it answers
         overloaded. Default: TGI's 128.
     """
 
     name: str
     port: int
-    batch_size: int
-    step_seconds: float
-    prefill_seconds_per_token: float
+    costs: ReplicaCosts
     max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS
+
+    def to_json(self) -> dict[str, Any]:
+        """Its fields as JSON values (``costs`` as a dict of its fields)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, fields: dict[str, Any]) -> ReplicaSpec:
+        """The spec :meth:`to_json` gave ``fields`` for."""
+        return cls(**{**fields, "costs": ReplicaCosts(**fields["costs"])})
 
 
 @dataclass(eq=False)
@@ -89,6 +107,7 @@ class _Generation:
     arrived: float
     """When the request reached the replica (the event loop's clock)."""
     produced: int = 0
+    """Tokens sent so far."""
 
 
 @dataclass
@@ -112,8 +131,7 @@ class BatchingReplica:
         self.spec = spec
         self.stats = ReplicaStats()
         self.overloaded = False
-        self._waiting: list[_Generation] = []
-        self._batch: list[_Generation] = []
+        self._schedule = BatchSchedule[_Generation](spec.costs)
         self._wake = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._engine: asyncio.Task[None] | None = None
@@ -127,7 +145,7 @@ class BatchingReplica:
     async def kill(self) -> int:
         """Close the port and cut every connection; return how many generation requests were in
         flight (queued or in the batch), which their clients lose."""
-        lost = len(self._waiting) + len(self._batch)
+        lost = self.in_flight()
         if self._server is not None:
             self._server.close()
             self._server = None
@@ -136,11 +154,10 @@ class BatchingReplica:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._engine
             self._engine = None
-        for generation in self._waiting + self._batch:
+        for generation in self._schedule.waiting + self._schedule.batch:
             if not generation.finished.done():
                 generation.finished.set_result(None)
-        self._waiting.clear()
-        self._batch.clear()
+        self._schedule = BatchSchedule[_Generation](self.spec.costs)
         for writer in list(self._connections):
             writer.transport.abort()
         # Let the cut connections' handlers see it and end.
@@ -152,10 +169,11 @@ class BatchingReplica:
         await self.start()
 
     def in_flight(self) -> int:
-        return len(self._waiting) + len(self._batch)
+        return self._schedule.in_flight()
 
     async def _run(self) -> None:
-        """The batching loop: prefill what joins, then one decode step, until nothing is left.
+        """The batching loop: the schedule's next operation (a prefill of what joins, or a decode
+        step), run for its modelled seconds, then its tokens; until nothing is left.
 
         The device keeps its own clock: each operation ends its modelled duration after the last
         one ended, not after the event loop got round to the last one's tokens. An event loop
@@ -163,50 +181,40 @@ class BatchingReplica:
         with steps of a few milliseconds those delays, added up, would make the replica slower
         than modelled and the benchmark's load higher than it says. Late tokens come out late
         and the next ones catch up, as a device's would behind a busy host."""
-        spec = self.spec
         loop = asyncio.get_running_loop()
         device = loop.time()
         while True:
-            if not self._waiting and not self._batch:
+            operation = self._schedule.next()
+            if operation is None:
                 self._wake.clear()
                 await self._wake.wait()
                 device = loop.time()
                 continue
-            free = spec.batch_size - len(self._batch)
-            if self._waiting and free > 0:
-                joining, self._waiting = self._waiting[:free], self._waiting[free:]
+            if operation.kind == "prefill":
                 # A request is not prefilled before it arrived, however late the loop runs.
-                device = max(device, *(g.arrived for g in joining))
-                device += spec.prefill_seconds_per_token * sum(g.input_tokens for g in joining)
-                await _pause(device - loop.time())
-                self._batch.extend(joining)
-                self._emit(joining)
-            if self._batch:
-                device += spec.step_seconds
-                await _pause(device - loop.time())
-                self._emit(self._batch)
+                device = max(device, *(g.arrived for g in operation.requests))
+            device += operation.seconds
+            await _pause(device - loop.time())
+            self._emit(operation)
 
-    def _emit(self, generations: list[_Generation]) -> None:
-        """One token to each of ``generations`` (the whole batch after a decode step, the joining
-        requests after their prefill); the finished and the abandoned leave the batch."""
-        given = set(generations)
-        still: list[_Generation] = []
-        for generation in self._batch:
-            if generation not in given:
-                still.append(generation)
-                continue
+    def _emit(self, operation: Operation[_Generation]) -> None:
+        """``operation`` ended: the requests whose client has gone leave the replica, and each of the
+        others that ``operation`` served gets one token; the finished leave the batch."""
+        schedule = self._schedule
+        for generation in schedule.waiting + schedule.batch:
             if generation.writer.is_closing():
+                schedule.drop(generation)
                 generation.finished.set_result(None)
-                continue
+        finished = set(schedule.done(operation))
+        for generation in operation.requests:
+            if generation.finished.done():
+                continue  # abandoned
             generation.produced += 1
-            last = generation.produced == generation.output_tokens
+            last = generation in finished
             if generation.stream:
                 _write_chunk(generation.writer, _event(generation.produced, last))
             if last:
                 generation.finished.set_result(None)
-            else:
-                still.append(generation)
-        self._batch = still
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._connections.add(writer)
@@ -255,7 +263,7 @@ class BatchingReplica:
             _start_stream(writer, self.spec.name)
         loop = asyncio.get_running_loop()
         generation = _Generation(input_tokens, output_tokens, writer, stream, loop.create_future(), loop.time())
-        self._waiting.append(generation)
+        self._schedule.add(generation)
         self._wake.set()
         await generation.finished
         if writer.is_closing() or generation.produced < output_tokens:
@@ -318,7 +326,7 @@ class ReplicaHost:
 
     async def start(self) -> None:
         self._process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "benchmarks.batching_replica", json.dumps([asdict(s) for s in self.specs]),
+            sys.executable, "-m", "benchmarks.batching_replica", json.dumps([s.to_json() for s in self.specs]),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
         assert self._process.stdout is not None
         ready = await asyncio.wait_for(self._process.stdout.readline(), timeout=30)
@@ -400,4 +408,4 @@ async def _main(specs: list[ReplicaSpec]) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(_main([ReplicaSpec(**fields) for fields in json.loads(sys.argv[1])]))
+    asyncio.run(_main([ReplicaSpec.from_json(fields) for fields in json.loads(sys.argv[1])]))

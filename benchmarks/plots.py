@@ -40,10 +40,11 @@ def overhead(figures: dict[str, Any], path: Path) -> None:
 
 
 def mixed(result: MixedResult, path: Path) -> None:
-    """The distribution of TTFT and end-to-end latency under each router, p99 marked."""
+    """The distribution of TTFT and end-to-end latency under each router and as the planner
+    predicts it behind the shipped router, p99 marked."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for ax, (title, measure) in zip(axes, (("time to first token", _ttft), ("end-to-end latency", _end)),
-                                    strict=True):
+    panels = (("time to first token", _ttft, "ttft_s"), ("end-to-end latency", _end, "e2e_s"))
+    for ax, (title, measure, attribute) in zip(axes, panels, strict=True):
         for router, outcomes in result.outcomes.items():
             values = sorted(v for v in (measure(o) for o in outcomes if o.ok) if v is not None)
             if not values:
@@ -51,6 +52,11 @@ def mixed(result: MixedResult, path: Path) -> None:
             share = [(i + 1) / len(values) for i in range(len(values))]
             line, = ax.plot(values, share, label=LABELS.get(router, router))
             ax.axvline(percentile(values, 99) or 0.0, color=line.get_color(), linestyle=":")
+        predicted = sorted(getattr(t, attribute) for t in result.predicted)
+        if predicted:
+            share = [(i + 1) / len(predicted) for i in range(len(predicted))]
+            line, = ax.plot(predicted, share, linestyle="--", color="gray", label="planner (shipped router)")
+            ax.axvline(percentile(predicted, 99) or 0.0, color=line.get_color(), linestyle=":")
         ax.set_xscale("log")
         ax.set_xlabel("seconds (benchmark clock; dotted: p99)")
         ax.set_ylabel("share of requests")

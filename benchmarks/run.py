@@ -40,6 +40,7 @@ def run(scale: Scale, output: Path) -> dict[str, Any]:
         "overload": report.overload_figures(overload),
     }
     figures["targets"] = [t.to_json() for t in report.targets(figures)]
+    figures["withdrawn_targets"] = report.withdrawn(figures)
     (output / "figures.json").write_text(json.dumps(figures, indent=2) + "\n")
     plots.overhead(figures["overhead"], output / "overhead.png")
     plots.mixed(mixed, output / "mixed.png")

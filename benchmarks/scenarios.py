@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuron_serving.plan import ServingPlan
+from neuron_serving.plan.engines import engine
+from neuron_serving.plan.queueing import ReplicaCosts, Timing, simulate
 
 from .batching_replica import ReplicaHost, ReplicaSpec
 from .load import Call, Outcome, closed_loop, open_loop, stream
 from .router import Router, free_port_block, make_plan, round_robin, shipped_config
-from .workload import PREFILL_SECONDS_PER_TOKEN, STEP_SECONDS, TIME_SCALE, Mix, capacity, mixed_trace
+from .workload import PREFILL_SECONDS_PER_TOKEN, STEP_SECONDS, TIME_SCALE, Mix, capacity, mixed_trace, replica_costs
 
 MODEL = "NousResearch/Meta-Llama-3-8B-Instruct"
 """The library's default model; on inf2.24xlarge the planner gives it 6 replicas of batch 4."""
@@ -108,9 +110,20 @@ class Replicas:
         plan = make_plan(MODEL, INSTANCE_TYPE, BATCH_SIZE, base)
         return cls(plan, base + len(plan.replicas) + 1)
 
+    @property
+    def costs(self) -> ReplicaCosts:
+        """What each replica's operations cost, on the benchmark's clock."""
+        return replica_costs(self.plan.batch_size, TIME_SCALE)
+
+    @property
+    def shipped_limit(self) -> int:
+        """Requests the shipped router sends one replica at once: its ``maxconn``, by default the
+        batch size within the engine's own limit (``render_router_config``'s
+        ``max_concurrent_per_replica``)."""
+        return min(self.plan.batch_size, engine("tgi").max_concurrent_requests)
+
     def specs(self) -> list[ReplicaSpec]:
-        return [ReplicaSpec(r.name, r.port, self.plan.batch_size, STEP_SECONDS / TIME_SCALE,
-                            PREFILL_SECONDS_PER_TOKEN / TIME_SCALE) for r in self.plan.replicas]
+        return [ReplicaSpec(r.name, r.port, self.costs) for r in self.plan.replicas]
 
 
 @contextlib.asynccontextmanager
@@ -140,7 +153,7 @@ async def overhead(scale: Scale, workdir: Path) -> OverheadResult:
     base = free_port_block(3)
     plan = make_plan(OVERHEAD_MODEL, OVERHEAD_INSTANCE_TYPE, OVERHEAD_BATCH_SIZE, base)
     (replica,) = plan.replicas
-    spec = ReplicaSpec(replica.name, replica.port, OVERHEAD_BATCH_SIZE, STEP_SECONDS, PREFILL_SECONDS_PER_TOKEN)
+    spec = ReplicaSpec(replica.name, replica.port, replica_costs(OVERHEAD_BATCH_SIZE))
     result = OverheadResult()
     async with serving(shipped_config(plan, base + 2), [spec], workdir, base + 2):
         for streams, per_stream in ((1, scale.overhead_single_requests), (64, scale.overhead_parallel_requests)):
@@ -158,11 +171,14 @@ async def overhead(scale: Scale, workdir: Path) -> OverheadResult:
 
 @dataclass
 class MixedRun:
-    """One mixed trace and each router's outcomes of it (``shipped`` and ``round_robin``)."""
+    """One mixed trace, each router's outcomes of it (``shipped`` and ``round_robin``), and the
+    planner's prediction of it behind the shipped router (:func:`neuron_serving.plan.queueing.simulate`
+    with the fakes' own costs, on the same clock), request by request in the trace's order."""
 
     seed: int
     trace: list[Call]
     outcomes: dict[str, list[Outcome]] = field(default_factory=dict)
+    predicted: list[Timing] = field(default_factory=list)
 
 
 @dataclass
@@ -179,6 +195,11 @@ class MixedResult:
         return [call for run in self.runs for call in run.trace]
 
     @property
+    def predicted(self) -> list[Timing]:
+        """The planner's prediction of every trace, pooled."""
+        return [timing for run in self.runs for timing in run.predicted]
+
+    @property
     def outcomes(self) -> dict[str, list[Outcome]]:
         """Each router's outcomes of every trace, pooled."""
         pooled: dict[str, list[Outcome]] = {}
@@ -192,7 +213,8 @@ async def mixed(scale: Scale, workdir: Path) -> MixedResult:
     """For each of ``scale.mixed_seeds``, one trace of chat and long-prompt requests at
     ``scale.mix.load`` of the replicas' capacity, replayed against the shipped router and then
     against round robin, each with fresh replicas (the two replays of a trace follow each other,
-    so that both see the machine in the same state)."""
+    so that both see the machine in the same state); and the planner's prediction of each trace
+    behind the shipped router, with the costs the fakes were given."""
     step, prefill = STEP_SECONDS / TIME_SCALE, PREFILL_SECONDS_PER_TOKEN / TIME_SCALE
     most = capacity(scale.mix, len(DEFAULT_PLAN.replicas), BATCH_SIZE, step, prefill)
     rate = scale.mix.load * most
@@ -205,6 +227,9 @@ async def mixed(scale: Scale, workdir: Path) -> MixedResult:
         deadline = run.trace[-1].start + 10 * longest
         for name, config in configs.items():
             replicas = Replicas.default()
+            if name == "shipped":
+                run.predicted = simulate(replicas.costs, len(replicas.plan.replicas), run.trace,
+                                         max_in_flight=replicas.shipped_limit)
             async with serving(config(replicas.plan, replicas.metrics_port), replicas.specs(), workdir,
                                replicas.metrics_port):
                 run.outcomes[name] = await open_loop(replicas.plan.router_port, run.trace, deadline)

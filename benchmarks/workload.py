@@ -14,6 +14,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from neuron_serving.plan.queueing import ReplicaCosts
+
 from .load import Call
 
 STEP_SECONDS = 0.0298
@@ -28,6 +30,14 @@ every arrival time divided by it), so that enough requests fit in the benchmark'
 figures are ratios between two routers on the same trace, which a uniform change of clock does not
 move; the router's own delay (well under a millisecond a request) grows relatively by as much,
 which favours neither of the two."""
+
+
+def replica_costs(batch_size: int, time_scale: float = 1.0) -> ReplicaCosts:
+    """The modelled replica's costs in the planner's terms, on a clock ``time_scale`` times faster:
+    :data:`PREFILL_SECONDS_PER_TOKEN` per prompt token and :data:`STEP_SECONDS` a decode step, with
+    neither a fixed prefill nor a per-slot step term (the blog gives one operating point only)."""
+    costs = ReplicaCosts(batch_size, 0.0, STEP_SECONDS, prefill_per_token_s=PREFILL_SECONDS_PER_TOKEN)
+    return costs.scaled(time_scale)
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,16 @@ time) cannot make a check pass that should fail."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 
 import pytest
 
 from benchmarks import batching_replica
-from benchmarks.batching_replica import BatchingReplica, ReplicaSpec
+from benchmarks.batching_replica import MAX_CONCURRENT_REQUESTS, BatchingReplica, ReplicaSpec
 from benchmarks.load import Call, Outcome, stream
 from benchmarks.router import free_port_block
+from neuron_serving.plan.queueing import ReplicaCosts, simulate
 
 STEP = 0.05
 PREFILL_PER_TOKEN = 0.0001
@@ -22,10 +24,15 @@ LONG_TOKENS = 3000
 """A prompt whose prefill (0.3 s) is six decode steps long."""
 
 
-def served(batch_size: int, scenario: Callable[[int], Awaitable[list[Outcome]]]) -> list[Outcome]:
+def served(batch_size: int, scenario: Callable[[int], Awaitable[list[Outcome]]],
+           costs: ReplicaCosts | None = None) -> list[Outcome]:
+    """``scenario`` run against one fake replica on a free port: by default of ``batch_size``, a
+    step of :data:`STEP` and a prefill of :data:`PREFILL_PER_TOKEN` per prompt token."""
+    costs = costs or ReplicaCosts(batch_size, 0.0, STEP, prefill_per_token_s=PREFILL_PER_TOKEN)
+
     async def main() -> list[Outcome]:
         port = free_port_block(1)
-        replica = BatchingReplica(ReplicaSpec("replica-0", port, batch_size, STEP, PREFILL_PER_TOKEN))
+        replica = BatchingReplica(ReplicaSpec("replica-0", port, costs))
         await replica.start()
         try:
             return await scenario(port)
@@ -98,3 +105,40 @@ def test_a_late_event_loop_does_not_slow_the_device(monkeypatch: pytest.MonkeyPa
     # 39 steps of 50 ms and a prefill: 1.95 s on the device's clock. Were each late wake-up added
     # to the next step, it would take 40 x 5 ms = 0.2 s more.
     assert outcome.end is not None and outcome.end < 39 * STEP + 3 * late + 0.05, outcome.end
+
+
+def test_a_replica_serves_a_small_trace_as_the_planner_predicts_it() -> None:
+    """The fake takes its decisions from the planner's model: a request joining mid-step, one
+    waiting for a free slot, a fixed prefill and a per-slot step term all come out at the times
+    :func:`simulate` gives, within the event loop's slack."""
+    costs = ReplicaCosts(2, 0.01, STEP, prefill_per_token_s=PREFILL_PER_TOKEN, step_per_slot_s=0.002)
+    # The second arrives during the first's first step; the third finds both slots taken and waits
+    # until the second finishes. Arrivals fall mid-operation, never at a boundary.
+    trace = [Call(0.0, 100, 6), Call(0.045, 200, 3), Call(0.125, 100, 4)]
+    predicted = simulate(costs, 1, trace, max_in_flight=MAX_CONCURRENT_REQUESTS)
+
+    async def scenario(port: int) -> list[Outcome]:
+        loop = asyncio.get_running_loop()
+        begin = loop.time()
+
+        async def one(call: Call) -> Outcome:
+            await asyncio.sleep(begin + call.start - loop.time())
+            return await stream(port, call, timeout=10)
+
+        return list(await asyncio.gather(*(one(call) for call in trace)))
+
+    outcomes = served(2, scenario, costs)
+    slack = 0.015
+    # The third waited: its first token came after the second's last, not one prefill after it arrived.
+    assert predicted[2].ttft_s > trace[1].start + predicted[1].e2e_s - trace[2].start
+    for outcome, timing in zip(outcomes, predicted, strict=True):
+        assert outcome.ok, outcome.error
+        assert outcome.ttft == pytest.approx(timing.ttft_s, abs=slack), (outcome.ttft, timing)
+        assert outcome.end == pytest.approx(timing.e2e_s, abs=slack), (outcome.end, timing)
+
+
+def test_a_spec_goes_through_json_whole() -> None:
+    """:class:`ReplicaHost` hands the specs to its child process as JSON; the costs come back as
+    :class:`ReplicaCosts`."""
+    spec = ReplicaSpec("replica-3", 8084, ReplicaCosts(4, 0.5, 0.03, 0.0001, 0.002), max_concurrent_requests=16)
+    assert ReplicaSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec

@@ -1,21 +1,24 @@
 """Fit the performance model's constants on its published measurements and print them.
 
     python scripts/fit_performance.py
+    python scripts/fit_performance.py --table
 
 Least squares of the log of predicted over published, for every figure of
 ``neuron_serving.plan.performance.PUBLISHED``, over the logs of the five constants of
 ``Calibration`` (which keeps them positive), by Nelder-Mead from the shipped values. The printed
 values are what ``performance.py`` ships, rounded to three significant figures; the script
-changes nothing itself.
+changes nothing itself. ``--table`` prints instead the shipped model's error on every figure, as
+docs/performance-model.md carries it (tests/plan/test_performance.py checks that it does).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 
-from neuron_serving.plan.performance import CALIBRATION, PUBLISHED, Calibration, predict_published
+from neuron_serving.plan.performance import CALIBRATION, PUBLISHED, Calibration, PublishedFigure, predict_published
 
 Point = list[float]
 
@@ -66,7 +69,48 @@ def _nelder_mead(f: Callable[[Sequence[float]], float], start: Point, step: floa
     return simplex[min(range(len(simplex)), key=values.__getitem__)]
 
 
+_METRICS = {
+    "ms_per_output_token": "ms per output token",
+    "ttft_s": "TTFT s, alone",
+    "itl_ms": "ITL ms, alone",
+    "step_ms": "decode step ms, every slot busy",
+    "requests_per_second": "requests/s at saturation",
+    "output_tokens_per_second": "output tokens/s at saturation",
+}
+
+
+def _row(figure: PublishedFigure) -> str:
+    model = figure.model.removeprefix("llama-")
+    replicas = f"{figure.replicas} x " if figure.replicas > 1 else ""
+    server = "" if figure.served else ", no server"
+    what = (f"{model} on {figure.instance}, {replicas}degree {figure.degree}, batch {figure.batch}, sequence "
+            f"{figure.sequence}{server}: {_METRICS[figure.metric]}")
+    predicted = predict_published(figure)
+    source = next(short for start, short in _SOURCES if figure.source.startswith(start))
+    return f"| {what} | [{source}]({figure.url}) | {figure.value:g} | {predicted:.4g} | " \
+           f"{(predicted / figure.value - 1) * 100:+.1f}% |"
+
+
+_SOURCES = (
+    ("High performance Llama 2", "PyTorch blog, transformers-neuronx"),
+    ("Optimum Neuron benchmark guide", "optimum-neuron guide, TGI"),
+    ("optimum-neuron's TGI benchmark", "optimum-neuron benchmark, TGI"),
+    ("optimum-neuron's vLLM", "optimum-neuron benchmark, vLLM"),
+    ("optimum-neuron's static-batching", "optimum-neuron static batching"),
+)
+"""A short name for each source of PUBLISHED, by the start of its title."""
+
+
+def table() -> str:
+    """The shipped model against every published figure, as a Markdown table."""
+    rows = ["| figure (Llama) | source | published | model | error |", "|---|---|---|---|---|"]
+    return "\n".join(rows + [_row(figure) for figure in PUBLISHED])
+
+
 def main() -> None:
+    if "--table" in sys.argv[1:]:
+        print(table())
+        return
     start = [math.log(getattr(CALIBRATION, name.name)) for name in fields(Calibration)]
     fitted = _calibration(_nelder_mead(_loss, start))
     for name in fields(Calibration):

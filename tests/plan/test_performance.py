@@ -1,8 +1,10 @@
-"""The performance model: each published figure within 30%, the physics' directions, and the
+"""The performance model: each published figure within 25%, the physics' directions, and the
 objectives and constraints that pick a layout."""
 
+import importlib.util
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -42,10 +44,10 @@ def _at(degree: int, request: ServingRequest = LLAMA_8B, workload: Workload = DE
 
 
 @pytest.mark.parametrize("figure", PUBLISHED, ids=lambda figure: f"{figure.name} b{figure.batch} s{figure.sequence}")
-def test_the_model_is_within_30_percent_of_each_published_figure(figure):
+def test_the_model_is_within_25_percent_of_each_published_figure(figure):
     predicted = predict_published(figure)
     error = predicted / figure.value - 1
-    assert abs(error) <= 0.30, (
+    assert abs(error) <= 0.25, (
         f"{figure.name} (batch {figure.batch}, sequence {figure.sequence}, {figure.engine}; {figure.source}): "
         f"published {figure.value}, predicted {predicted:.4g}, off by {error:+.1%}"
     )
@@ -355,3 +357,13 @@ def test_goodput_across_instance_types_picks_the_cheapest_fleet_per_hour():
     prices = [r.load.usd_per_hour for r in compared.per_instance if r.load is not None]
     assert prices == sorted(prices) and compared.best.load is not None
     assert compared.best.load.usd_per_hour == prices[0]
+
+
+def test_the_documented_table_is_the_model_s_own():
+    # docs/performance-model.md carries scripts/fit_performance.py --table; a refit must refresh it.
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("fit_performance", root / "scripts" / "fit_performance.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.table() in (root / "docs" / "performance-model.md").read_text()

@@ -301,6 +301,11 @@ def _plan_text(request: ServingRequest, workload: Workload, document: dict[str, 
         f"predicted for {workload.input_tokens} input and {workload.output_tokens} output tokens per request "
         "(prompts are padded to the sequence length; tok/s and $/Mtok: output tokens, at saturation)",
     ]
+    chosen = document["recommendation"]
+    if chosen is not None and "degrees" in document and document["objective"] is not None and (
+            chosen["batch_size"], chosen["sequence_length"]) != (request.batch_size, request.sequence_length):
+        lines.append(f"(the table is batch {request.batch_size}, sequence {request.sequence_length}; the objective "
+                     "chose among every batch size and sequence length that holds the workload)")
     if "instance_types" in document:
         rows = [["instance type", "$/h", "degree", "batch", "sequence", "replicas", "instances", *_COLUMNS[6:]]]
         for entry in document["instance_types"]:

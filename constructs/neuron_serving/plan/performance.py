@@ -35,9 +35,19 @@ The physics, for one replica of ``degree`` NeuronCores:
   Neuron backend pauses the active slots during a prefill (TGI v3.3.1,
   backends/neuron/server/text_generation_server/generator.py, ``Generator.prefill``).
 
-Hardware figures come from :class:`~neuron_serving.plan.instances.DeviceSpec`; the five constants
-above are fitted on the published measurements of :data:`PUBLISHED` (the fit:
+What is physics and what is fitted: the FLOPs, the bytes read, the all-reduce hops and the
+pauses are derived from the model's shape and the engines' code; hardware figures come from
+:class:`~neuron_serving.plan.instances.DeviceSpec`; the five constants above
+(:class:`Calibration`) are fitted on the published measurements of :data:`PUBLISHED` (the fit:
 ``scripts/fit_performance.py``; the check of every figure: ``tests/plan/test_performance.py``).
+The error on each figure is the table of docs/performance-model.md (``scripts/fit_performance.py
+--table``, which a test compares with the page): the static-batching steps from -7.6% to +4.0%
+(growth from batch 1 to 48: +29.6 ms against +28 ms), the Llama 2 figures within 3.0%, the served
+figures within 22.0% (the engines' TTFTs at equal shapes are 50% apart, and one server cost stands
+for both).
+
+Under load, :func:`predict_load` replays a trace through :mod:`~neuron_serving.plan.queueing` with
+each replica's :func:`replica_costs`.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ importing torch, would take the 2 cores for seconds) and a 0.1 s scheduler start
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -33,8 +34,11 @@ from neuron_serving.ops.aws import OpsError
 from neuron_serving.ops.endpoint import API_KEY_ENV, Endpoint
 from neuron_serving.ops.guidellm import Measured, Percentiles, Tokens
 from neuron_serving.ops.output import Printer
+from neuron_serving.ops.stack import StackInfo
 from neuron_serving.plan import Workload, plan_serving, predict, request_from_layout
 from neuron_serving.plan.engines import engine
+from neuron_serving.plan.performance import replica_costs
+from neuron_serving.plan.queueing import Call, percentile, simulate
 from neuron_serving.userdata import api_keys
 from tests.harness.aws import REGION, AwsEmulator
 
@@ -198,6 +202,8 @@ def test_results_hold_the_json_the_png_and_guidellms_files(sweep):
     assert "Starting benchmark" in (sweep.results / "guidellm.log").read_text()
     assert sweep.document["guidellm"] == "0.8.1"
     assert sweep.document["predictions"] is None
+    assert all(p["predicted"] is None for p in sweep.document["profiles"])
+    assert sweep.document["instances"] == {"count": 1, "source": "assumed: give --instances for a fleet"}
 
 
 # --- errors, keys, --stack and vLLM --------------------------------------------------------------------------
@@ -254,8 +260,18 @@ def test_with_stack_the_url_key_and_layout_come_from_its_outputs_and_given_rates
         "e2e_batch1_s": expected.ttft_s + 3 * expected.itl_batch1_s,
         "output_tokens_per_second": expected.tokens_per_second_instance,
         "requests_per_second": expected.requests_per_second_instance}
-    assert [(p["profile"], p["rate"], p["requests"]["successful"], p["predicted"]) for p in document["profiles"]] == [
-        ("constant", 10.0, 3, None), ("constant", 20.0, 3, None)]
+    assert [(p["profile"], p["rate"], p["requests"]["successful"]) for p in document["profiles"]] == [
+        ("constant", 10.0, 3), ("constant", 20.0, 3)]
+    # Each constant rate predicted: simulate() of its 3 requests arriving evenly at its measured rate.
+    assert document["instances"] == {"count": 1, "source": f"stack {STACK}'s single instance (its InstanceId output)"}
+    costs = replica_costs(plan_serving(request_from_layout(LAYOUT)))
+    for p in document["profiles"]:
+        rate, tokens = p["requests_per_second"], (round(p["input_tokens_mean"]), round(p["output_tokens_mean"]))
+        timings = simulate(costs, 1, [Call(k / rate, *tokens) for k in range(3)])
+        assert p["predicted"]["arrival_rate"] == rate and p["predicted"]["requests"] == 3
+        ttft = sorted(t.ttft_s for t in timings)  # nearest rank of 3: the 2nd, then the 3rd
+        assert p["predicted"]["ttft_s"] == {"p50": ttft[1], "p90": ttft[2], "p99": ttft[2]}, p
+        assert p["predicted"]["e2e_s"]["p99"] == max(t.e2e_s for t in timings), p
     # The key reached guidellm through its environment, never a file.
     assert not [f for f in (tmp_path / "r").iterdir() if key in f.read_text(errors="replace")]
 
@@ -347,32 +363,153 @@ print(json.dumps([len(ids), ids.count(tokenizer.unk_token_id), len(prompt.split(
 # --- predictions beside the measured figures (the performance model plugs into _layout_predictions) -----------
 
 
-def test_each_prediction_sits_beside_the_figure_it_predicts():
-    def measured(profile: str, rate: float | None) -> Measured:
-        latency = Percentiles(1.5, 1.6, 1.7)
-        return Measured(profile, rate, 60.0, 50, 0, 0, 0.8, 240.0, 3.0, 15900.0, 290.0, 14500, latency,
-                        Percentiles(29.0, 30.0, 31.0), latency, None)
+PLAN = plan_serving(request_from_layout(LAYOUT))
+"""One replica of batch 4 on an inf2.xlarge: prefills of 0.244 s, steps of about 15 ms."""
 
-    predictions = {"ttft_s": 1.59, "itl_batch1_s": 0.0298, "itl_full_batch_s": 0.045, "e2e_batch1_s": 10.2,
-                   "output_tokens_per_second": 250.0, "requests_per_second": 0.85}
-    profiles = [bench_module._profile_document(measured(p, r), predictions)
-                for p, r in (("synchronous", None), ("constant", 0.5), ("throughput", None))]
+
+def measured(profile: str, rate: float | None, requests_per_second: float, *, successful: int = 50) -> Measured:
+    """A benchmark of ``successful`` requests of 200 input and 100 output tokens on average."""
+    latency = Percentiles(1.5, 1.6, 1.7)
+    return Measured(profile, rate, 60.0, successful, 0, 0, requests_per_second, 240.0, 3.0, 199.6, 100.4, 14500,
+                    latency, Percentiles(29.0, 30.0, 31.0), latency, None)
+
+
+def simulated(rate: float | None, count: int, replicas: int) -> dict[str, dict[str, float]]:
+    """The percentiles simulate() gives for ``count`` requests of 200 and 100 tokens arriving every
+    1 / ``rate`` s (one request without a rate) on ``replicas`` replicas of PLAN."""
+    starts = [0.0] if rate is None else [k / rate for k in range(count)]
+    timings = simulate(replica_costs(PLAN), replicas, [Call(start, 200, 100) for start in starts])
+
+    def percentiles(values: list[float]) -> dict[str, float]:
+        return {"p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99)}
+
+    return {"ttft_s": percentiles([t.ttft_s for t in timings]), "e2e_s": percentiles([t.e2e_s for t in timings]),
+            "itl_ms": percentiles([(t.e2e_s - t.ttft_s) / 99 * 1e3 for t in timings])}
+
+
+def test_a_synchronous_profile_is_predicted_as_a_request_alone():
+    predictions = bench_module._layout_predictions(PLAN, guidellm.Workload(Tokens(200), Tokens(100)))
+    costs = replica_costs(PLAN)
+
+    predicted = bench_module._predicted(measured("synchronous", None, 0.5), PLAN, predictions, 1)
+
+    # Its prefill, then 99 steps of a batch with one busy slot: every percentile the same.
+    assert predicted is not None
+    expected = {"ttft_s": costs.prefill_s, "itl_ms": costs.step(1) * 1e3, "e2e_s": costs.prefill_s + 99 * costs.step(1)}
+    for name, value in expected.items():
+        assert predicted[name] == pytest.approx({"p50": value, "p90": value, "p99": value}), name
+    assert (predicted["arrival_rate"], predicted["requests"], predicted["utilisation"]) == (None, 1, None)
+    assert (predicted["input_tokens"], predicted["output_tokens"], predicted["instances"]) == (200, 100, 1)
+
+
+@pytest.mark.parametrize("instances", [1, 2])
+def test_a_constant_profile_is_predicted_by_simulate_at_its_measured_rate_over_the_fleet(instances):
+    predictions = bench_module._layout_predictions(PLAN, guidellm.Workload(Tokens(200), Tokens(100)))
+    # 1.4 requests/s measured: 90% of one replica's 1.56 at saturation (the performance model's).
+    profile = measured("constant", 1.5, 1.4, successful=40)
+
+    predicted = bench_module._predicted(profile, PLAN, predictions, instances)
+
+    assert predicted is not None
+    assert {k: predicted[k] for k in ("ttft_s", "itl_ms", "e2e_s")} == simulated(1.4, 40, instances)
+    saturation = predict(PLAN, Workload(200, 100)).requests_per_second_instance * instances
+    assert predicted["utilisation"] == pytest.approx(1.4 / saturation)
+    assert (predicted["arrival_rate"], predicted["requests"], predicted["instances"]) == (1.4, 40, instances)
+    # Not a request alone: each shares its steps with the batch and waits for newcomers' prefills.
+    alone = simulated(None, 1, 1)
+    assert predicted["itl_ms"]["p99"] > 1.1 * alone["itl_ms"]["p99"]
+    assert predicted["e2e_s"]["p99"] > 1.1 * alone["e2e_s"]["p99"]
+
+
+def test_each_prediction_sits_beside_the_figure_it_predicts():
+    predictions = bench_module._layout_predictions(PLAN, guidellm.Workload(Tokens(200), Tokens(100)))
+    assert predictions is not None
+    profiles = [bench_module._profile_document(m, bench_module._predicted(m, PLAN, predictions, 2)) for m in (
+        measured("synchronous", None, 0.5), measured("constant", 0.5, 0.48), measured("throughput", None, 3.0))]
     out = io.StringIO()
-    bench_module._report(Printer(stream=out), {
+    printer = Printer(stream=out)
+    printer.console.width = 400  # a row on one line, as on a wide terminal: the 160 columns of a pipe wrap it
+    bench_module._report(printer, {
         "url": "http://x", "engine": "tgi", "route": "/v1/completions", "layout": None, "layout_source": "-",
-        "predictions": predictions, "profiles": profiles, "results": {"json": "j", "png": "p"},
+        "predictions": predictions, "instances": {"count": 2, "source": "--instances"}, "profiles": profiles,
+        "results": {"json": "j", "png": "p"},
         "workload": {k: {"mean": 1, "stdev": 0, "minimum": None, "maximum": None}
                      for k in ("input_tokens", "output_tokens")}})
 
-    assert [p["predicted"] for p in profiles] == [
-        {"ttft_s": 1.59, "itl_ms": pytest.approx(29.8), "e2e_s": 10.2}, None,
-        {"itl_ms": 45.0, "output_tokens_per_second": 250.0, "requests_per_second": 0.85}]
-    synchronous, constant, throughput = (line for line in out.getvalue().splitlines()
-                                         if line.startswith(("synchronous", "constant", "throughput")))
-    assert "1.5 / 1.6 / 1.7 (pred 1.59)" in synchronous and "29 / 30 / 31 (pred 29.8)" in synchronous
-    assert "(pred 10.2)" in synchronous
-    assert "pred" not in constant
-    assert "0.8 (pred 0.85)" in throughput and "240 (pred 250)" in throughput and "(pred 45)" in throughput
+    synchronous, constant, throughput = (p["predicted"] for p in profiles)
+    assert synchronous["ttft_s"] == simulated(None, 1, 2)["ttft_s"]
+    assert constant["e2e_s"] == simulated(0.48, 50, 2)["e2e_s"]
+    assert throughput["itl_ms"] == simulated(3.0, 50, 2)["itl_ms"]
+    # At saturation, the fleet's: the performance model's per instance times 2.
+    assert (throughput["requests_per_second"], throughput["output_tokens_per_second"]) == (
+        2 * predictions["requests_per_second"], 2 * predictions["output_tokens_per_second"])
+    assert "requests_per_second" not in constant
+
+    def numbers(p: dict[str, float]) -> str:
+        return " / ".join(bench_module._number(p[q]) for q in ("p50", "p90", "p99"))
+
+    text = out.getvalue()
+    rows = dict(zip(("synchronous", "constant", "throughput"), (
+        line for line in text.splitlines() if line.startswith(("synchronous", "constant", "throughput"))),
+        strict=True))
+    for row, profile in zip(rows.values(), profiles, strict=True):
+        predicted = profile["predicted"]
+        assert f"1.5 / 1.6 / 1.7 (pred {numbers(predicted['ttft_s'])})" in row, row
+        assert f"29 / 30 / 31 (pred {numbers(predicted['itl_ms'])})" in row, row
+        assert f"1.5 / 1.6 / 1.7 (pred {numbers(predicted['e2e_s'])})" in row, row
+    assert f"3 (pred {bench_module._number(2 * predictions['requests_per_second'])})" in rows["throughput"]
+    assert f"240 (pred {bench_module._number(2 * predictions['output_tokens_per_second'])})" in rows["throughput"]
+    assert "pred: the performance model's (neuron_serving.plan.performance) for 2 instances (--instances)" in text
+    # 3 requests/s is 96% of the two instances' 3.13 at saturation: no note, which comes from 100%.
+    assert throughput["utilisation"] < 1 and "of what the model's fleet completes" not in text
+
+
+def test_a_rate_beyond_the_fleets_saturation_is_said_so():
+    predictions = bench_module._layout_predictions(PLAN, guidellm.Workload(Tokens(200), Tokens(100)))
+    profile = bench_module._profile_document(
+        measured("constant", 4.0, 3.2), bench_module._predicted(measured("constant", 4.0, 3.2), PLAN, predictions, 1))
+    out = io.StringIO()
+    bench_module._report(Printer(stream=out), {
+        "url": "http://x", "engine": "tgi", "route": "/v1/completions", "layout": None, "layout_source": "-",
+        "predictions": predictions, "instances": {"count": 1, "source": "assumed"}, "profiles": [profile],
+        "results": {"json": "j", "png": "p"},
+        "workload": {k: {"mean": 1, "stdev": 0, "minimum": None, "maximum": None}
+                     for k in ("input_tokens", "output_tokens")}})
+
+    assert profile["predicted"]["utilisation"] == pytest.approx(3.2 / predictions["requests_per_second"])
+    assert ("constant 4/s: 3.2 req/s is 205% of what the model's fleet completes at saturation: its queue grows"
+            in out.getvalue())
+
+
+def test_nothing_is_predicted_without_a_layout_or_a_completed_request():
+    predictions = bench_module._layout_predictions(PLAN, guidellm.Workload(Tokens(200), Tokens(100)))
+
+    assert bench_module._predicted(measured("constant", 1.0, 1.0), None, None, 1) is None
+    assert bench_module._predicted(measured("constant", 1.0, 0.0, successful=0), PLAN, predictions, 1) is None
+
+
+@pytest.mark.parametrize(("flag", "outputs", "expected"), [
+    (None, None, (1, "assumed: give --instances for a fleet")),
+    (3, None, (3, "--instances")),
+    (None, {"InstanceId": "i-1"}, (1, "stack S's single instance (its InstanceId output)")),
+    (1, {"InstanceId": "i-1"}, (1, "stack S's single instance (its InstanceId output)")),
+    (None, {"AutoScalingGroupName": "g"}, (1, "assumed: stack S's outputs do not count its fleet's instances, give "
+                                              "--instances")),
+    (4, {"AutoScalingGroupName": "g"}, (4, "--instances")),
+])
+def test_the_instances_come_from_the_flag_or_a_single_instance_stack_else_one_assumed(flag, outputs, expected):
+    stack = StackInfo("S", "CREATE_COMPLETE", "", outputs) if outputs is not None else None
+    args = argparse.Namespace(instances=flag)
+
+    fleet = bench_module._fleet(args, Endpoint("http://x", None, None, stack, None))
+
+    assert (fleet.instances, fleet.source) == expected
+
+
+def test_instances_beyond_one_for_a_single_instance_stack_are_refused():
+    stack = StackInfo("S", "CREATE_COMPLETE", "", {"InstanceId": "i-1"})
+    with pytest.raises(OpsError, match="--instances 2: stack S is a single instance"):
+        bench_module._fleet(argparse.Namespace(instances=2), Endpoint("http://x", None, None, stack, None))
 
 
 def _url_args(*flags: str) -> Any:

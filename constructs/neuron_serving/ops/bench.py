@@ -3,7 +3,9 @@ output token counts drawn from given distributions) at the synchronous, constant
 maximum-throughput profiles, and report, per profile, completed requests per second, time to first
 token, inter-token latency and end-to-end latency percentiles, output tokens per second and errors,
 in the units of the published inf2 tables; beside each, the performance model's prediction for the
-same workload and layout, when the layout is known.
+same workload, layout and load, when the layout is known: each percentile from the discrete-event
+model of the replicas and router (:func:`neuron_serving.plan.queueing.simulate`) at the rate the
+profile measured, and at the throughput profile the requests and tokens per second at saturation.
 
 The load generator is guidellm 0.8 (:mod:`neuron_serving.ops.guidellm`), run as a program of its
 own. The endpoint, its engine and key are :mod:`neuron_serving.ops.endpoint`'s: one GET reaches it
@@ -22,11 +24,12 @@ import datetime as dt
 import json
 import os
 import sys
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..plan import performance
+from ..plan import performance, queueing
 from ..plan.errors import ServingConfigError
 from ..plan.layout import ServingPlan, ServingRequest, layout_document, plan_serving, request_from_layout
 from . import guidellm
@@ -120,6 +123,9 @@ def register(commands: Any) -> None:
                         help=f"default: {ServingRequest.batch_size}")
     layout.add_argument("--sequence-length", type=_positive, metavar="N",
                         help=f"default: {ServingRequest.sequence_length}")
+    layout.add_argument("--instances", type=_positive, metavar="N",
+                        help="instances behind the endpoint, each with the layout's replicas, that the predictions "
+                             "share the load between (default: 1; a stack's single instance is 1 whatever is given)")
     bench.add_argument("--results-dir", type=Path, metavar="DIR",
                        help="where bench.json, bench.png and guidellm's files go; new or empty (default: "
                             "bench-results/<UTC time>)")
@@ -234,6 +240,7 @@ def bench(args: argparse.Namespace, workload: Workload, key: str | None) -> dict
         raise OpsError(f"{endpoint.url} answered GET {serving.probe.path} without naming its model")
     plan, layout_source = _layout(args, endpoint)
     predictions = _layout_predictions(plan, workload)
+    fleet = _fleet(args, endpoint)
     results = args.results_dir or Path("bench-results") / dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     results.mkdir(parents=True, exist_ok=True)
     measured: list[Measured] = []
@@ -247,18 +254,18 @@ def bench(args: argparse.Namespace, workload: Workload, key: str | None) -> dict
                                  report=(results / f"{name}.guidellm.json").resolve())
         measured += guidellm.run(executable, spec, name, results, key)
     measured.sort(key=lambda m: (PROFILES.index(m.profile), m.rate or 0.0))
-    document = {
+    document: dict[str, Any] = {
         "url": endpoint.url, "engine": serving.name, "model": model, "route": ROUTES[args.route],
         "workload": {"input_tokens": asdict(workload.input), "output_tokens": asdict(workload.output)},
         "layout": {**layout_document(plan), "engine": serving.name} if plan else None, "layout_source": layout_source,
-        "predictions": predictions,
-        "profiles": [_profile_document(m, predictions) for m in measured],
+        "predictions": predictions, "instances": {"count": fleet.instances, "source": fleet.source},
+        "profiles": [_profile_document(m, _predicted(m, plan, predictions, fleet.instances)) for m in measured],
         "results": {"json": str(results / "bench.json"), "png": str(results / "bench.png"),
                     "guidellm_log": str(results / "guidellm.log")},
         "guidellm": version,
     }
     (results / "bench.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
-    plot([_point(m, predictions) for m in measured if m.ttft_s and m.itl_ms], _title(document),
+    plot([_point(p) for p in document["profiles"] if p["ttft_s"] and p["itl_ms"]], _title(document),
          results / "bench.png")
     return document
 
@@ -309,6 +316,34 @@ def _layout(args: argparse.Namespace, endpoint: Endpoint) -> tuple[ServingPlan |
         raise OpsError(f"the layout flags do not make a layout: {err}") from None
 
 
+@dataclass(frozen=True)
+class Fleet:
+    """The instances behind the endpoint that the predictions share the load between.
+
+    :param instances: how many, each with the layout's replicas.
+    :param source: where the count comes from, as the report says it.
+    """
+
+    instances: int
+    source: str
+
+
+def _fleet(args: argparse.Namespace, endpoint: Endpoint) -> Fleet:
+    """``--instances``, else the stack's single instance (its ``InstanceId`` output), else one, assumed:
+    a fleet's outputs name its Auto Scaling group, not how many instances serve."""
+    stack = endpoint.stack
+    if stack is not None and stack.output("InstanceId"):
+        if args.instances not in (None, 1):
+            raise OpsError(f"--instances {args.instances}: stack {stack.name} is a single instance (its InstanceId "
+                           "output); leave --instances out")
+        return Fleet(1, f"stack {stack.name}'s single instance (its InstanceId output)")
+    if args.instances is not None:
+        return Fleet(args.instances, "--instances")
+    if stack is not None:
+        return Fleet(1, f"assumed: stack {stack.name}'s outputs do not count its fleet's instances, give --instances")
+    return Fleet(1, "assumed: give --instances for a fleet")
+
+
 def _layout_predictions(plan: ServingPlan | None, workload: Workload) -> dict[str, float] | None:
     """The performance model's predictions (:func:`neuron_serving.plan.performance.predict`) for
     ``workload``'s mean token counts on ``plan``, per instance: ``ttft_s``, ``itl_batch1_s``,
@@ -329,24 +364,68 @@ def _layout_predictions(plan: ServingPlan | None, workload: Workload) -> dict[st
             "requests_per_second": prediction.requests_per_second_instance}
 
 
-def _predicted(profile: str, predictions: dict[str, float] | None) -> dict[str, float]:
-    """The predictions that apply to a profile's measured figures, in their units: at one request
-    at a time (synchronous) time to first token, batch-1 inter-token latency and end-to-end
-    latency; at saturation (throughput) full-batch inter-token latency, tokens and requests per
-    second. A constant rate lies between, where queueing the model does not describe decides."""
-    if predictions is None:
-        return {}
-    if profile == SYNCHRONOUS:
-        return {"ttft_s": predictions["ttft_s"], "itl_ms": predictions["itl_batch1_s"] * 1e3,
-                "e2e_s": predictions["e2e_batch1_s"]}
-    if profile == THROUGHPUT:
-        return {"itl_ms": predictions["itl_full_batch_s"] * 1e3,
-                "output_tokens_per_second": predictions["output_tokens_per_second"],
-                "requests_per_second": predictions["requests_per_second"]}
-    return {}
+def _predicted(m: Measured, plan: ServingPlan | None, predictions: dict[str, float] | None,
+               instances: int) -> dict[str, Any] | None:
+    """The predictions of a profile's measured figures, in their units, or None without a layout or
+    a completed request.
+
+    ``ttft_s``, ``itl_ms`` and ``e2e_s`` are percentiles (``p50``, ``p90``, ``p99``, nearest rank) of
+    :func:`neuron_serving.plan.queueing.simulate` over ``instances`` times the layout's replicas, each
+    of :func:`~neuron_serving.plan.performance.replica_costs`, the requests of the profile's measured
+    mean input and output tokens. The synchronous profile sends one request at a time, so it is a
+    request alone. The others replay as many requests as the benchmark sent, arriving evenly at its
+    measured requests per second: guidellm's constant profile starts requests at uniform intervals
+    (guidellm/scheduler/strategies.py, ``AsyncConstantStrategy.next_request_time``); its throughput
+    profile keeps its concurrency limit in flight, which the even arrivals stand for. A request's
+    ITL is its mean over the tokens after the first, as guidellm measures it
+    (guidellm/schemas/base/request_stats.py, ``inter_token_latency_ms``).
+
+    Beside them: ``arrival_rate`` (None when synchronous), ``requests``, ``input_tokens``,
+    ``output_tokens``, ``instances``, ``utilisation`` (the arrival rate over what the fleet completes
+    at saturation), and at the throughput profile the fleet's ``output_tokens_per_second`` and
+    ``requests_per_second`` at saturation (``predictions``' per instance times ``instances``).
+    """
+    if plan is None or predictions is None or not m.successful or m.output_tokens < 1 or m.input_tokens < 1:
+        return None
+    input_tokens, output_tokens = max(1, round(m.input_tokens)), max(1, round(m.output_tokens))
+    costs = performance.replica_costs(plan)
+    replicas = len(plan.replicas) * instances
+    rate = None if m.profile == SYNCHRONOUS else m.requests_per_second
+    if rate is not None and rate <= 0:
+        return None
+    trace = _trace(rate, m.successful + m.errored + m.incomplete, input_tokens, output_tokens)
+    timings = queueing.simulate(costs, replicas, trace)
+    itl = [(t.e2e_s - t.ttft_s) / (output_tokens - 1) * 1e3 for t in timings] if output_tokens > 1 else []
+    saturation = replicas * performance.saturated_requests_per_second(
+        costs.batch_size, costs.prefill(input_tokens), costs.step(costs.batch_size), output_tokens)
+    predicted: dict[str, Any] = {
+        "ttft_s": _percentiles([t.ttft_s for t in timings]), "itl_ms": _percentiles(itl),
+        "e2e_s": _percentiles([t.e2e_s for t in timings]), "arrival_rate": rate, "requests": len(trace),
+        "input_tokens": input_tokens, "output_tokens": output_tokens, "instances": instances,
+        "utilisation": None if rate is None else rate / saturation,
+    }
+    if m.profile == THROUGHPUT:
+        predicted["output_tokens_per_second"] = predictions["output_tokens_per_second"] * instances
+        predicted["requests_per_second"] = predictions["requests_per_second"] * instances
+    return predicted
 
 
-def _profile_document(m: Measured, predictions: dict[str, float] | None) -> dict[str, Any]:
+def _trace(rate: float | None, count: int, input_tokens: int, output_tokens: int) -> list[queueing.Call]:
+    """The requests a profile's prediction replays: ``count`` arriving evenly at ``rate`` per second,
+    or with no rate (one request at a time) one request, which is each of them."""
+    if rate is None:
+        return [queueing.Call(0.0, input_tokens, output_tokens)]
+    return [queueing.Call(k / rate, input_tokens, output_tokens) for k in range(max(1, count))]
+
+
+def _percentiles(values: Sequence[float]) -> dict[str, float] | None:
+    """The p50, p90 and p99 of ``values`` (:func:`neuron_serving.plan.queueing.percentile`), None when empty."""
+    if not values:
+        return None
+    return asdict(Percentiles(*(queueing.percentile(values, q) for q in (50, 90, 99))))
+
+
+def _profile_document(m: Measured, predicted: dict[str, Any] | None) -> dict[str, Any]:
     def percentiles(p: Percentiles | None) -> dict[str, float] | None:
         return asdict(p) if p else None
 
@@ -357,15 +436,21 @@ def _profile_document(m: Measured, predictions: dict[str, float] | None) -> dict
         "concurrency": m.concurrency, "input_tokens_mean": m.input_tokens, "output_tokens_mean": m.output_tokens,
         "output_tokens": m.output_tokens_total,
         "ttft_s": percentiles(m.ttft_s), "itl_ms": percentiles(m.itl_ms), "e2e_s": percentiles(m.e2e_s),
-        "first_error": m.error, "predicted": _predicted(m.profile, predictions) or None,
+        "first_error": m.error, "predicted": predicted,
     }
 
 
-def _point(m: Measured, predictions: dict[str, float] | None) -> Point:
-    assert m.ttft_s is not None and m.itl_ms is not None
-    predicted = _predicted(m.profile, predictions)
-    return Point(_label(m.profile, m.rate), m.requests_per_second, (m.ttft_s.p50, m.ttft_s.p99),
-                 (m.itl_ms.p50, m.itl_ms.p99), predicted.get("ttft_s"), predicted.get("itl_ms"))
+def _point(profile: dict[str, Any]) -> Point:
+    """A profile of the document, whose ``ttft_s`` and ``itl_ms`` were measured, on the plot."""
+    predicted = profile["predicted"] or {}
+
+    def pair(name: str, row: dict[str, Any]) -> tuple[float, float]:
+        return row[name]["p50"], row[name]["p99"]
+
+    return Point(_label(profile["profile"], profile["rate"]), profile["requests_per_second"],
+                 pair("ttft_s", profile), pair("itl_ms", profile),
+                 pair("ttft_s", predicted) if predicted.get("ttft_s") else None,
+                 pair("itl_ms", predicted) if predicted.get("itl_ms") else None)
 
 
 # --- the report ------------------------------------------------------------------------------------------
@@ -397,12 +482,14 @@ def _number(value: float | None) -> str:
     return f"{value:.3g}" if abs(value) >= 0.001 else f"{value:.2e}"
 
 
-def _cell(measured: float | Percentiles | None, predicted: float | None) -> str:
-    if isinstance(measured, Percentiles):
-        text = " / ".join(_number(v) for v in (measured.p50, measured.p90, measured.p99))
-    else:
-        text = _number(measured)
-    return text if predicted is None else f"{text} (pred {_number(predicted)})"
+def _cell(measured: float | Percentiles | None, predicted: float | Percentiles | None) -> str:
+    """A measured figure or its percentiles, and the prediction beside it, percentile for percentile."""
+    def text(value: float | Percentiles | None) -> str:
+        if isinstance(value, Percentiles):
+            return " / ".join(_number(v) for v in (value.p50, value.p90, value.p99))
+        return _number(value)
+
+    return text(measured) if predicted is None else f"{text(measured)} (pred {text(predicted)})"
 
 
 def _report(printer: Printer, document: dict[str, Any]) -> None:
@@ -413,12 +500,12 @@ def _report(printer: Printer, document: dict[str, Any]) -> None:
     for p in document["profiles"]:
         predicted = p["predicted"] or {}
 
-        def percentiles(name: str, row: dict[str, Any] = p) -> Percentiles | None:
-            return Percentiles(**row[name]) if row[name] else None
+        def percentiles(name: str, row: dict[str, Any]) -> Percentiles | None:
+            return Percentiles(**row[name]) if row.get(name) else None
 
         rows.append([_label(p["profile"], p["rate"]), _cell(p["requests_per_second"], predicted.get(
-            "requests_per_second")), _cell(percentiles("ttft_s"), predicted.get("ttft_s")),
-            _cell(percentiles("itl_ms"), predicted.get("itl_ms")), _cell(percentiles("e2e_s"), predicted.get("e2e_s")),
+            "requests_per_second")), *(_cell(percentiles(name, p), percentiles(name, predicted))
+                                       for name in ("ttft_s", "itl_ms", "e2e_s")),
             _cell(p["output_tokens_per_second"], predicted.get("output_tokens_per_second")),
             f"{p['requests']['successful']}", str(p["requests"]["errored"])])
     printer.print(printer.table(
@@ -428,8 +515,19 @@ def _report(printer: Printer, document: dict[str, Any]) -> None:
     printer.print(f"layout: {_layout_text(layout)} ({document['layout_source']})" if layout
                   else f"layout: unknown, {document['layout_source']}: no prediction")
     if document["predictions"] is not None:
-        printer.print("pred: the performance model's figure for one host (neuron_serving.plan.performance); an "
-                      "Auto Scaling fleet's endpoint serves up to its hosts times the requests and tokens per second")
+        instances = document["instances"]
+        fleet = f"{instances['count']} instance{'s' if instances['count'] != 1 else ''} ({instances['source']})"
+        printer.print(f"pred: the performance model's (neuron_serving.plan.performance) for {fleet}: each percentile "
+                      "from its discrete-event model of the replicas and router (neuron_serving.plan.queueing) with "
+                      "the row's measured mean tokens, synchronous a request alone, the other rows as many requests "
+                      "as they sent arriving evenly at their measured req/s; throughput's req/s and output tok/s "
+                      "at saturation")
+        for p in document["profiles"]:
+            utilisation = (p["predicted"] or {}).get("utilisation")
+            if utilisation is not None and utilisation >= 1:
+                printer.print(f"{_label(p['profile'], p['rate'])}: {_number(p['requests_per_second'])} req/s is "
+                              f"{utilisation:.0%} of what the model's fleet completes at saturation: its queue grows "
+                              "for as long as the benchmark ran")
     for p in document["profiles"]:
         if p["first_error"]:
             printer.print(f"{_label(p['profile'], p['rate'])}: {p['requests']['errored']} errors, the first: "

@@ -1,6 +1,6 @@
 """The PNG of ``neuron-serving bench``: time to first token and inter-token latency (p50 and p99)
 against the load each profile achieved (completed requests per second), with the performance
-model's prediction beside each measured point where it has one.
+model's predicted p50 and p99 beside each measured point where it has them.
 
 Drawn with matplotlib's object API (a :class:`~matplotlib.figure.Figure` saved through its Agg
 canvas), not pyplot: no global state and no display needed. matplotlib is imported only here and
@@ -20,8 +20,8 @@ from .aws import OpsError
 class Point:
     """One profile's figures on the plot.
 
-    :param predicted_ttft_s: the model's time to first token at this profile's load, if any.
-    :param predicted_itl_ms: the model's inter-token latency at this profile's load, if any.
+    :param predicted_ttft_s: the model's time to first token at this profile's load, p50 and p99, if any.
+    :param predicted_itl_ms: the model's inter-token latency at this profile's load, p50 and p99, if any.
     """
 
     label: str
@@ -30,8 +30,8 @@ class Point:
     """p50 and p99."""
     itl_ms: tuple[float, float]
     """p50 and p99."""
-    predicted_ttft_s: float | None = None
-    predicted_itl_ms: float | None = None
+    predicted_ttft_s: tuple[float, float] | None = None
+    predicted_itl_ms: tuple[float, float] | None = None
 
 
 def plot(points: Sequence[Point], title: str, path: Path) -> None:
@@ -52,10 +52,10 @@ def plot(points: Sequence[Point], title: str, path: Path) -> None:
         load = [p.requests_per_second for p in ordered]
         axes.plot(load, [m[0] for m in measured], marker="o", label="p50")
         axes.plot(load, [m[1] for m in measured], marker="s", label="p99")
-        known = [(x, y) for x, y in zip(load, predicted, strict=True) if y is not None]
+        known = [(x, y) for x, pair in zip(load, predicted, strict=True) if pair is not None for y in pair]
         if known:
             axes.scatter([x for x, _ in known], [y for _, y in known], marker="x", s=60, color="black",
-                         label="predicted", zorder=3)
+                         label="predicted p50, p99", zorder=3)
         if axes is panels[0]:  # once: the profiles sit at the same loads in both panels
             for point, x, (p50, _) in zip(ordered, load, measured, strict=True):
                 axes.annotate(point.label, (x, p50), textcoords="offset points", xytext=(4, -12), fontsize=7)

@@ -388,10 +388,9 @@ def simulated(rate: float | None, count: int, replicas: int) -> dict[str, dict[s
 
 
 def test_a_synchronous_profile_is_predicted_as_a_request_alone():
-    predictions = bench_module._layout_predictions(PLAN, guidellm.Workload(Tokens(200), Tokens(100)))
     costs = replica_costs(PLAN)
 
-    predicted = bench_module._predicted(measured("synchronous", None, 0.5), PLAN, predictions, 1)
+    predicted = bench_module._predicted(measured("synchronous", None, 0.5), PLAN, 1)
 
     # Its prefill, then 99 steps of a batch with one busy slot: every percentile the same.
     assert predicted is not None
@@ -404,11 +403,10 @@ def test_a_synchronous_profile_is_predicted_as_a_request_alone():
 
 @pytest.mark.parametrize("instances", [1, 2])
 def test_a_constant_profile_is_predicted_by_simulate_at_its_measured_rate_over_the_fleet(instances):
-    predictions = bench_module._layout_predictions(PLAN, guidellm.Workload(Tokens(200), Tokens(100)))
     # 1.4 requests/s measured: 90% of one replica's 1.56 at saturation (the performance model's).
     profile = measured("constant", 1.5, 1.4, successful=40)
 
-    predicted = bench_module._predicted(profile, PLAN, predictions, instances)
+    predicted = bench_module._predicted(profile, PLAN, instances)
 
     assert predicted is not None
     assert {k: predicted[k] for k in ("ttft_s", "itl_ms", "e2e_s")} == simulated(1.4, 40, instances)
@@ -424,7 +422,7 @@ def test_a_constant_profile_is_predicted_by_simulate_at_its_measured_rate_over_t
 def test_each_prediction_sits_beside_the_figure_it_predicts():
     predictions = bench_module._layout_predictions(PLAN, guidellm.Workload(Tokens(200), Tokens(100)))
     assert predictions is not None
-    profiles = [bench_module._profile_document(m, bench_module._predicted(m, PLAN, predictions, 2)) for m in (
+    profiles = [bench_module._profile_document(m, bench_module._predicted(m, PLAN, 2)) for m in (
         measured("synchronous", None, 0.5), measured("constant", 0.5, 0.48), measured("throughput", None, 3.0))]
     out = io.StringIO()
     printer = Printer(stream=out)
@@ -440,9 +438,9 @@ def test_each_prediction_sits_beside_the_figure_it_predicts():
     assert synchronous["ttft_s"] == simulated(None, 1, 2)["ttft_s"]
     assert constant["e2e_s"] == simulated(0.48, 50, 2)["e2e_s"]
     assert throughput["itl_ms"] == simulated(3.0, 50, 2)["itl_ms"]
-    # At saturation, the fleet's: the performance model's per instance times 2.
-    assert (throughput["requests_per_second"], throughput["output_tokens_per_second"]) == (
-        2 * predictions["requests_per_second"], 2 * predictions["output_tokens_per_second"])
+    # At saturation, the fleet's: the performance model's per instance (for the same tokens) times 2.
+    assert (throughput["requests_per_second"], throughput["output_tokens_per_second"]) == pytest.approx((
+        2 * predictions["requests_per_second"], 2 * predictions["output_tokens_per_second"]))
     assert "requests_per_second" not in constant
 
     def numbers(p: dict[str, float]) -> str:
@@ -467,7 +465,7 @@ def test_each_prediction_sits_beside_the_figure_it_predicts():
 def test_a_rate_beyond_the_fleets_saturation_is_said_so():
     predictions = bench_module._layout_predictions(PLAN, guidellm.Workload(Tokens(200), Tokens(100)))
     profile = bench_module._profile_document(
-        measured("constant", 4.0, 3.2), bench_module._predicted(measured("constant", 4.0, 3.2), PLAN, predictions, 1))
+        measured("constant", 4.0, 3.2), bench_module._predicted(measured("constant", 4.0, 3.2), PLAN, 1))
     out = io.StringIO()
     bench_module._report(Printer(stream=out), {
         "url": "http://x", "engine": "tgi", "route": "/v1/completions", "layout": None, "layout_source": "-",
@@ -482,10 +480,8 @@ def test_a_rate_beyond_the_fleets_saturation_is_said_so():
 
 
 def test_nothing_is_predicted_without_a_layout_or_a_completed_request():
-    predictions = bench_module._layout_predictions(PLAN, guidellm.Workload(Tokens(200), Tokens(100)))
-
-    assert bench_module._predicted(measured("constant", 1.0, 1.0), None, None, 1) is None
-    assert bench_module._predicted(measured("constant", 1.0, 0.0, successful=0), PLAN, predictions, 1) is None
+    assert bench_module._predicted(measured("constant", 1.0, 1.0), None, 1) is None
+    assert bench_module._predicted(measured("constant", 1.0, 0.0, successful=0), PLAN, 1) is None
 
 
 @pytest.mark.parametrize(("flag", "outputs", "expected"), [

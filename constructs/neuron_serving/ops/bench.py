@@ -259,7 +259,7 @@ def bench(args: argparse.Namespace, workload: Workload, key: str | None) -> dict
         "workload": {"input_tokens": asdict(workload.input), "output_tokens": asdict(workload.output)},
         "layout": {**layout_document(plan), "engine": serving.name} if plan else None, "layout_source": layout_source,
         "predictions": predictions, "instances": {"count": fleet.instances, "source": fleet.source},
-        "profiles": [_profile_document(m, _predicted(m, plan, predictions, fleet.instances)) for m in measured],
+        "profiles": [_profile_document(m, _predicted(m, plan, fleet.instances)) for m in measured],
         "results": {"json": str(results / "bench.json"), "png": str(results / "bench.png"),
                     "guidellm_log": str(results / "guidellm.log")},
         "guidellm": version,
@@ -364,8 +364,7 @@ def _layout_predictions(plan: ServingPlan | None, workload: Workload) -> dict[st
             "requests_per_second": prediction.requests_per_second_instance}
 
 
-def _predicted(m: Measured, plan: ServingPlan | None, predictions: dict[str, float] | None,
-               instances: int) -> dict[str, Any] | None:
+def _predicted(m: Measured, plan: ServingPlan | None, instances: int) -> dict[str, Any] | None:
     """The predictions of a profile's measured figures, in their units, or None without a layout or
     a completed request.
 
@@ -383,9 +382,11 @@ def _predicted(m: Measured, plan: ServingPlan | None, predictions: dict[str, flo
     Beside them: ``arrival_rate`` (None when synchronous), ``requests``, ``input_tokens``,
     ``output_tokens``, ``instances``, ``utilisation`` (the arrival rate over what the fleet completes
     at saturation), and at the throughput profile the fleet's ``output_tokens_per_second`` and
-    ``requests_per_second`` at saturation (``predictions``' per instance times ``instances``).
+    ``requests_per_second`` at saturation
+    (:func:`~neuron_serving.plan.performance.saturated_requests_per_second`, as
+    :func:`~neuron_serving.plan.performance.predict` computes them per instance, for the measured tokens).
     """
-    if plan is None or predictions is None or not m.successful or m.output_tokens < 1 or m.input_tokens < 1:
+    if plan is None or not m.successful or m.output_tokens < 1 or m.input_tokens < 1:
         return None
     input_tokens, output_tokens = max(1, round(m.input_tokens)), max(1, round(m.output_tokens))
     costs = performance.replica_costs(plan)
@@ -405,8 +406,8 @@ def _predicted(m: Measured, plan: ServingPlan | None, predictions: dict[str, flo
         "utilisation": None if rate is None else rate / saturation,
     }
     if m.profile == THROUGHPUT:
-        predicted["output_tokens_per_second"] = predictions["output_tokens_per_second"] * instances
-        predicted["requests_per_second"] = predictions["requests_per_second"] * instances
+        predicted["output_tokens_per_second"] = saturation * output_tokens
+        predicted["requests_per_second"] = saturation
     return predicted
 
 

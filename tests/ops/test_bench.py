@@ -374,11 +374,14 @@ def measured(profile: str, rate: float | None, requests_per_second: float, *, su
                     latency, Percentiles(29.0, 30.0, 31.0), latency, None)
 
 
-def simulated(rate: float | None, count: int, replicas: int) -> dict[str, dict[str, float]]:
+def simulated(rate: float | None, count: int, replicas: int, clients: int | None = None) -> dict[str, dict[str, float]]:
     """The percentiles simulate() gives for ``count`` requests of 200 and 100 tokens arriving every
-    1 / ``rate`` s (one request without a rate) on ``replicas`` replicas of PLAN."""
+    1 / ``rate`` s (one request without a rate), or from a closed loop of ``clients``, on
+    ``replicas`` replicas of PLAN."""
     starts = [0.0] if rate is None else [k / rate for k in range(count)]
-    timings = simulate(replica_costs(PLAN), replicas, [Call(start, 200, 100) for start in starts])
+    if clients is not None:
+        starts = [0.0] * count
+    timings = simulate(replica_costs(PLAN), replicas, [Call(start, 200, 100) for start in starts], clients=clients)
 
     def percentiles(values: list[float]) -> dict[str, float]:
         return {"p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99)}
@@ -422,7 +425,7 @@ def test_a_constant_profile_is_predicted_by_simulate_at_its_measured_rate_over_t
 def test_each_prediction_sits_beside_the_figure_it_predicts():
     predictions = bench_module._layout_predictions(PLAN, guidellm.Workload(Tokens(200), Tokens(100)))
     assert predictions is not None
-    profiles = [bench_module._profile_document(m, bench_module._predicted(m, PLAN, 2)) for m in (
+    profiles = [bench_module._profile_document(m, bench_module._predicted(m, PLAN, 2, max_concurrency=8)) for m in (
         measured("synchronous", None, 0.5), measured("constant", 0.5, 0.48), measured("throughput", None, 3.0))]
     out = io.StringIO()
     printer = Printer(stream=out)
@@ -437,7 +440,9 @@ def test_each_prediction_sits_beside_the_figure_it_predicts():
     synchronous, constant, throughput = (p["predicted"] for p in profiles)
     assert synchronous["ttft_s"] == simulated(None, 1, 2)["ttft_s"]
     assert constant["e2e_s"] == simulated(0.48, 50, 2)["e2e_s"]
-    assert throughput["itl_ms"] == simulated(3.0, 50, 2)["itl_ms"]
+    # The throughput profile: a closed loop of its concurrency limit, every request sent at once.
+    assert throughput["itl_ms"] == simulated(None, 50, 2, clients=8)["itl_ms"]
+    assert throughput["ttft_s"] == simulated(None, 50, 2, clients=8)["ttft_s"]
     # At saturation, the fleet's: the performance model's per instance (for the same tokens) times 2.
     assert (throughput["requests_per_second"], throughput["output_tokens_per_second"]) == pytest.approx((
         2 * predictions["requests_per_second"], 2 * predictions["output_tokens_per_second"]))

@@ -108,3 +108,21 @@ def test_bad_costs_are_refused_naming_the_field(name, value):
     fields = {"batch_size": 4, "prefill_s": 0.3, "step_s": 0.02, name: value}
     with pytest.raises(ServingConfigError, match=rf"{name} \("):
         ReplicaCosts(**fields)
+
+
+def test_a_closed_loop_keeps_its_clients_requests_in_flight_and_no_more():
+    one_slot = ReplicaCosts(batch_size=1, prefill_s=0.3, step_s=0.02)
+    trace = [Call(0.0, 100, 10) for _ in range(5)]
+    timings = simulate(one_slot, 1, trace, clients=1)
+    # One client: each request starts when the last ends, so none waits: every one takes a request's time alone.
+    alone = 0.3 + 9 * 0.02
+    assert [t.e2e_s for t in timings] == pytest.approx([alone] * 5)
+    # Two clients on one slot: after the first two, each request waits for the other client's request.
+    two = simulate(one_slot, 1, trace, clients=2)
+    assert two[0].e2e_s == pytest.approx(alone) and two[1].e2e_s == pytest.approx(2 * alone)
+    assert all(t.ttft_s == pytest.approx(alone + 0.3) for t in two[2:])
+
+
+def test_a_closed_loop_needs_a_client():
+    with pytest.raises(ServingConfigError, match=r"clients \(0\) must be an integer of at least 1"):
+        simulate(COSTS, 1, [Call(0.0, 1, 1)], clients=0)

@@ -259,7 +259,8 @@ def bench(args: argparse.Namespace, workload: Workload, key: str | None) -> dict
         "workload": {"input_tokens": asdict(workload.input), "output_tokens": asdict(workload.output)},
         "layout": {**layout_document(plan), "engine": serving.name} if plan else None, "layout_source": layout_source,
         "predictions": predictions, "instances": {"count": fleet.instances, "source": fleet.source},
-        "profiles": [_profile_document(m, _predicted(m, plan, fleet.instances)) for m in measured],
+        "profiles": [_profile_document(m, _predicted(m, plan, fleet.instances, args.max_concurrency))
+                     for m in measured],
         "results": {"json": str(results / "bench.json"), "png": str(results / "bench.png"),
                     "guidellm_log": str(results / "guidellm.log")},
         "guidellm": version,
@@ -364,7 +365,8 @@ def _layout_predictions(plan: ServingPlan | None, workload: Workload) -> dict[st
             "requests_per_second": prediction.requests_per_second_instance}
 
 
-def _predicted(m: Measured, plan: ServingPlan | None, instances: int) -> dict[str, Any] | None:
+def _predicted(m: Measured, plan: ServingPlan | None, instances: int,
+               max_concurrency: int = DEFAULT_MAX_CONCURRENCY) -> dict[str, Any] | None:
     """The predictions of a profile's measured figures, in their units, or None without a layout or
     a completed request.
 
@@ -372,10 +374,13 @@ def _predicted(m: Measured, plan: ServingPlan | None, instances: int) -> dict[st
     :func:`neuron_serving.plan.queueing.simulate` over ``instances`` times the layout's replicas, each
     of :func:`~neuron_serving.plan.performance.replica_costs`, the requests of the profile's measured
     mean input and output tokens. The synchronous profile sends one request at a time, so it is a
-    request alone. The others replay as many requests as the benchmark sent, arriving evenly at its
-    measured requests per second: guidellm's constant profile starts requests at uniform intervals
-    (guidellm/scheduler/strategies.py, ``AsyncConstantStrategy.next_request_time``); its throughput
-    profile keeps its concurrency limit in flight, which the even arrivals stand for. A request's
+    request alone. The others replay as many requests as the benchmark sent: the constant profile's
+    arriving evenly at its measured requests per second, as guidellm's constant profile starts
+    requests at uniform intervals (guidellm 0.8, guidellm/scheduler/strategies.py,
+    ``AsyncConstantStrategy.next_request_time``); the throughput profile's as a closed loop of
+    ``max_concurrency`` clients, as guidellm's ``ThroughputStrategy`` schedules every request at
+    once with at most ``max_concurrency`` in flight (same file, ``requests_limit`` and
+    ``next_request_time``). A request's
     ITL is its mean over the tokens after the first, as guidellm measures it
     (guidellm/schemas/base/request_stats.py, ``inter_token_latency_ms``).
 
@@ -394,8 +399,13 @@ def _predicted(m: Measured, plan: ServingPlan | None, instances: int) -> dict[st
     rate = None if m.profile == SYNCHRONOUS else m.requests_per_second
     if rate is not None and rate <= 0:
         return None
-    trace = _trace(rate, m.successful + m.errored + m.incomplete, input_tokens, output_tokens)
-    timings = queueing.simulate(costs, replicas, trace)
+    count = m.successful + m.errored + m.incomplete
+    if m.profile == THROUGHPUT:
+        trace = [queueing.Call(0.0, input_tokens, output_tokens) for _ in range(max(1, count))]
+        timings = queueing.simulate(costs, replicas, trace, clients=max_concurrency)
+    else:
+        trace = _trace(rate, count, input_tokens, output_tokens)
+        timings = queueing.simulate(costs, replicas, trace)
     itl = [(t.e2e_s - t.ttft_s) / (output_tokens - 1) * 1e3 for t in timings] if output_tokens > 1 else []
     saturation = replicas * performance.saturated_requests_per_second(
         costs.batch_size, costs.prefill(input_tokens), costs.step(costs.batch_size), output_tokens)
@@ -412,7 +422,7 @@ def _predicted(m: Measured, plan: ServingPlan | None, instances: int) -> dict[st
 
 
 def _trace(rate: float | None, count: int, input_tokens: int, output_tokens: int) -> list[queueing.Call]:
-    """The requests a profile's prediction replays: ``count`` arriving evenly at ``rate`` per second,
+    """The requests a constant profile's prediction replays: ``count`` arriving evenly at ``rate`` per second,
     or with no rate (one request at a time) one request, which is each of them."""
     if rate is None:
         return [queueing.Call(0.0, input_tokens, output_tokens)]
@@ -521,8 +531,8 @@ def _report(printer: Printer, document: dict[str, Any]) -> None:
         printer.print(f"pred: the performance model's (neuron_serving.plan.performance) for {fleet}: each percentile "
                       "from its discrete-event model of the replicas and router (neuron_serving.plan.queueing) with "
                       "the row's measured mean tokens, synchronous a request alone, the other rows as many requests "
-                      "as they sent arriving evenly at their measured req/s; throughput's req/s and output tok/s "
-                      "at saturation")
+                      "as they sent, constant rows arriving evenly at their measured req/s, throughput from "
+                      "--max-concurrency clients; throughput's req/s and output tok/s at saturation")
         for p in document["profiles"]:
             utilisation = (p["predicted"] or {}).get("utilisation")
             if utilisation is not None and utilisation >= 1:

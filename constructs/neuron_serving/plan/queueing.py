@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from .errors import Problems
+from .errors import Problems, ServingConfigError, problem
 
 
 class Request(Protocol):
@@ -218,7 +218,7 @@ class _Busy:
 
 
 def simulate(costs: ReplicaCosts, replicas: int, trace: Sequence[Arrival],
-             max_in_flight: int | None = None) -> list[Timing]:
+             max_in_flight: int | None = None, clients: int | None = None) -> list[Timing]:
     """Each request of ``trace`` served by ``replicas`` replicas of ``costs`` behind the router; their
     timings, in the trace's order.
 
@@ -228,7 +228,13 @@ def simulate(costs: ReplicaCosts, replicas: int, trace: Sequence[Arrival],
 
     :param max_in_flight: requests the router sends one replica at once. Default: its batch size
         (``maxconn`` in the shipped router).
+    :param clients: a closed loop of this many clients, each sending its next request of the trace
+        as soon as its last one ends (a load generator's concurrency limit): the first ``clients``
+        requests arrive at their ``start``, each later one when a request ends, and its timings
+        count from then. Default: none, every request arrives at its ``start``.
     """
+    if clients is not None and (isinstance(clients, bool) or not isinstance(clients, int) or clients < 1):
+        raise ServingConfigError([problem("clients", clients, "must be an integer of at least 1")])
     limit = costs.batch_size if max_in_flight is None else max_in_flight
     schedules = [BatchSchedule[_Job](costs) for _ in range(replicas)]
     busy: list[_Busy | None] = [None] * replicas
@@ -270,8 +276,10 @@ def simulate(costs: ReplicaCosts, replicas: int, trace: Sequence[Arrival],
                 state.repeat = steps
                 state.event = push(state.start + steps * state.operation.seconds, replica)
 
-    for index, job in enumerate(jobs):
-        push(job.arrival.start, -1, index)
+    arrived = [job.arrival.start for job in jobs]
+    opened = len(jobs) if clients is None else min(clients, len(jobs))
+    for index in range(opened):
+        push(arrived[index], -1, index)
     while events:
         now, number, replica, index = heapq.heappop(events)
         if replica < 0:
@@ -290,12 +298,16 @@ def simulate(costs: ReplicaCosts, replicas: int, trace: Sequence[Arrival],
                 job.first = now
         for job in schedules[replica].done(state.operation, state.repeat):
             job.last = now
+            if opened < len(jobs):  # its client sends the next request
+                arrived[opened] = now
+                push(now, -1, opened)
+                opened += 1
         busy[replica] = None
         while queue and schedules[replica].in_flight() < limit:
             schedules[replica].add(queue.popleft())
         start(replica, now)
-    return [Timing(job.first - job.arrival.start, job.last - job.arrival.start)  # type: ignore[operator]
-            for job in jobs]
+    return [Timing(job.first - start, job.last - start)  # type: ignore[operator]
+            for job, start in zip(jobs, arrived, strict=True)]
 
 
 @dataclass(frozen=True)

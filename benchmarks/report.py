@@ -1,6 +1,7 @@
 """The figures of one benchmark run (a JSON document) and its targets, each PASS or MISS: issue 12's
-router overhead and failover, and the planner's prediction of the mixed traces against the fake
-replicas' measurement (issue 25). Issue 12's two mixed-workload targets are withdrawn (below what
+router overhead and failover, the planner's prediction of the mixed traces against the fake
+replicas' measurement (issue 25), and the goodput objective's layout against the default one on
+one instance (issue 25, :func:`layouts_figures`). Issue 12's two mixed-workload targets are withdrawn (below what
 any router can reach, see :func:`floor_latencies`) and reported without a verdict."""
 
 from __future__ import annotations
@@ -16,14 +17,19 @@ from .load import Call, Outcome
 from .scenarios import (
     BATCH_SIZE,
     FAILOVER_LOAD,
+    LAYOUTS_LOAD,
     OVERHEAD_BATCH_SIZE,
     OVERHEAD_PROMPT_TOKENS,
+    SEED,
     VICTIM,
     FailoverResult,
+    LayoutRun,
+    LayoutsResult,
     MixedResult,
     OverheadResult,
     OverloadResult,
     Scale,
+    layouts_mix,
     statuses,
 )
 from .workload import PREFILL_SECONDS_PER_TOKEN, STEP_SECONDS, TIME_SCALE, replica_costs
@@ -51,7 +57,8 @@ class Target:
     value: float | None
     limit: float
     kind: str = "at most"
-    """``at most`` (the value at most ``limit``) or ``within`` (the value within ``limit`` of 1)."""
+    """``at most`` (the value at most ``limit``), ``below`` (the value less than ``limit``) or
+    ``within`` (the value within ``limit`` of 1)."""
     floor: float | None = None
     """The best value any router could reach (see :func:`floor_latencies`), where one is known."""
 
@@ -61,6 +68,8 @@ class Target:
             return False
         if self.kind == "within":
             return abs(self.value - 1) <= self.limit + 1e-9
+        if self.kind == "below":
+            return self.value < self.limit
         return self.value <= self.limit
 
     def to_json(self) -> dict[str, Any]:
@@ -156,6 +165,37 @@ def planner_figures(predicted: Sequence[Timing], measured: dict[str, Any]) -> di
     return figures
 
 
+def layouts_figures(result: LayoutsResult) -> dict[str, Any]:
+    """The layouts scenario: its load and the goodput objective's pick (real seconds); each layout's
+    description, measured latencies and the planner's prediction of them (the benchmark's clock);
+    and the goodput layout's measured p99s over the default layout's."""
+    recommendation = result.recommendation
+    assert recommendation.load is not None
+    load = recommendation.load
+    figures: dict[str, Any] = {
+        "rate_per_second": round(result.rate, 3),
+        "capacity_per_second": round(result.capacity, 3),
+        # The goodput objective's pick, as it predicted it on the real clock (TIME_SCALE times the benchmark's).
+        "recommendation": {"p99_ttft_ms_target": round(result.p99_ttft_target_ms, 1),
+                           "instances": load.instances, "utilisation": round(load.utilisation, 3),
+                           "real_ttft_p99": _seconds(load.ttft_p99_s), "real_e2e_p99": _seconds(load.e2e_p99_s),
+                           "reason": recommendation.reason},
+    }
+    for name, run in result.runs.items():
+        measured = latencies(run.outcomes)
+        figures[name] = {"layout": _layout(run), "measured": measured,
+                         "planner": planner_figures(run.predicted, measured)}
+    default, goodput = figures["default"]["measured"], figures["goodput"]["measured"]
+    figures["ratios"] = {key: ratio(goodput[key], default[key]) for key in ("ttft_p99", "e2e_p99")}
+    return figures
+
+
+def _layout(run: LayoutRun) -> dict[str, Any]:
+    plan = run.plan
+    return {"degree": plan.degree, "batch_size": plan.batch_size, "sequence_length": plan.sequence_length,
+            "replicas": len(plan.replicas), "costs_on_the_benchmark_clock": asdict(run.costs)}
+
+
 def floor_latencies(trace: Sequence[Call]) -> dict[str, float | None]:
     """The p99 TTFT and end-to-end latency no router can beat on ``trace``: each request alone on
     an idle replica, never queued and never stalled by another's prefill (its own prefill, which
@@ -207,9 +247,20 @@ def targets(figures: dict[str, Any]) -> list[Target]:
                    kind="within"),
             Target("planner p99 end-to-end within 20% of the fake replicas", planner["e2e_p99"], PLANNER_TOLERANCE,
                    kind="within"),
+            *layouts_targets(figures["layouts"]),
             Target("seconds until a killed replica is marked down", failover["seconds_until_marked_down"],
                    MARK_DOWN_LIMIT),
             Target("requests lost beyond those in flight on the killed replica", failover["lost_beyond_in_flight"], 0)]
+
+
+def layouts_targets(layouts: dict[str, Any]) -> list[Target]:
+    """The goodput layout's measured p99 TTFT over the default layout's, below 1; and for each
+    layout, the planner's p99 TTFT over the fakes' measured one, within :data:`PLANNER_TOLERANCE`."""
+    return [Target("layouts: goodput layout's p99 TTFT below the default layout's (same instance count)",
+                   layouts["ratios"]["ttft_p99"], 1.0, kind="below"),
+            *(Target(f"layouts: planner p99 TTFT within 20% of the fakes, {name} layout",
+                     layouts[name]["planner"]["ratios"]["ttft_p99"], PLANNER_TOLERANCE, kind="within")
+              for name in ("default", "goodput"))]
 
 
 def withdrawn(figures: dict[str, Any]) -> list[dict[str, Any]]:
@@ -223,7 +274,7 @@ def withdrawn(figures: dict[str, Any]) -> list[dict[str, Any]]:
 
 def setup(scale: Scale) -> dict[str, Any]:
     """What the run modelled, for readers of the figures."""
-    mix = scale.mix
+    mix, layouts = scale.mix, layouts_mix(scale)
     return {
         "replica": {"step_seconds": STEP_SECONDS, "prefill_seconds_per_token": PREFILL_SECONDS_PER_TOKEN,
                     "costs_on_the_mixed_clock": asdict(replica_costs(BATCH_SIZE, TIME_SCALE))},
@@ -239,12 +290,16 @@ def setup(scale: Scale) -> dict[str, Any]:
         "failover": {"load": FAILOVER_LOAD, "seconds": scale.failover_seconds, "down_seconds": scale.down_seconds,
                      "killed": VICTIM},
         "overload": {"requests_per_route": scale.overload_requests},
+        "layouts": {"long_share": layouts.long_share, "long_input_tokens": layouts.long_input_tokens,
+                    "chat_input_tokens": list(layouts.chat_input_tokens),
+                    "output_tokens": list(layouts.output_tokens), "load": LAYOUTS_LOAD,
+                    "requests": scale.layouts_requests, "seed": SEED},
     }
 
 
 def summary(figures: dict[str, Any]) -> str:
-    """The targets, one line each, for the terminal; then the withdrawn ones and the ratios to the
-    floor."""
+    """The targets, one line each, for the terminal; then the withdrawn ones, the ratios to the
+    floor, and each layout's p99s measured and predicted."""
     lines = []
     for target in figures["targets"]:
         value = "none" if target["value"] is None else f"{target['value']:g}"
@@ -258,6 +313,14 @@ def summary(figures: dict[str, Any]) -> str:
     for router, ratios in figures["mixed"]["to_floor"].items():
         lines.append(f"      mixed workload, {router.replace('_', ' ')} over the floor: "
                      f"p99 TTFT {_show(ratios['ttft_p99'])}, p99 end-to-end {_show(ratios['e2e_p99'])}")
+    layouts = figures["layouts"]
+    for name in ("default", "goodput"):
+        layout, measured, planner = layouts[name]["layout"], layouts[name]["measured"], layouts[name]["planner"]
+        replicas = f"{layout['replicas']} replica" + ("" if layout["replicas"] == 1 else "s")
+        lines.append(f"      layouts, {name}: degree {layout['degree']} ({replicas}), batch "
+                     f"{layout['batch_size']}, sequence {layout['sequence_length']}: p99 TTFT "
+                     f"{_show(measured['ttft_p99'])} s (planner {_show(planner['ttft_p99'])}), p99 end-to-end "
+                     f"{_show(measured['e2e_p99'])} s (planner {_show(planner['e2e_p99'])})")
     return "\n".join(lines)
 
 

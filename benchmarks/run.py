@@ -29,6 +29,7 @@ def run(scale: Scale, output: Path) -> dict[str, Any]:
         mixed = asyncio.run(scenarios.mixed(scale, workdir))
         failover = asyncio.run(scenarios.failover(scale, workdir))
         overload = asyncio.run(scenarios.overload(scale, workdir))
+        layouts = asyncio.run(scenarios.layouts(scale, workdir))
     figures: dict[str, Any] = {
         "generated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "haproxy": _haproxy_version(),
@@ -38,6 +39,7 @@ def run(scale: Scale, output: Path) -> dict[str, Any]:
         "mixed": report.mixed_figures(mixed),
         "failover": report.failover_figures(failover),
         "overload": report.overload_figures(overload),
+        "layouts": report.layouts_figures(layouts),
     }
     figures["targets"] = [t.to_json() for t in report.targets(figures)]
     figures["withdrawn_targets"] = report.withdrawn(figures)

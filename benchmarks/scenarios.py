@@ -11,12 +11,12 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from neuron_serving.plan import ServingPlan
+from neuron_serving.plan import ServingPlan, ServingRequest, performance, plan_serving
 from neuron_serving.plan.engines import engine
-from neuron_serving.plan.queueing import ReplicaCosts, Timing, simulate
+from neuron_serving.plan.queueing import ReplicaCosts, Timing, percentile, simulate
 
 from .batching_replica import ReplicaHost, ReplicaSpec
 from .load import Call, Outcome, closed_loop, open_loop, stream
@@ -49,6 +49,21 @@ FAILOVER_LOAD = 0.5
 VICTIM = "replica-1"
 """The replica the failover scenario kills."""
 
+LAYOUTS_LONG_INPUT_TOKENS = 3072
+"""The layouts scenario's long prompts: the default layout's longest (its ``max_input_tokens``,
+three quarters of its sequence length of 4096). The mixed scenario's 8192-token prompts fit no
+layout of the planner's model: with static shapes every prompt is padded to the export's sequence
+length, which must hold the prompt and its output, and 8192 is Llama 3 8B's whole context
+(``max_position_embeddings`` 8192 in meta-llama/Meta-Llama-3-8B's ``config.json`` on the Hugging
+Face Hub, as the library's catalog has it: ``neuron_serving/plan/models.py``), leaving no room for
+an output. So the
+default layout could not serve the mixed workload at all; with 3072-token long prompts it can, and
+the comparison is of two layouts on one workload both hold."""
+
+LAYOUTS_LOAD = 0.7
+"""The layouts scenario's arrival rate, as a fraction of the default layout's capacity in the
+planner's terms (:func:`layouts_capacity`)."""
+
 
 @dataclass(frozen=True)
 class Scale:
@@ -69,6 +84,7 @@ class Scale:
         at the first health check it answers after a quarter of it (or at half of it without one).
     :param down_seconds: how long the killed replica stays dead.
     :param overload_requests: requests per route while every replica answers overloaded.
+    :param layouts_requests: requests of the layouts scenario's trace, replayed against each layout.
     :param mixed_seeds: the mixed traces, one per seed. The p99 of a few hundred requests at 70%
         of capacity moves a lot from one trace to another: its tail is a handful of requests
         caught in the rare bursts of arrivals. Several traces, pooled, give a steadier figure.
@@ -83,16 +99,18 @@ class Scale:
     failover_seconds: float
     down_seconds: float
     overload_requests: int
+    layouts_requests: int
     mixed_seeds: tuple[int, ...] = (SEED,)
 
 
 FULL = Scale(overhead_rounds=3, overhead_single_requests=34, overhead_parallel_requests=2,
              overhead_output_tokens={1: 8, 64: 32},
-             mix=Mix(), mixed_requests=450, failover_seconds=24.0, down_seconds=8.0, overload_requests=12)
+             mix=Mix(), mixed_requests=450, failover_seconds=24.0, down_seconds=8.0, overload_requests=12,
+             layouts_requests=350)
 TINY = Scale(overhead_rounds=1, overhead_single_requests=2, overhead_parallel_requests=1,
              overhead_output_tokens={1: 4, 64: 4},
              mix=Mix(output_tokens=(5, 20)), mixed_requests=10, failover_seconds=4.0, down_seconds=1.0,
-             overload_requests=2)
+             overload_requests=2, layouts_requests=10)
 
 
 @dataclass(frozen=True)
@@ -234,6 +252,111 @@ async def mixed(scale: Scale, workdir: Path) -> MixedResult:
                                replicas.metrics_port):
                 run.outcomes[name] = await open_loop(replicas.plan.router_port, run.trace, deadline)
         result.runs.append(run)
+    return result
+
+
+def layouts_mix(scale: Scale) -> Mix:
+    """``scale.mix`` with :data:`LAYOUTS_LONG_INPUT_TOKENS`-token long prompts."""
+    return replace(scale.mix, long_input_tokens=LAYOUTS_LONG_INPUT_TOKENS)
+
+
+def mix_workload(mix: Mix) -> performance.Workload:
+    """``mix``'s mean request, rounded: the workload of the planner's capacity."""
+    chat = sum(mix.chat_input_tokens) / 2
+    mean_input = (1 - mix.long_share) * chat + mix.long_share * mix.long_input_tokens
+    return performance.Workload(round(mean_input), round(sum(mix.output_tokens) / 2))
+
+
+def largest_request(mix: Mix) -> performance.Workload:
+    """``mix``'s largest request: the workload a layout's shapes must hold."""
+    return performance.Workload(max(mix.long_input_tokens, mix.chat_input_tokens[1]), mix.output_tokens[1])
+
+
+def layouts_capacity(mix: Mix, plan: ServingPlan) -> float:
+    """Requests per second ``plan``'s instance completes at saturation with ``mix``'s mean request,
+    in real seconds: :func:`neuron_serving.plan.performance.predict`'s
+    ``requests_per_second_instance``, every slot always busy and every prefill the whole sequence's
+    (static shapes: so the mean prompt's length does not matter, the mean output's does)."""
+    return performance.predict(plan, mix_workload(mix)).requests_per_second_instance
+
+
+def with_ports(plan: ServingPlan, router_port: int) -> ServingPlan:
+    """``plan``'s layout again, its router on ``router_port`` and its replicas on the ports after."""
+    return plan_serving(replace(plan.request, router_port=router_port, first_replica_port=router_port + 1))
+
+
+def goodput_layout(mix: Mix, rate: float, trace: list[Call], p99_ttft_ms: float) -> performance.Recommendation:
+    """The layout the ``goodput`` objective picks on the default instance type for ``trace`` (real
+    seconds) at ``rate``, within ``p99_ttft_ms``: the cheapest fleet, and among fleets of its price
+    the lowest p99 TTFT. Raises :class:`RuntimeError` unless that fleet is one instance, the default
+    layout's count: the scenario compares layouts of one instance."""
+    request = ServingRequest(MODEL, INSTANCE_TYPE)
+    recommendation = performance.recommend(request, "goodput", workload=largest_request(mix),
+                                           goodput=performance.Goodput(rate, p99_ttft_ms=p99_ttft_ms), trace=trace)
+    if recommendation.load is None or recommendation.load.instances != 1:
+        instances = None if recommendation.load is None else recommendation.load.instances
+        raise RuntimeError(f"the goodput objective picked {performance.layout_label(recommendation.plan)} on "
+                           f"{instances} instances, not 1: the layouts scenario compares layouts of one instance")
+    return recommendation
+
+
+@dataclass
+class LayoutRun:
+    """One layout's replay of the layouts trace behind the shipped router: its plan, the fakes'
+    costs (the planner's :func:`~neuron_serving.plan.performance.replica_costs` on the benchmark's
+    clock), each request's outcome, and the planner's prediction of the same trace with the same
+    costs (:func:`~neuron_serving.plan.queueing.simulate`), in the trace's order."""
+
+    plan: ServingPlan
+    costs: ReplicaCosts
+    outcomes: list[Outcome] = field(default_factory=list)
+    predicted: list[Timing] = field(default_factory=list)
+
+
+@dataclass
+class LayoutsResult:
+    """The layouts scenario: its mix, the rate and the default layout's capacity (real seconds),
+    the trace (on the benchmark's clock), the goodput objective's recommendation and its p99 TTFT
+    target, and each layout's run (``default`` and ``goodput``)."""
+
+    mix: Mix
+    rate: float
+    capacity: float
+    trace: list[Call]
+    recommendation: performance.Recommendation
+    p99_ttft_target_ms: float
+    runs: dict[str, LayoutRun] = field(default_factory=dict)
+
+
+async def layouts(scale: Scale, workdir: Path) -> LayoutsResult:
+    """Today's default layout against the one the ``goodput`` objective picks for the same load,
+    on one instance each: one trace of :func:`layouts_mix` at :data:`LAYOUTS_LOAD` of the default
+    layout's capacity (:func:`layouts_capacity`), replayed through the shipped router in front of
+    each layout's fake replicas, whose costs are the planner's for that layout. The goodput
+    objective's target is the default layout's own predicted p99 TTFT on this trace: the cheapest
+    layout doing at least as well, and among those of that price the lowest p99 TTFT."""
+    mix = layouts_mix(scale)
+    most = layouts_capacity(mix, DEFAULT_PLAN)
+    rate = LAYOUTS_LOAD * most
+    real = mixed_trace(mix, scale.layouts_requests, rate, SEED)
+    default_alone = simulate(performance.replica_costs(DEFAULT_PLAN), len(DEFAULT_PLAN.replicas), real)
+    target_ms = percentile([t.ttft_s for t in default_alone], 99) * 1e3
+    recommendation = goodput_layout(mix, rate, real, target_ms)
+    result = LayoutsResult(mix, rate, most, [replace(c, start=c.start / TIME_SCALE) for c in real],
+                           recommendation, target_ms)
+    for name, plan in (("default", DEFAULT_PLAN), ("goodput", recommendation.plan)):
+        base = free_port_block(len(plan.replicas) + 2)
+        ported = with_ports(plan, base)
+        metrics_port = base + len(ported.replicas) + 1
+        run = LayoutRun(ported, performance.replica_costs(ported).scaled(TIME_SCALE))
+        limit = min(ported.batch_size, engine("tgi").max_concurrent_requests)  # the shipped maxconn
+        run.predicted = simulate(run.costs, len(ported.replicas), result.trace, max_in_flight=limit)
+        # Room for the last arrivals, and for a backlog: ten of the longest requests.
+        longest = run.costs.prefill(mix.long_input_tokens) + mix.output_tokens[1] * run.costs.step(ported.batch_size)
+        specs = [ReplicaSpec(r.name, r.port, run.costs) for r in ported.replicas]
+        async with serving(shipped_config(ported, metrics_port), specs, workdir, metrics_port):
+            run.outcomes = await open_loop(ported.router_port, result.trace, result.trace[-1].start + 10 * longest)
+        result.runs[name] = run
     return result
 
 

@@ -173,6 +173,89 @@ def test_overload_shows_what_clients_get_from_each_route(figures: dict[str, Any]
 
 
 def test_every_target_has_a_value_and_a_verdict(figures: dict[str, Any]) -> None:
-    assert len(figures["targets"]) == 12
+    assert len(figures["targets"]) == 15
     assert {t["result"] for t in figures["targets"]} <= {"PASS", "MISS"}
-    assert all(t["target"].startswith(("at most ", "within ")) for t in figures["targets"])
+    assert all(t["target"].startswith(("at most ", "within ", "below ")) for t in figures["targets"])
+
+
+def test_both_layouts_serve_the_whole_trace_on_one_instance_and_differ(figures: dict[str, Any]) -> None:
+    layouts = figures["layouts"]
+    assert figures["setup"]["layouts"]["requests"] == TINY.layouts_requests
+    assert figures["setup"]["layouts"]["long_input_tokens"] == 3072
+    assert 0 < layouts["rate_per_second"] < layouts["capacity_per_second"]
+    shapes = {}
+    for name in ("default", "goodput"):
+        layout = layouts[name]["layout"]
+        assert set(layouts[name]["measured"]) == LATENCIES
+        assert layouts[name]["measured"]["requests"] == TINY.layouts_requests
+        assert layouts[name]["measured"]["failed"] == 0
+        assert layout["costs_on_the_benchmark_clock"]["batch_size"] == layout["batch_size"]
+        # One instance of inf2.24xlarge: 12 NeuronCores, the replicas' degrees filling them at most.
+        assert layout["degree"] * layout["replicas"] <= 12
+        shapes[name] = (layout["degree"], layout["batch_size"], layout["sequence_length"])
+    assert shapes["default"] == (2, 4, 4096)
+    assert shapes["goodput"] != shapes["default"]
+    assert layouts["recommendation"]["instances"] == 1
+    # The goodput objective's target is the default layout's own predicted p99 TTFT, on the real clock.
+    recommendation = layouts["recommendation"]
+    assert recommendation["real_ttft_p99"] * 1e3 <= recommendation["p99_ttft_ms_target"] + 0.1
+
+
+def test_the_layouts_figures_are_predicted_over_measured_and_goodput_over_default(figures: dict[str, Any]) -> None:
+    layouts = figures["layouts"]
+    for name in ("default", "goodput"):
+        planner, measured = layouts[name]["planner"], layouts[name]["measured"]
+        assert planner["measured"] == {"ttft_p99": measured["ttft_p99"], "e2e_p99": measured["e2e_p99"]}
+        for key in ("ttft_p99", "e2e_p99"):
+            assert planner[key] > 0
+            assert planner["ratios"][key] == round(planner[key] / measured[key], 3)
+    for key in ("ttft_p99", "e2e_p99"):
+        assert layouts["ratios"][key] == round(layouts["goodput"]["measured"][key]
+                                               / layouts["default"]["measured"][key], 3)
+    found = {t["name"]: t for t in figures["targets"] if t["name"].startswith("layouts")}
+    assert [t["value"] for t in found.values()] == [layouts["ratios"]["ttft_p99"],
+                                                    layouts["default"]["planner"]["ratios"]["ttft_p99"],
+                                                    layouts["goodput"]["planner"]["ratios"]["ttft_p99"]]
+    assert [t["target"] for t in found.values()] == ["below 1", "within 0.2 of 1", "within 0.2 of 1"]
+
+
+def test_the_layouts_targets_follow_from_the_numbers_given() -> None:
+    from benchmarks.report import layouts_targets
+
+    def layouts(default_ttft: float, goodput_ttft: float, planner: tuple[float, float]) -> dict[str, Any]:
+        return {"ratios": {"ttft_p99": round(goodput_ttft / default_ttft, 3)},
+                "default": {"planner": {"ratios": {"ttft_p99": planner[0]}}},
+                "goodput": {"planner": {"ratios": {"ttft_p99": planner[1]}}}}
+
+    beaten = [t.passed for t in layouts_targets(layouts(2.0, 0.5, (1.1, 0.7)))]
+    assert beaten == [True, True, False]
+    assert [t.passed for t in layouts_targets(layouts(2.0, 2.0, (0.8, 1.2)))] == [False, True, True]
+    assert layouts_targets(layouts(2.0, 0.5, (1.0, 1.0)))[0].value == 0.25
+
+
+def test_the_layouts_mix_fits_the_default_layout_where_the_mixed_one_cannot() -> None:
+    from benchmarks.scenarios import DEFAULT_PLAN, FULL, largest_request, layouts_capacity, layouts_mix, mix_workload
+    from neuron_serving.plan import performance
+    from neuron_serving.plan.errors import ServingConfigError
+
+    mix = layouts_mix(FULL)
+    assert (mix.long_share, mix.chat_input_tokens, mix.output_tokens) == (0.2, (100, 1000), (50, 250))
+    largest_request(mix).check_fits(DEFAULT_PLAN.request)
+    with pytest.raises(ServingConfigError):
+        largest_request(FULL.mix).check_fits(DEFAULT_PLAN.request)
+    # The capacity is the planner's saturated rate of the mean request:
+    # 0.8 x 550 + 0.2 x 3072 = 1054 tokens in, 150 out.
+    assert mix_workload(mix) == performance.Workload(1054, 150)
+    assert layouts_capacity(mix, DEFAULT_PLAN) == performance.predict(
+        DEFAULT_PLAN, performance.Workload(1054, 150)).requests_per_second_instance
+
+
+def test_the_goodput_layout_must_be_one_instance() -> None:
+    from benchmarks.scenarios import goodput_layout, layouts_mix, mixed_trace
+
+    mix = layouts_mix(TINY)
+    trace = mixed_trace(mix, 10, 2.0, 12)
+    assert goodput_layout(mix, 2.0, trace, 5000.0).load.instances == 1  # type: ignore[union-attr]
+    # Ten times the rate: more than any layout of one instance completes at saturation.
+    with pytest.raises(RuntimeError, match="not 1: the layouts scenario compares layouts of one instance"):
+        goodput_layout(mix, 20.0, mixed_trace(mix, 200, 20.0, 12), 5000.0)

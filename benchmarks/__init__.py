@@ -3,7 +3,7 @@ config that ``neuron_serving.render.router`` renders) in front of fake replicas 
 continuously like TGI Neuron (:mod:`benchmarks.batching_replica`), whose batching decisions and
 costs are the planner's own model (:mod:`neuron_serving.plan.queueing`).
 
-``python -m benchmarks`` runs every scenario in about three minutes on two cores, writes
+``python -m benchmarks`` runs every scenario in about seven minutes on two cores, writes
 ``benchmarks/results/figures.json`` and three plots next to it, and prints its targets with PASS or
 MISS. Each figure is a ratio measured within the run:
 
@@ -20,7 +20,13 @@ MISS. Each figure is a ratio measured within the run:
   reported without a verdict;
 - failover: requests lost when a replica is killed under load, against those in flight on it,
   and seconds until the router marks it down and until the restarted replica takes traffic;
-- overload: what clients get while every replica answers TGI's overloaded error.
+- overload: what clients get while every replica answers TGI's overloaded error;
+- layouts: on one instance, the layout the planner's ``goodput`` objective picks against the
+  default layout (degree 2, 6 replicas of batch 4), each with fakes of the planner's costs for it
+  (``performance.replica_costs``), on one trace of the mixed workload with 3072-token long prompts
+  (the longest the default layout takes) at 70% of the default layout's capacity: p99 TTFT and
+  end-to-end of each through the shipped router, the goodput layout's over the default's (target:
+  below 1), and the planner's prediction of each over the measurement (within 20% of 1).
 
 Round robin, the baseline, is the shipped config with ``balance roundrobin`` and each replica
 sent up to TGI's ``MAX_CONCURRENT_REQUESTS`` (128) at once, so that requests queue inside the

@@ -32,6 +32,7 @@ from neuron_serving.plan.performance import (
     predict_load,
     predict_published,
 )
+from neuron_serving.plan.queueing import Call
 
 LLAMA_8B = ServingRequest("meta-llama/Meta-Llama-3.1-8B-Instruct", "inf2.48xlarge")
 
@@ -367,3 +368,12 @@ def test_the_documented_table_is_the_model_s_own():
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     assert script.table() in (root / "docs" / "performance-model.md").read_text()
+
+
+def test_a_load_prediction_of_a_trace_counts_its_mean_request_at_saturation():
+    plan = plan_serving(replace(LLAMA_8B, tensor_parallel=8))
+    trace = [Call(i * 0.5, 100 if i % 2 else 1000, 50 if i % 2 else 250) for i in range(200)]
+    load = predict_load(plan, Workload(1000, 250), 2.0, trace=trace)
+    mean = predict(plan, Workload(550, 150))
+    assert load.utilisation == pytest.approx(2.0 / mean.requests_per_second_instance)
+    assert load.usd_per_million_tokens == pytest.approx(12.98 / (2.0 * 150 * 3600) * 1e6)

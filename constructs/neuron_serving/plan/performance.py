@@ -372,15 +372,18 @@ def predict_load(plan: ServingPlan, workload: Workload, rate: float, instances: 
     """The latency percentiles of ``instances`` instances laid out as ``plan`` under ``rate``
     requests per second of ``workload``: :data:`LOAD_REQUESTS` Poisson arrivals (seed 0), or
     ``trace``. The fleet's load balancer (least outstanding requests) and each host's router
-    (leastconn) are modelled as one leastconn over every replica of the fleet."""
+    (leastconn) are modelled as one leastconn over every replica of the fleet. With ``trace``,
+    ``workload`` only checks the shapes (give its largest request), and the utilisation and the
+    price per token are the trace's mean request's."""
     workload.check_fits(plan.request)
     requests = poisson_trace(rate, LOAD_REQUESTS, workload.input_tokens, workload.output_tokens) \
         if trace is None else trace
     timings = simulate(replica_costs(plan, calibration), len(plan.replicas) * instances, requests)
     itl = [(t.e2e_s - t.ttft_s) / (r.output_tokens - 1) for t, r in zip(timings, requests, strict=True)
            if r.output_tokens > 1]
+    mean = workload if trace is None else _mean_workload(trace)
     saturated = _predict(plan.model, plan.instance.device, plan.degree, DTYPE_BYTES[plan.dtype], plan.batch_size,
-                         plan.sequence_length, len(plan.replicas), plan.instance.hourly_usd, workload.output_tokens,
+                         plan.sequence_length, len(plan.replicas), plan.instance.hourly_usd, mean.output_tokens,
                          calibration)
     hourly = plan.instance.hourly_usd * instances
     return LoadPrediction(
@@ -392,8 +395,15 @@ def predict_load(plan: ServingPlan, workload: Workload, rate: float, instances: 
         itl_p99_s=percentile(itl, 99) if itl else 0.0,
         e2e_p99_s=percentile([t.e2e_s for t in timings], 99),
         usd_per_hour=hourly,
-        usd_per_million_tokens=hourly / (rate * workload.output_tokens * 3600) * 1e6,
+        usd_per_million_tokens=hourly / (rate * mean.output_tokens * 3600) * 1e6,
     )
+
+
+def _mean_workload(trace: Sequence[Arrival]) -> Workload:
+    """The mean request of ``trace``, in whole tokens: with static shapes, what a replica completes
+    at saturation depends on the prompt not at all and on the output's mean only."""
+    return Workload(max(1, round(sum(r.input_tokens for r in trace) / len(trace))),
+                    max(1, round(sum(r.output_tokens for r in trace) / len(trace))))
 
 
 # --- Published measurements -----------------------------------------------------------------------------------
@@ -915,6 +925,7 @@ def _cheapest_fleet(passing: Sequence[tuple[ServingPlan, Prediction]], workload:
     compared and the lowest p99 TTFT wins. A layout whose request alone misses a target is never
     simulated."""
     rate = goodput.rate
+    mean = workload if trace is None else _mean_workload(trace)
     options = []
     alone_best: tuple[float, float] = (math.inf, math.inf)
     for plan, prediction in passing:
@@ -923,7 +934,9 @@ def _cheapest_fleet(passing: Sequence[tuple[ServingPlan, Prediction]], workload:
         if (goodput.p99_ttft_ms is not None and alone[0] > goodput.p99_ttft_ms) or (
                 goodput.p99_itl_ms is not None and alone[1] > goodput.p99_itl_ms):
             continue
-        fewest = max(1, math.ceil(rate / (prediction.requests_per_second_instance * GOODPUT_UTILISATION)))
+        capacity = prediction.requests_per_second_instance if trace is None else predict(plan, mean) \
+            .requests_per_second_instance
+        fewest = max(1, math.ceil(rate / (capacity * GOODPUT_UTILISATION)))
         if fewest <= goodput.max_instances:
             options.append((fewest * plan.instance.hourly_usd, prediction.ttft_s, fewest, plan, prediction))
     options.sort(key=lambda option: option[:2])

@@ -84,7 +84,7 @@ def test_json_output_is_one_document_with_request_options_predictions_and_recomm
                  "--batch-size", "4", "--sequence-length", "4096", "--output", "json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["request"]["instance_type"] == "inf2.48xlarge"
-    assert document["workload"] == {"input_tokens": 1000, "output_tokens": 256}
+    assert document["workload"] == {"input_tokens": 1000, "output_tokens": 256, "trace": None}
     assert document["objective"] == "cost"
     assert document["constraints"] == {"max_itl_ms": 30.0, "max_ttft_ms": None, "min_tokens_per_second": None}
     assert [d["degree"] for d in document["degrees"]] == list(range(2, 25, 2))
@@ -206,3 +206,59 @@ def test_goodput_prints_the_fleet_its_percentiles_and_utilisation(capsys):
 def test_bad_goodput_input_exits_2_naming_it(capsys, arguments, message):
     assert main([*LLAMA_8B, *arguments]) == 2
     assert message in capsys.readouterr().err
+
+
+def _trace_file(tmp_path, lines: list[dict]) -> str:
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(path)
+
+
+def test_goodput_replays_a_trace_s_own_arrivals_at_its_own_rate(tmp_path, capsys):
+    lines = [{"start": k * 0.25, "input_tokens": 200 + k % 7 * 100, "output_tokens": 60 + k % 5 * 30}
+             for k in range(400)]
+    trace = _trace_file(tmp_path, lines)
+    assert main([*LLAMA_8B, "--objective", "goodput", "--trace", trace, "--p99-ttft-ms", "1500", "--output",
+                 "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    load = document["recommendation"]["load"]
+    assert load["rate"] == pytest.approx(4.0)  # 399 gaps over 99.75 s
+    assert document["workload"]["trace"] == {"requests": 400, "replayed": True}
+    # The shapes hold the largest request: 800 prompt and 180 output tokens.
+    assert (document["workload"]["input_tokens"], document["workload"]["output_tokens"]) == (800, 180)
+    assert load["ttft_p99_s"] <= 1.5
+
+
+def test_goodput_takes_a_trace_s_requests_in_turn_at_the_rate_without_starts(tmp_path, capsys):
+    trace = _trace_file(tmp_path, [{"input_tokens": 300, "output_tokens": 100},
+                                   {"input_tokens": 2000, "output_tokens": 200}])
+    assert main([*LLAMA_8B, "--objective", "goodput", "--trace", trace, "--rate", "3", "--output", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["workload"]["trace"] == {"requests": 2000, "replayed": False}
+    assert document["recommendation"]["load"]["rate"] == 3.0
+    # The price per token counts the mean output, 150 tokens.
+    load = document["recommendation"]["load"]
+    assert load["usd_per_million_tokens"] == pytest.approx(load["usd_per_hour"] / (3 * 150 * 3600) * 1e6)
+
+
+@pytest.mark.parametrize(("lines", "arguments", "message"), [
+    (["{nope"], ["--rate", "2"], "line 1 is not JSON"),
+    ([{"input_tokens": 0, "output_tokens": 5}], ["--rate", "2"],
+     "line 1 needs input_tokens and output_tokens, integers of at least 1"),
+    ([{"start": 0, "input_tokens": 5, "output_tokens": 5}, {"input_tokens": 5, "output_tokens": 5}], ["--rate", "2"],
+     "gives start on some lines only"),
+    ([{"start": 0, "input_tokens": 5, "output_tokens": 5}, {"start": 1, "input_tokens": 5, "output_tokens": 5}],
+     ["--rate", "2"], "rate (2.0) cannot be combined with a trace"),
+    ([{"input_tokens": 5, "output_tokens": 5}], [], "rate (None) is needed by --objective goodput with a trace"),
+])
+def test_a_bad_trace_exits_2_naming_its_line(tmp_path, capsys, lines, arguments, message):
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    assert main([*LLAMA_8B, "--objective", "goodput", "--trace", str(path), *arguments]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_trace_needs_the_goodput_objective(tmp_path, capsys):
+    trace = _trace_file(tmp_path, [{"input_tokens": 300, "output_tokens": 100}])
+    assert main([*LLAMA_8B, "--objective", "cost", "--trace", trace]) == 2
+    assert "applies only with --objective goodput" in capsys.readouterr().err

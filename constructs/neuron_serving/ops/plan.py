@@ -9,9 +9,11 @@ Pure Python on the plan layer: no AWS call, no CDK.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from ..plan.errors import Problems, ServingConfigError
@@ -27,6 +29,7 @@ from ..plan.layout import (
 )
 from ..plan.performance import (
     DEFAULT_WORKLOAD,
+    LOAD_REQUESTS,
     OBJECTIVES,
     Constraints,
     Goodput,
@@ -39,6 +42,7 @@ from ..plan.performance import (
     compare_instances,
     recommend,
 )
+from ..plan.queueing import Call, poisson_trace
 from ..settings import DEFAULT_INSTANCE_TYPE, DEFAULT_MODEL_ID
 from .output import Printer, output_option
 
@@ -84,6 +88,10 @@ def register(commands: Any) -> None:
                       help="with --objective goodput: highest p99 time to first token at the rate, milliseconds")
     plan.add_argument("--p99-itl-ms", type=float, default=None,
                       help="with --objective goodput: highest p99 inter-token latency at the rate, milliseconds")
+    plan.add_argument("--trace", type=Path, default=None, metavar="FILE",
+                      help="with --objective goodput: the requests to serve instead of --input-tokens and "
+                           "--output-tokens, one JSON object per line with input_tokens, output_tokens and, to replay "
+                           "its own arrivals instead of --rate's, start (seconds)")
     plan.add_argument("--input-tokens", type=int, default=DEFAULT_WORKLOAD.input_tokens,
                       help="prompt tokens per request of the workload the predictions are for")
     plan.add_argument("--output-tokens", type=int, default=DEFAULT_WORKLOAD.output_tokens,
@@ -97,7 +105,12 @@ def command(args: argparse.Namespace) -> int:
     printer = Printer(args.output)
     try:
         request, workload, constraints, goodput, space = _plan_inputs(args)
-        document = plan_document(request, workload, args.objective, constraints, goodput=goodput, space=space)
+        trace, replayed = None, False
+        if args.trace is not None:
+            trace, workload, goodput = _trace_inputs(args)
+            replayed = args.rate is None
+        document = plan_document(request, workload, args.objective, constraints, goodput=goodput, space=space,
+                                 trace=trace, replayed=replayed)
     except ServingConfigError as err:
         print(f"neuron-serving: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -135,6 +148,60 @@ def _replicas(count: int) -> str:
     return f"{count} replica" + ("" if count == 1 else "s")
 
 
+def _trace_inputs(args: argparse.Namespace) -> tuple[list[Call], Workload, Goodput]:
+    """``--trace``'s requests, the workload of its largest (for the shapes) and the goodput: at its
+    own arrivals' rate when every request has a ``start`` (``--rate`` is then refused), else at
+    ``--rate``, :data:`~neuron_serving.plan.performance.LOAD_REQUESTS` Poisson arrivals taking the
+    file's requests in turn."""
+    path: Path = args.trace
+    where = f"trace ('{path}')"
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+    except OSError as err:
+        raise ServingConfigError([f"{where} cannot be read: {err.strerror or err}"]) from None
+    requests: list[tuple[float | None, int, int]] = []
+    problems = []
+    for number, line in enumerate(lines, 1):
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            problems.append(f"{where} line {number} is not JSON")
+            continue
+        tokens = [entry.get(key) if isinstance(entry, dict) else None for key in ("input_tokens", "output_tokens")]
+        start = entry.get("start") if isinstance(entry, dict) else None
+        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in tokens):
+            problems.append(f"{where} line {number} needs input_tokens and output_tokens, integers of at least 1")
+        elif start is not None and (isinstance(start, bool) or not isinstance(start, int | float) or start < 0):
+            problems.append(f"{where} line {number}: start must be a number of seconds of at least 0")
+        else:
+            requests.append((None if start is None else float(start), int(entry["input_tokens"]),
+                             int(entry["output_tokens"])))
+    if problems:
+        raise ServingConfigError(problems[:5])
+    if not requests:
+        raise ServingConfigError([f"{where} holds no request"])
+    timed = [start is not None for start, _, _ in requests]
+    if any(timed) and not all(timed):
+        raise ServingConfigError([f"{where} gives start on some lines only: on every line (its own arrivals) or none "
+                                  "(arrivals at --rate)"])
+    if all(timed):
+        if args.rate is not None:
+            raise ServingConfigError([f"rate ({args.rate}) cannot be combined with a {where} of its own arrivals"])
+        trace = sorted((Call(start or 0.0, i, o) for start, i, o in requests), key=lambda c: c.start)
+        span = trace[-1].start - trace[0].start
+        if len(trace) < 2 or span <= 0:
+            raise ServingConfigError([f"{where}'s arrivals span no time: give two or more starts, or --rate"])
+        rate = (len(trace) - 1) / span
+    else:
+        if args.rate is None:
+            raise ServingConfigError(["rate (None) is needed by --objective goodput with a trace without starts"])
+        rate = args.rate
+        arrivals = poisson_trace(rate, LOAD_REQUESTS, 1, 1)
+        trace = [Call(a.start, *requests[k % len(requests)][1:]) for k, a in enumerate(arrivals)]
+    largest = Workload(max(c.input_tokens for c in trace), max(c.output_tokens for c in trace))
+    return trace, largest, Goodput(rate, args.p99_ttft_ms, args.p99_itl_ms)
+
+
 def _plan_inputs(args: argparse.Namespace) -> tuple[ServingRequest, Workload, Constraints, Goodput | None,
                                                     LayoutSpace]:
     request = ServingRequest(
@@ -155,7 +222,10 @@ def _plan_inputs(args: argparse.Namespace) -> tuple[ServingRequest, Workload, Co
                 problems.add(name, getattr(args, name), "applies only with --objective goodput")
     problems.raise_if_any()
     goodput = None
-    if args.objective == "goodput" or args.rate is not None:
+    if args.trace is not None and args.objective != "goodput":
+        problems.add("trace", str(args.trace), "applies only with --objective goodput")
+        problems.raise_if_any()
+    if (args.objective == "goodput" or args.rate is not None) and args.trace is None:
         if args.rate is None:
             raise ServingConfigError(["rate (None) is needed by --objective goodput: the requests per second the "
                                       "fleet must serve"])
@@ -167,12 +237,15 @@ def _plan_inputs(args: argparse.Namespace) -> tuple[ServingRequest, Workload, Co
 
 def plan_document(request: ServingRequest, workload: Workload, objective: str | None,
                   constraints: Constraints, *, goodput: Goodput | None = None,
-                  space: LayoutSpace | None = None) -> dict[str, Any]:
+                  space: LayoutSpace | None = None, trace: Sequence[Call] | None = None,
+                  replayed: bool = False) -> dict[str, Any]:
     """What ``neuron-serving plan --output json`` prints. Keys (times in seconds, memory in GiB):
 
     - ``request``: ``model_id``, ``instance_type`` (or ``"any"``), ``batch_size``,
       ``sequence_length``, ``max_input_tokens``, ``dtype``;
-    - ``workload``: ``input_tokens``, ``output_tokens``;
+    - ``workload``: ``input_tokens``, ``output_tokens`` (with a trace, its largest request's), and
+      ``trace``: ``requests`` and ``replayed`` (true: its own arrivals; false: Poisson at the
+      rate), or null;
     - ``objective``: ``latency``, ``throughput``, ``cost``, ``goodput`` or null;
     - ``constraints``: ``max_itl_ms``, ``max_ttft_ms``, ``min_tokens_per_second`` (null: none);
     - ``goodput``: ``rate``, ``p99_ttft_ms``, ``p99_itl_ms``, ``max_instances``, or null;
@@ -218,14 +291,16 @@ def plan_document(request: ServingRequest, workload: Workload, objective: str | 
             "max_input_tokens": request.effective_max_input_tokens,
             "dtype": request.dtype,
         },
-        "workload": {"input_tokens": workload.input_tokens, "output_tokens": workload.output_tokens},
+        "workload": {"input_tokens": workload.input_tokens, "output_tokens": workload.output_tokens,
+                     "trace": None if trace is None else {"requests": len(trace), "replayed": replayed}},
         "objective": objective,
         "constraints": {name: getattr(constraints, name)
                         for name in ("max_itl_ms", "max_ttft_ms", "min_tokens_per_second")},
         "goodput": None if goodput is None else asdict(goodput),
     }
     if request.instance_type == ANY_INSTANCE and objective is not None:
-        compared = compare_instances(request, objective, constraints, workload, goodput=goodput, space=space)
+        compared = compare_instances(request, objective, constraints, workload, goodput=goodput, space=space,
+                                     trace=trace)
         document["instance_types"] = [
             {"instance_type": r.plan.instance.name, "hourly_usd": r.plan.instance.hourly_usd,
              "degree": r.plan.degree, "batch_size": r.plan.batch_size, "sequence_length": r.plan.sequence_length,
@@ -240,7 +315,7 @@ def plan_document(request: ServingRequest, workload: Workload, objective: str | 
     document["degrees"] = [_degree_entry(option, predicted.get(option.degree)) for option in options]
     if objective is not None:
         return _recommended(document, recommend(request, objective, constraints, workload, goodput=goodput,
-                                                space=space))
+                                                space=space, trace=trace))
     try:
         default = plan_serving(request)
     except ServingConfigError as err:

@@ -231,3 +231,9 @@ def test_the_boot_timeout_range_is_worded_once_for_the_setting():
     with pytest.raises(ServingConfigError, match=r"^boot_timeout_minutes \(900\) must be 1 to 720 minutes "
                                                  r"\(CloudFormation waits at most 12 hours for signals\)$"):
         StackSettings(boot_timeout_minutes=900)
+
+
+def test_an_objective_chooses_only_batch_sizes_the_engine_serves():
+    # optimum-neuron's vLLM serves batches of 2 and more; the latency objective would take 1 otherwise.
+    assert _settings(**LLAMA_31_48XL, objective="latency").plan().batch_size == 1
+    assert _settings(**LLAMA_31_48XL, objective="latency", engine="vllm").plan().batch_size == 2

@@ -24,6 +24,7 @@ from ..plan.host import (
 )
 from ..plan.layout import ServingPlan, ServingRequest, builder_plan, compile_memory_problem, plan_serving
 from ..plan.performance import (
+    BATCH_SIZES,
     DEFAULT_WORKLOAD,
     OBJECTIVES,
     Constraints,
@@ -370,9 +371,12 @@ class StackSettings:
 
     @property
     def space(self) -> LayoutSpace:
-        """The batch sizes and sequence lengths an objective chooses among: the given ones alone."""
-        return LayoutSpace(None if self.batch_size is None else (self.batch_size,),
-                           None if self.sequence_length is None else (self.sequence_length,))
+        """The batch sizes and sequence lengths an objective chooses among: the given ones alone, else
+        every one the engine serves (:attr:`~neuron_serving.plan.engines.base.Engine.min_batch_size`)."""
+        engine = ENGINES.get(self.engine)
+        least = 1 if engine is None else engine.min_batch_size
+        batches = tuple(b for b in BATCH_SIZES if b >= least) if self.batch_size is None else (self.batch_size,)
+        return LayoutSpace(batches, None if self.sequence_length is None else (self.sequence_length,))
 
     @property
     def load(self) -> LoadPrediction | None:

@@ -270,6 +270,8 @@ class Engine(ABC):
     max_concurrent_requests: int
     """The most requests the router may send one replica at once (by default it sends the
     plan's batch size and queues the rest itself)."""
+    min_batch_size: int = 1
+    """The smallest static batch the engine serves; an objective chooses among those at least this."""
     health_path: str = "/health"
     """The route that answers 200 once the replica can generate."""
     api_routes: Mapping[str, tuple[str, ...]]

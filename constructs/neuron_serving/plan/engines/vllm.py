@@ -99,6 +99,7 @@ class Vllm(Engine):
     images = (OPTIMUM_NEURON_VLLM_0_4_5,)
     container_port = CONTAINER_PORT
     max_concurrent_requests = MAX_CONCURRENT_REQUESTS
+    min_batch_size = MIN_BATCH_SIZE
     # The inherited health_path, /health: vllm/entrypoints/openai/api_server.py (0.11.0) answers
     # GET /health with 200 and an empty body while the engine runs and 503 once it died; the
     # port opens only after the model loaded.
@@ -137,7 +138,7 @@ class Vllm(Engine):
 
     def check_plan(self, plan: ServingPlan, image: ServingImage) -> None:
         problems = []
-        if plan.batch_size < MIN_BATCH_SIZE:
+        if plan.batch_size < self.min_batch_size:
             problems.append(problem("batch_size", plan.batch_size, f"must be at least {MIN_BATCH_SIZE} with engine "
                                     "vllm: optimum-neuron compiles continuous batching, which its vLLM plugin "
                                     "needs, only for larger batches"))

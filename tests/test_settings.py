@@ -151,7 +151,7 @@ def test_latency_and_cost_objectives_choose_different_degrees():
         ({"objective": "goodput", "rate": "30"}, "fleet ('instance') is one instance, but objective=goodput needs"),
         ({"objective": "latency", "tensor_parallel": "8"},
          "objective ('latency') applies only with tensor_parallel=auto: tensor_parallel 8 leaves no degree"),
-        ({"max_itl_ms": "30"}, "max_itl_ms (30.0) is a constraint on the degree the objective chooses"),
+        ({"max_itl_ms": "30"}, "max_itl_ms (30.0) is a constraint on the layout the objective chooses"),
         ({"objective": "cost", "min_tokens_per_second": "0"}, "min_tokens_per_second (0.0) must be a positive number"),
         ({"workload_input_tokens": "5000"}, "workload_input_tokens (5000) must be at most max_input_tokens (3072)"),
         ({"workload_output_tokens": "0"}, "workload_output_tokens (0) must be an integer of at least 1"),

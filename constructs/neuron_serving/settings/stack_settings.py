@@ -50,7 +50,7 @@ DEFAULT_INSTANCE_TYPE = "inf2.24xlarge"
 """6 Neuron devices: the default 8B model fits at degree 2, giving 6 data-parallel replicas."""
 
 CONSTRAINT_KEYS = ("max_itl_ms", "max_ttft_ms", "min_tokens_per_second")
-"""Limits on the performance model's predictions that the chosen degree must meet, with ``objective``."""
+"""Limits on the performance model's predictions that the chosen layout must meet, with ``objective``."""
 
 GOODPUT_KEYS = ("rate", "p99_ttft_ms", "p99_itl_ms")
 """What the ``goodput`` objective serves: a request rate within p99 targets."""
@@ -159,8 +159,8 @@ class StackSettings:
     p99_itl_ms: float | None = setting(None, """With `objective=goodput`: the highest 99th percentile of a
         request's inter-token latency at `rate`, in milliseconds.""")
     max_itl_ms: float | None = setting(None, """With `objective`: the highest inter-token latency at full
-        batch, in milliseconds, the chosen degree must reach. When no degree does, synthesis stops naming the
-        setting and the best figure any degree reaches.""")
+        batch, in milliseconds, the chosen layout must reach. When no layout does, synthesis stops naming the
+        setting and the best figure any layout reaches.""")
     max_ttft_ms: float | None = setting(None, """With `objective`: the highest time to first token of a
         request alone on a replica, in milliseconds.""")
     min_tokens_per_second: float | None = setting(None, """With `objective`: the fewest output tokens per
@@ -487,7 +487,7 @@ class StackSettings:
                          f"{self.tensor_parallel} leaves no degree to choose")
         for key in CONSTRAINT_KEYS:
             if getattr(self, key) is not None and objective is None:
-                problems.add(key, getattr(self, key), "is a constraint on the degree the objective chooses: add "
+                problems.add(key, getattr(self, key), "is a constraint on the layout the objective chooses: add "
                              f"-c objective=<{'|'.join(OBJECTIVES)}> (and tensor_parallel=auto)")
         for key in GOODPUT_KEYS:
             if getattr(self, key) is not None and objective != "goodput":

@@ -373,7 +373,8 @@ class StackSettings:
     def space(self) -> LayoutSpace:
         """The batch sizes and sequence lengths an objective chooses among: the given ones alone, else
         every one the engine serves (:attr:`~neuron_serving.plan.engines.base.Engine.min_batch_size`)."""
-        engine = ENGINES.get(self.engine)
+        # The engine _check_model looked up (once: tests/cdk/test_host_spec.py counts the lookups).
+        engine = self.__dict__.get("_engine")
         least = 1 if engine is None else engine.min_batch_size
         batches = tuple(b for b in BATCH_SIZES if b >= least) if self.batch_size is None else (self.batch_size,)
         return LayoutSpace(batches, None if self.sequence_length is None else (self.sequence_length,))

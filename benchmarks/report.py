@@ -6,11 +6,11 @@ any router can reach, see :func:`floor_latencies`) and reported without a verdic
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from neuron_serving.plan import queueing
 from neuron_serving.plan.queueing import Timing
 
 from .load import Call, Outcome
@@ -81,10 +81,7 @@ class Target:
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The nearest-rank ``q`` percentile (0 < q <= 100), or ``None`` without values."""
-    if not values:
-        return None
-    ranked = sorted(values)
-    return ranked[max(0, math.ceil(q / 100 * len(ranked)) - 1)]
+    return queueing.percentile(values, q) if values else None
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:

@@ -206,15 +206,16 @@ class NeuronLlamaStack(Stack):
         self.instance: NeuronServingInstance | None = None
         self.fleet: NeuronServingFleet | None = None
         if fleet:
+            capacity = settings.capacity()
             self.fleet = NeuronServingFleet(
                 self,
                 "Fleet",
                 vpc=self.vpc,
                 launch_template=self.launch_template,
                 # The settings' sizes, raised to the instance count objective=goodput chose.
-                min_capacity=settings.capacity()[0],
-                max_capacity=settings.capacity()[1],
-                desired_capacity=settings.capacity()[2],
+                min_capacity=capacity[0],
+                max_capacity=capacity[1],
+                desired_capacity=capacity[2],
             )
             self.endpoint.add_target(self.fleet.auto_scaling_group, self.fleet)
             if settings.target_requests_per_minute is not None:

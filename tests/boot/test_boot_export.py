@@ -412,3 +412,73 @@ def test_a_prebuilt_export_whose_s3_download_fails_twice_is_downloaded_on_the_th
     assert len(host.aws("s3", "sync")) == 3
     assert retry_waits(host) == ["10", "20"]
     assert host.run(CHECK_EXPORT, export_dir(host, plan)).returncode == 0
+
+
+# --- the compile caches (issue 26) ------------------------------------------------------------------
+# What the real docker CLI sends the recording engine for the export. That optimum-neuron then looks
+# the graphs up in these caches, and compiles none that they hold, is run against its real cache
+# proxies in tests/harness/test_compile_cache.py.
+
+def _env(container: dict[str, object]) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in container["Env"])  # type: ignore[attr-defined]
+
+
+def _export_container(host: Host) -> dict[str, object]:
+    [export] = [c for c in host.containers() if c["Entrypoint"] == ["optimum-cli"]]
+    return export
+
+
+def test_the_export_consults_the_public_hub_cache_and_the_s3_compile_cache_without_the_token(
+    make_host: MakeHost,
+) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    options = BootOptions(hf_token_secret="hf", compile_cache="s3://cache-bucket/compile-cache")
+    assert host.boot(boot_of(plan, options)).returncode == 0
+    export = _export_container(host)
+    env = _env(export)
+    assert env["CUSTOM_CACHE_REPO"] == "aws-neuron/optimum-neuron-cache"
+    assert env["NEURON_COMPILE_CACHE_URL"] == "s3://cache-bucket/compile-cache"
+    # Online, so that the proxy can be made; the public cache needs no token, so it gets none.
+    assert "HF_HUB_OFFLINE" not in env and "HF_TOKEN" not in env
+    # The instance role through the instance metadata, which allows one hop: the host's network.
+    assert export["HostConfig"]["NetworkMode"] == "host"  # type: ignore[index]
+    for replica in plan.replicas:
+        assert host.run(RUN_REPLICA, str(replica.index)).returncode == 0
+    for container in host.containers():
+        if container["Entrypoint"] in (["optimum-cli"], ["huggingface-cli"]):
+            continue
+        # The replicas stay offline, on docker's network, without the token.
+        assert _env(container)["HF_HUB_OFFLINE"] == "1" and "HF_TOKEN" not in _env(container)
+        assert container["HostConfig"]["NetworkMode"] != "host"
+
+
+def test_a_private_hub_cache_is_read_with_the_token(make_host: MakeHost) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    boot = boot_of(plan, BootOptions(hf_token_secret="hf"), hub_cache="my-org/neuron-cache")
+    assert host.boot(boot).returncode == 0
+    env = _env(_export_container(host))
+    assert env["CUSTOM_CACHE_REPO"] == "my-org/neuron-cache" and env["HF_TOKEN"] == FAKE_HF_TOKEN
+    # Without the S3 compile cache, the export stays on docker's network.
+    assert _export_container(host)["HostConfig"]["NetworkMode"] != "host"  # type: ignore[index]
+    assert "NEURON_COMPILE_CACHE_URL" not in env
+
+
+def test_without_a_hub_cache_the_export_runs_offline(make_host: MakeHost) -> None:
+    plan = small_plan()
+    host = make_host(1)
+    assert host.boot(boot_of(plan, BootOptions(hf_token_secret="hf"), hub_cache=None)).returncode == 0
+    env = _env(_export_container(host))
+    assert env["HF_HUB_OFFLINE"] == "1" and "CUSTOM_CACHE_REPO" not in env and "HF_TOKEN" not in env
+
+
+@pytest.mark.parametrize("role", ["wait", "prebuilt"])
+def test_a_host_that_compiles_nothing_is_given_no_compile_cache(role: str) -> None:
+    plan = small_plan()
+    options = BootOptions(compile_cache="s3://cache-bucket/compile-cache",
+                          artifact_cache="s3://cache-bucket/exports" if role == "wait" else None)
+    spec = {"export_role": "wait"} if role == "wait" else {"prebuilt_export": "s3://prebuilt/llama"}
+    boot = boot_of(plan, options, **spec)
+    assert "NEURON_COMPILE_CACHE_URL" not in "".join(boot.files.values())
+    assert "COMPILE_CACHE=" not in "".join(boot.files.values()) and "COMPILE_CACHE" not in boot.deploy_env

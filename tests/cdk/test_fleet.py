@@ -21,7 +21,7 @@ from neuron_serving import (
     WarmPoolHook,
     neuron_dlami,
 )
-from neuron_serving.cdk.artifact_cache import CACHE_OBJECT_ACTIONS
+from neuron_serving.cdk.artifact_cache import CACHE_OBJECT_ACTIONS, COMPILE_CACHE_ACTIONS
 from neuron_serving.cdk.instance import SESSION_MANAGER_ACTIONS
 from neuron_serving.plan import ServingRequest, plan_serving
 from neuron_serving.plan.host import resolve_host
@@ -203,8 +203,12 @@ def test_host_may_use_only_the_cache_prefix_and_signal_its_own_stack(synth):
     objects = by_action[json.dumps(sorted(CACHE_OBJECT_ACTIONS))]
     assert not any("*" in action for action in objects["Action"])
     assert objects["Resource"]["Fn::Join"][1][1] == "/exports/*"
-    listing = by_action[json.dumps("s3:ListBucket")]
-    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["exports/*"]}}
+    # The compile cache: graphs read and added below its own prefix, never deleted.
+    graphs = by_action[json.dumps(sorted(COMPILE_CACHE_ACTIONS))]
+    assert graphs["Resource"]["Fn::Join"][1][1] == "/compile-cache/*"
+    listings = [s["Condition"] for s in statements if s["Action"] == "s3:ListBucket"]
+    assert listings == [{"StringLike": {"s3:prefix": ["exports/*"]}},
+                        {"StringLike": {"s3:prefix": ["compile-cache/*"]}}]
     # Its stack only: reading the stack's values from its launch template's metadata, and signalling.
     # aws-cdk-lib's AutoScalingGroup grants the signal once more, for its signals (aws-cdk-lib 2.275.0,
     # aws-autoscaling/lib/auto-scaling-group.js: props.signals && !props.init && addToRolePolicy(...)).
@@ -214,7 +218,7 @@ def test_host_may_use_only_the_cache_prefix_and_signal_its_own_stack(synth):
     # Beyond the cache and its stack: shipping logs, fetching the boot bundle, Session Manager,
     # tagging itself with its boot phase (tests/cdk/test_security.py).
     assert set(by_action) - {json.dumps(sorted(CACHE_OBJECT_ACTIONS)), json.dumps("s3:ListBucket"),
-                             *stack_actions} == {
+                             json.dumps(sorted(COMPILE_CACHE_ACTIONS)), *stack_actions} == {
         json.dumps(["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]),
         json.dumps("s3:GetObject"), json.dumps("ssm:UpdateInstanceInformation"),
         json.dumps(list(SESSION_MANAGER_ACTIONS)), json.dumps("ec2:CreateTags")}

@@ -151,6 +151,8 @@ def test_instance_role_has_session_manager_the_cache_and_its_signal_only(synth):
     assert actions == sorted(json.dumps(a) for a in (
         "ssm:UpdateInstanceInformation", list(SESSION_MANAGER_ACTIONS),
         ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:PutObject"], "s3:ListBucket",
+        # The compile cache's graphs, and listing its prefix.
+        ["s3:GetObject", "s3:PutObject"], "s3:ListBucket",
         ["cloudformation:DescribeStackResource", "cloudformation:SignalResource"],
         ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"], "s3:GetObject", "ec2:CreateTags"))
     assert "secretsmanager" not in json.dumps(template.host_statements())

@@ -13,6 +13,15 @@ from .buckets import private_bucket
 
 EXPORTS_PREFIX = "exports"
 
+COMPILE_CACHE_PREFIX = "compile-cache"
+"""Where the compiler's persistent cache keeps compiled graphs (``NEURON_COMPILE_CACHE_URL``), one
+directory per graph below ``neuronxcc-<compiler version>/``, as the public Hub cache lays them out."""
+
+COMPILE_CACHE_ACTIONS = ["s3:GetObject", "s3:PutObject"]
+"""What a host may do to objects below the compile cache prefix: the compiler's cache reads a graph
+it finds and writes one it compiled (libneuronxla's ``CompileCacheS3``, whose source is not public:
+the actions are those of a cache that never deletes, and a denied call makes the export compile)."""
+
 COMPLETE_MARKER = "COMPLETE"
 """The name of the completion marker of each key: ``exports/<key>/COMPLETE``
 (``userdata/export-model.sh.j2`` writes and reads it)."""
@@ -129,6 +138,30 @@ class NeuronArtifactCache(Construct):
         )
         self.uri: str = f"s3://{self.bucket.bucket_name}/{EXPORTS_PREFIX}"
         """The prefix hosts pass to the boot script."""
+        self.compile_cache_uri: str = f"s3://{self.bucket.bucket_name}/{COMPILE_CACHE_PREFIX}"
+        """The compiler's persistent cache in this bucket (:meth:`grant_compile_cache`)."""
+
+    def grant_compile_cache(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Let ``grantee`` read and add compiled graphs below :attr:`compile_cache_uri`, and list
+        only that prefix.
+
+        A graph one host compiled is loaded by the exports of every other: like the first export
+        of a key (see the class), a host compromised before it compiles can leave a graph that
+        others use. Turn the cache off (``NeuronBootScript(compile_cache=False)``) where hosts
+        must not trust each other's compilers."""
+        objects = iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=COMPILE_CACHE_ACTIONS,
+            resource_arns=[self.bucket.arn_for_objects(f"{COMPILE_CACHE_PREFIX}/*")],
+        )
+        grantee.grant_principal.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[self.bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{COMPILE_CACHE_PREFIX}/*"]}},
+            )
+        )
+        return objects
 
     def grant_cache(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let ``grantee`` read, publish and clean up exports, and list only the exports prefix;

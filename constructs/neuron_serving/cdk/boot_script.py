@@ -36,7 +36,7 @@ from ..plan.volume import VolumePerformance, volume_performance
 from ..render.boot import HostBoot, check_user_data_size, render_boot_script
 from ..render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook, reports_phases
 from ..render.bundle import write_bundle
-from .artifact_cache import EXPORTS_PREFIX, NeuronArtifactCache
+from .artifact_cache import COMPILE_CACHE_PREFIX, EXPORTS_PREFIX, NeuronArtifactCache
 from .monitoring import NeuronServingMonitoring
 from .scanners import nag_arn
 
@@ -68,6 +68,10 @@ class NeuronBootScript(Construct):
         Default: no token.
     :param artifact_cache: exports shared through S3, so only the first host compiles.
         Default: every host exports for itself.
+    :param compile_cache: with ``artifact_cache``, the export also keeps the graphs it compiles in
+        the cache's bucket (:attr:`NeuronArtifactCache.compile_cache_uri`) and fetches those it finds
+        there instead of compiling them, so a graph compiled for any export of the stack is not
+        compiled again. :meth:`grant_boot` grants reading and adding graphs there. Default: true.
     :param signal: the resource the host signals CloudFormation for once every replica serves,
         or with the reason when the boot fails. The instance or fleet construct takes this
         logical id. Default: no signal.
@@ -104,6 +108,7 @@ class NeuronBootScript(Construct):
         spec: HostSpec | None = None,
         hf_token_secret: secretsmanager.ISecret | None = None,
         artifact_cache: NeuronArtifactCache | None = None,
+        compile_cache: bool = True,
         signal: ReadinessSignal | None = None,
         warm_pool_hook: WarmPoolHook | None = None,
         boot_timeout: Duration | None = None,
@@ -119,6 +124,10 @@ class NeuronBootScript(Construct):
         """The host's engine, image, registry and export, resolved."""
         self.hf_token_secret = hf_token_secret
         self.artifact_cache = artifact_cache
+        compiles = self.spec.exports and self.spec.export_role != "wait"
+        self.compile_cache: NeuronArtifactCache | None = (
+            artifact_cache if compile_cache and artifact_cache is not None and compiles else None)
+        """The artifact cache whose bucket keeps the compiled graphs, when the host compiles and uses it."""
         self.signal = signal
         self.warm_pool_hook = warm_pool_hook
         self.monitoring = monitoring
@@ -141,6 +150,7 @@ class NeuronBootScript(Construct):
             api_keys_secret=_secret_id(api_keys_secret),
             load_balancer_authentication=load_balancer_authentication,
             artifact_cache=artifact_cache.uri if artifact_cache else None,
+            compile_cache=self.compile_cache.compile_cache_uri if self.compile_cache else None,
             signal=signal,
             warm_pool_hook=warm_pool_hook,
             monitoring=monitoring.boot_options if monitoring else None,
@@ -242,6 +252,14 @@ class NeuronBootScript(Construct):
                 stack, f"<{bucket}.Arn>/{EXPORTS_PREFIX}/*",
                 "exports are keyed at boot by a hash of model, image and shapes; the host may read and "
                 "write only below the cache prefix",
+            )
+        if self.compile_cache is not None:
+            self.compile_cache.grant_compile_cache(grantee)
+            bucket = stack.get_logical_id(self.compile_cache.bucket.node.default_child)  # type: ignore[arg-type]
+            _acknowledge_prefix(
+                stack, f"<{bucket}.Arn>/{COMPILE_CACHE_PREFIX}/*",
+                "compiled graphs are keyed by the compiler by a hash of each graph; the host may read and add "
+                "them only below the compile cache prefix",
             )
         if (prebuilt := s3_parts(self.spec.prebuilt_export)) is not None:
             bucket, prefix = prebuilt

@@ -53,6 +53,8 @@ class NeuronExportBuilder(Construct):
     :param root_volume_throughput: the builder's gp3 root volume throughput, MiB/s (see
         :class:`NeuronBootScript`). Default: enough to read the weights in 5 minutes.
     :param root_volume_iops: the builder's root volume IOPS. Default: enough for the throughput.
+    :param compile_cache: keep and reuse compiled graphs in the artifact cache's bucket
+        (``NeuronBootScript``'s ``compile_cache``). Default: true.
     """
 
     def __init__(
@@ -68,13 +70,14 @@ class NeuronExportBuilder(Construct):
         hf_token_secret: secretsmanager.ISecret | None = None,
         root_volume_throughput: int | None = None,
         root_volume_iops: int | None = None,
+        compile_cache: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.plan = plan
         self.boot_script = NeuronBootScript(
             self, "BootScript", plan=plan, spec=(spec or resolve_host(plan)).for_builder(),
-            hf_token_secret=hf_token_secret, artifact_cache=artifact_cache,
+            hf_token_secret=hf_token_secret, artifact_cache=artifact_cache, compile_cache=compile_cache,
             root_volume_throughput=root_volume_throughput, root_volume_iops=root_volume_iops,
         )
         self.launch_template = NeuronServingLaunchTemplate(

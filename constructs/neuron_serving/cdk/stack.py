@@ -151,6 +151,7 @@ class NeuronLlamaStack(Stack):
             # Signed-in browsers pass a router that checks keys; without keys it checks nothing.
             load_balancer_authentication=bool(settings.oidc) and bool(settings.api_keys),
             artifact_cache=self.artifact_cache,
+            compile_cache=settings.compile_cache,
             monitoring=self.monitoring,
             signal=ReadinessSignal(stack_name=self.stack_name, logical_id=FLEET_ID if fleet else INSTANCE_ID),
             warm_pool_hook=(
@@ -176,7 +177,8 @@ class NeuronLlamaStack(Stack):
             self.export_builder = NeuronExportBuilder(
                 self, "ExportBuilder", vpc=self.vpc, plan=settings.builder, artifact_cache=self.artifact_cache,
                 machine_image=machine_image, spec=settings.host(), hf_token_secret=secret,
-                root_volume_throughput=settings.root_volume_throughput, root_volume_iops=settings.root_volume_iops,
+                compile_cache=settings.compile_cache, root_volume_throughput=settings.root_volume_throughput,
+                root_volume_iops=settings.root_volume_iops,
             )
         self.launch_template = NeuronServingLaunchTemplate(
             self, "Host", vpc=self.vpc, boot_script=self.boot_script, machine_image=machine_image

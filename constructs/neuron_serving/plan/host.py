@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from .engines import DEFAULT_ENGINE, Engine, ServingImage
 from .engines import engine as find_engine
 from .errors import Problems, ServingConfigError
+from .identifiers import hub_repo
 from .layout import ServingPlan
 from .registry import EcrRegistry, ecr_registry_problem, parse_registry
 from .timing import PULL_MINUTES
@@ -38,6 +39,11 @@ MAX_PULL_ATTEMPTS = max(n for n in range(1, 20) if pull_waits_seconds(n) <= PULL
 """The most pulls whose waits take at most half the pull's allowance in the boot timeout
 (``plan.timing.PULL_MINUTES``), leaving the other half to the pulls themselves: 6 (310 s)."""
 
+PUBLIC_HUB_CACHE = "aws-neuron/optimum-neuron-cache"
+"""optimum-neuron's public Hub cache of compiled graphs, which its export consults unless
+``CUSTOM_CACHE_REPO`` names another (optimum/neuron/utils/cache_utils.py ``HF_HUB_CACHE_REPOS`` and
+``get_hf_hub_cache_repo``, at v0.3.0 and v0.4.5)."""
+
 EXPORT_ROLES = ("serve", "wait", "build")
 """What a host does about the export: ``serve`` (download it from the cache, or make and publish it,
 then serve), ``wait`` (never compile: wait for a builder's export in the cache, then serve) or
@@ -57,6 +63,8 @@ class HostSpec:
     :param prebuilt_export: an export to serve instead of exporting (``s3://`` or ``hf://``), or None.
     :param export_role: one of :data:`EXPORT_ROLES`.
     :param pull_attempts: image pulls tried before the boot fails.
+    :param hub_cache: the Hub repository of compiled graphs the export consults before compiling
+        (optimum-neuron's Hub cache), or None to export offline, compiling every graph.
     """
 
     engine: Engine
@@ -67,6 +75,7 @@ class HostSpec:
     prebuilt_export: str | None = None
     export_role: str = "serve"
     pull_attempts: int = DEFAULT_PULL_ATTEMPTS
+    hub_cache: str | None = PUBLIC_HUB_CACHE
 
     @property
     def pulled(self) -> str:
@@ -95,6 +104,7 @@ def resolve_host(
     prebuilt_export: str | None = None,
     export_role: str = "serve",
     pull_attempts: int = DEFAULT_PULL_ATTEMPTS,
+    hub_cache: str | None = PUBLIC_HUB_CACHE,
 ) -> HostSpec:
     """The :class:`HostSpec` these values name for ``plan``. Raises
     :class:`~neuron_serving.plan.errors.ServingConfigError` with every problem at once, each naming
@@ -112,6 +122,8 @@ def resolve_host(
     :param prebuilt_export: ``s3://bucket/prefix`` or ``hf://org/repo``.
     :param export_role: one of :data:`EXPORT_ROLES`; ``wait`` and ``build`` take no ``prebuilt_export``.
     :param pull_attempts: 1 to :data:`MAX_PULL_ATTEMPTS`.
+    :param hub_cache: a Hub repository id (``namespace/name``) of compiled graphs, or None.
+        Default: :data:`PUBLIC_HUB_CACHE`.
     """
     problems = Problems()
     found: Engine | None = None
@@ -155,11 +167,15 @@ def resolve_host(
                      f"between pulls double from {FIRST_PULL_WAIT_SECONDS} s, and {MAX_PULL_ATTEMPTS} pulls wait "
                      f"{pull_waits_seconds(MAX_PULL_ATTEMPTS)} s, half the {PULL_MINUTES} minutes the boot timeout "
                      "allows for pulling")
+    if hub_cache is not None and (not isinstance(hub_cache, str) or (shape := hub_repo(hub_cache)) is not None):
+        problems.add("hub_compile_cache_repo", hub_cache, shape if isinstance(hub_cache, str) else "must be a "
+                     "Hugging Face Hub repository id, <namespace>/<name>, or None")
     problems.raise_if_any()
     assert found is not None and serving is not None  # every other outcome raised above
     return HostSpec(engine=found, image=serving, registry=registry,
                     registry_pull_through=image_registry_pull_through, model_revision=model_revision,
-                    prebuilt_export=prebuilt_export, export_role=export_role, pull_attempts=pull_attempts)
+                    prebuilt_export=prebuilt_export, export_role=export_role, pull_attempts=pull_attempts,
+                    hub_cache=hub_cache)
 
 
 _REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,254}")

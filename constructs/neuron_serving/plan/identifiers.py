@@ -102,6 +102,14 @@ def email(value: str) -> str | None:
     return None if _EMAIL.fullmatch(value) else "must be one e-mail address"
 
 
+def hub_repo(value: str) -> str | None:
+    """A Hub repository id, ``namespace/name``."""
+    if _HF_REPO.fullmatch(value):
+        return None
+    return ("must be a Hugging Face Hub repository id, <namespace>/<name> (letters, digits and -_. only, at most "
+            "96 characters each)")
+
+
 def s3_uri(value: str) -> str | None:
     """``s3://bucket`` or ``s3://bucket/prefix``."""
     if value.startswith("s3://"):

@@ -119,7 +119,7 @@ from ..plan.engines import (
     ServingImage,
 )
 from ..plan.errors import Problems, ServingConfigError, problem
-from ..plan.host import FIRST_PULL_WAIT_SECONDS, HostSpec, has_space, hf_repo, s3_parts
+from ..plan.host import FIRST_PULL_WAIT_SECONDS, PUBLIC_HUB_CACHE, HostSpec, has_space, hf_repo, s3_parts
 from ..plan.layout import Replica, ServingPlan, compile_memory_problem
 from ..plan.metrics import EMF_LOG, LOG_KINDS, MonitoringOptions
 from ..plan.phases import DETAIL_TAG, FAILED, PHASE_NAMES, PHASE_TAG, READY, SINCE_TAG, TAG_VALUE_LIMIT, WARMED
@@ -228,8 +228,11 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
     elif prebuilt_hf is not None:
         prebuilt = f"hf://{prebuilt_hf}"
     cache = s3_parts(options.artifact_cache) if prebuilt is None else None
+    # Only a host that may compile consults the compile caches.
+    compiles = prebuilt is None and spec.export_role != "wait"
+    compile_cache = s3_parts(options.compile_cache) if compiles else None
     signal, hook, monitoring = options.signal, options.warm_pool_hook, options.monitoring
-    s3 = cache is not None or prebuilt_s3 is not None
+    s3 = cache is not None or prebuilt_s3 is not None or compile_cache is not None
     api_keys = options.api_keys_secret is not None
     report = reports_phases(spec, options)
     report_phase = REPORT_PHASE if report else None
@@ -242,6 +245,8 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
         "PREBUILT": prebuilt,
         "CACHE_BUCKET": cache[0] if cache else None,
         "CACHE_PREFIX": (f"{cache[1]}/" if cache[1] else "") if cache else None,
+        "COMPILE_CACHE": (f"s3://{compile_cache[0]}/{compile_cache[1]}" if compile_cache[1]
+                          else f"s3://{compile_cache[0]}") if compile_cache else None,
         "GROUP_NAME": hook.group_name if hook else None,
         "HOOK_NAME": hook.hook_name if hook else None,
         "SERVICE": monitoring.service if monitoring else None,
@@ -271,6 +276,9 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
             prebuilt=prebuilt,
             prebuilt_s3=prebuilt_s3,
             cache_bucket=cache[0] if cache else None,
+            hub_cache=spec.hub_cache if compiles else None,
+            compile_cache=compile_cache is not None,
+            public_hub_cache=PUBLIC_HUB_CACHE,
             report_phase=report_phase,
             download_export=_phase("download-export"),
             export_model=_phase("export-model"),

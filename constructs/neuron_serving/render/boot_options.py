@@ -107,6 +107,15 @@ class BootOptions:
         published it, else exports and publishes its export there. Needs s3:GetObject,
         s3:PutObject and s3:DeleteObject below the prefix and s3:ListBucket on it. Ignored with
         the spec's ``prebuilt_export``. Default: every host exports for itself.
+    :param compile_cache: an S3 URI prefix (``s3://bucket/prefix``; the bucket may be a CDK token)
+        of compiled graphs shared by hosts, the compiler's persistent cache
+        (``NEURON_COMPILE_CACHE_URL``): the export fetches each graph found there instead of
+        compiling it, before it looks in the spec's Hub cache, and leaves there each graph it
+        compiles. The export's container then runs in the host's network namespace, to reach the
+        instance role's credentials (the instance metadata allows one hop). Needs s3:GetObject and
+        s3:PutObject below the prefix and s3:ListBucket on it. Ignored with the spec's
+        ``prebuilt_export`` and by a host that waits for a builder. Default: none (each export
+        compiles what the Hub cache lacks).
     :param signal: the CloudFormation resource to signal once every replica serves, or on
         failure. Default: no signal.
     :param warm_pool_hook: the launch lifecycle hook of an Auto Scaling group with a warm pool.
@@ -147,6 +156,7 @@ class BootOptions:
 
     hf_token_secret: str | None = None
     artifact_cache: str | None = None
+    compile_cache: str | None = None
     signal: ReadinessSignal | None = None
     warm_pool_hook: WarmPoolHook | None = None
     monitoring: MonitoringOptions | None = None
@@ -164,6 +174,9 @@ class BootOptions:
         if cache is not None and s3_parts(cache) is None:
             problems.add("artifact_cache", cache, "must be an S3 URI prefix such as s3://bucket/exports, "
                          "without spaces, or None")
+        if self.compile_cache is not None and s3_parts(self.compile_cache) is None:
+            problems.add("compile_cache", self.compile_cache, "must be an S3 URI prefix such as "
+                         "s3://bucket/compile-cache, without spaces, or None")
         if self.signal is not None and not isinstance(self.signal, ReadinessSignal):
             problems.add("signal", self.signal, "must be a ReadinessSignal or None")
         if self.warm_pool_hook is not None and not isinstance(self.warm_pool_hook, WarmPoolHook):
@@ -199,7 +212,8 @@ _LOG_GROUP = re.compile(r"[A-Za-z0-9._/#-]{1,512}")
 def reports_phases(spec: HostSpec, options: BootOptions) -> bool:
     """Whether the host reads its instance metadata, and so reports its boot's phases as tags on
     its instance (see :class:`BootOptions`): with any option that calls AWS."""
-    s3 = s3_parts(spec.prebuilt_export) is not None or (options.artifact_cache is not None and spec.exports)
+    s3 = s3_parts(spec.prebuilt_export) is not None or (
+        (options.artifact_cache is not None or options.compile_cache is not None) and spec.exports)
     return (s3 or options.api_keys_secret is not None or options.signal is not None
             or options.warm_pool_hook is not None or options.monitoring is not None)
 

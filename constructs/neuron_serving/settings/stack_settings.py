@@ -18,6 +18,7 @@ from ..plan.host import (
     DEFAULT_PULL_ATTEMPTS,
     FIRST_PULL_WAIT_SECONDS,
     MAX_PULL_ATTEMPTS,
+    PUBLIC_HUB_CACHE,
     HostSpec,
     pull_waits_seconds,
     resolve_host,
@@ -213,6 +214,18 @@ class StackSettings:
     prebuilt_export: str | None = setting(None, """Serve an existing export instead of compiling:
         `s3://bucket/prefix` or `hf://org/repo` (a Hugging Face repository of a Neuron export).""",
         check=identifiers.export_location)
+    hub_compile_cache: bool = setting(True, """The export fetches the graphs that a Hugging Face Hub cache of
+        compiled graphs holds (optimum-neuron's cache: `hub_compile_cache_repo`) instead of compiling them, so a
+        layout that someone compiled before with the image's optimum-neuron and compiler takes minutes, not an
+        hour. The export then reaches the Hub, with the token of `hf_token_secret` when given; the replicas never
+        do. `false` exports offline and compiles every graph.""")
+    hub_compile_cache_repo: str = setting(PUBLIC_HUB_CACHE, """The Hub repository of that cache: optimum-neuron's
+        public one, or your organisation's own (private ones need `hf_token_secret`, whose token must read it).""",
+        check=identifiers.hub_repo)
+    compile_cache: bool = setting(True, """The export also keeps its compiled graphs in the artifact cache's
+        bucket (`s3://<bucket>/compile-cache/`, optimum-neuron's `NEURON_COMPILE_CACHE_URL`), looked up before the
+        Hub cache: a graph compiled once for any layout, revision or stack size of this stack is never compiled
+        again. A `prebuilt_export` compiles nothing and needs neither cache.""")
     builder_instance_type: str | None = setting(None, """The instance type of the builder: a one-off
         instance that exports the model into the artifact cache, then terminates, for serving hosts too
         small to compile it (Llama 3 8B on inf2.xlarge). Those hosts wait for its export and never
@@ -332,6 +345,7 @@ class StackSettings:
                     image_registry_pull_through=self.image_registry_pull_through,
                     model_revision=self.model_revision, prebuilt_export=self.prebuilt_export,
                     pull_attempts=self.pull_attempts,
+                    hub_cache=self.hub_compile_cache_repo if self.hub_compile_cache else None,
                     # With a builder, the hosts never compile: they wait for its export in the cache.
                     export_role="wait" if self.builder is not None else "serve"))
             except ServingConfigError as error:

@@ -35,7 +35,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"0875f2bbc2c98bdc7c930c26b03cff6deba55199d3a83ffab617c72f6771efee  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"827b24c9905a47779d329d1d4fe9901bcf4116b946b60673d9ade0b4ed73c697  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -465,7 +465,7 @@ aws autoscaling "${action[@]}" --region "$REGION" --instance-id "$INSTANCE_ID" \
 # alters a published upload makes the others export for themselves, never serve its files.
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
-# IMAGE, and PREBUILT or CACHE_BUCKET and CACHE_PREFIX, from the stack.
+# IMAGE, and PREBUILT or CACHE_BUCKET and CACHE_PREFIX, and COMPILE_CACHE, from the stack.
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
 key=v4-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-3b6bdb006d46c351
@@ -489,7 +489,7 @@ finish() {
   echo "export-model: $final is complete"
 }
 # hub REPO ARGS...: huggingface-cli download inside the serving image, into the exports
-# directory; the only step that may reach the Hub, and so the only one given the token.
+# directory, with the token; besides it only the compiler may reach the Hub (its cache).
 # Tags the instance with the phase, once it is known that the export is downloaded after all, or
 # made here after all (report-phase).
 report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
@@ -580,12 +580,17 @@ hub "$model" --revision "$revision" --local-dir "/models/$key.src" \
   --include config.json generation_config.json 'model*.safetensors' model.safetensors.index.json tokenizer.json tokenizer_config.json special_tokens_map.json tokenizer.model --exclude 'original/*' ||
   fail "could not download $model at revision $revision after 5 attempts"
 compgen -G "$final.src/*.safetensors" >/dev/null || fail "$model has no safetensors weights"
-# The compiler sees the devices of one replica, as each replica does, and never the Hub. The
-# arguments are the engine's (neuron_serving.plan.engines, Engine.export_arguments).
+# The compiler sees the devices of one replica, as each replica does. The arguments are the
+# engine's (neuron_serving.plan.engines, Engine.export_arguments).
 args=()
 for d in $(seq 0 0); do args+=(--device "/dev/neuron$d"); done
+# optimum-neuron compiles inside hub_neuronx_cache, whose proxy fetches each graph that the Hub cache
+# repository CUSTOM_CACHE_REPO holds instead of compiling it (optimum/neuron/cache/hub_cache.py,
+# CompileCacheHfProxy.exists and download_file; utils/cache_utils.py get_hf_hub_cache_repo: at
+# v0.3.0 and v0.4.5). Offline, the proxy cannot be made ("Bypassing Hub cache") and all compiles.
+args+=(-e CUSTOM_CACHE_REPO=aws-neuron/optimum-neuron-cache)
 echo "export-model: exporting into $final; output in $log"
-if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -e HF_HUB_OFFLINE=1 -v "$exports:/models" "$IMAGE" \
+if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -v "$exports:/models" "$IMAGE" \
   export neuron --model "/models/$key.src" --task text-generation --batch_size 4 --sequence_length 4096 --num_cores 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
   tail -n 20 "$log" >&2
   echo "export-model: export failed; see $log" >&2

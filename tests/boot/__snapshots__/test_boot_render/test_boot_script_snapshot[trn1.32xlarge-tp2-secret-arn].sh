@@ -34,7 +34,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"4a0d88886e2fc94f060c2fc47d3edab796835e9454dbb0e9016eee47e4d77c0a  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"80a27aa59d6ac367c2f35fea1915f1b2cfc13b751ca50cb66403332cee8ba58b  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -273,7 +273,7 @@ sys.exit(1 if found else 0)
 # weights in it, and a complete one that no longer passes is redone.
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
-# IMAGE, and PREBUILT or CACHE_BUCKET and CACHE_PREFIX, from the stack.
+# IMAGE, and PREBUILT or CACHE_BUCKET and CACHE_PREFIX, and COMPILE_CACHE, from the stack.
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/stack.env"
 key=v4-tgi-llama-3-1-8b-instruct-tp2-b4-s4096-bf16-894dfa46b4fe3585
@@ -297,7 +297,7 @@ finish() {
   echo "export-model: $final is complete"
 }
 # hub REPO ARGS...: huggingface-cli download inside the serving image, into the exports
-# directory; the only step that may reach the Hub, and so the only one given the token.
+# directory, with the token; besides it only the compiler may reach the Hub (its cache).
 report() { :; }
 hub() {
   retry docker run --rm --entrypoint huggingface-cli --env-file "$R"/etc/neuron-serving/hf-token.env -v "$exports:/models" "$IMAGE" \
@@ -332,12 +332,17 @@ hub "$model" --local-dir "/models/$key.src" \
   --include config.json generation_config.json 'model*.safetensors' model.safetensors.index.json tokenizer.json tokenizer_config.json special_tokens_map.json tokenizer.model --exclude 'original/*' ||
   fail "could not download $model after 5 attempts"
 compgen -G "$final.src/*.safetensors" >/dev/null || fail "$model has no safetensors weights"
-# The compiler sees the devices of one replica, as each replica does, and never the Hub. The
-# arguments are the engine's (neuron_serving.plan.engines, Engine.export_arguments).
+# The compiler sees the devices of one replica, as each replica does. The arguments are the
+# engine's (neuron_serving.plan.engines, Engine.export_arguments).
 args=()
 for d in $(seq 0 0); do args+=(--device "/dev/neuron$d"); done
+# optimum-neuron compiles inside hub_neuronx_cache, whose proxy fetches each graph that the Hub cache
+# repository CUSTOM_CACHE_REPO holds instead of compiling it (optimum/neuron/cache/hub_cache.py,
+# CompileCacheHfProxy.exists and download_file; utils/cache_utils.py get_hf_hub_cache_repo: at
+# v0.3.0 and v0.4.5). Offline, the proxy cannot be made ("Bypassing Hub cache") and all compiles.
+args+=(-e CUSTOM_CACHE_REPO=aws-neuron/optimum-neuron-cache)
 echo "export-model: exporting into $final; output in $log"
-if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -e HF_HUB_OFFLINE=1 -v "$exports:/models" "$IMAGE" \
+if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -v "$exports:/models" "$IMAGE" \
   export neuron --model "/models/$key.src" --task text-generation --batch_size 4 --sequence_length 4096 --num_cores 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
   tail -n 20 "$log" >&2
   echo "export-model: export failed; see $log" >&2

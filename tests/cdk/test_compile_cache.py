@@ -1,0 +1,62 @@
+"""The compile caches in the stack (issue 26): the export consults the Hub cache and the artifact
+bucket's compile cache by default, each can be turned off, and the host may touch only the compile
+cache's prefix. What the export then does with them is tests/boot/test_boot_export.py's and
+tests/harness/test_compile_cache.py's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from neuron_serving import ServingConfigError, StackSettings
+from neuron_serving.cdk.artifact_cache import COMPILE_CACHE_ACTIONS, COMPILE_CACHE_PREFIX
+from neuron_serving.plan.host import PUBLIC_HUB_CACHE
+
+
+def _compile_cache_statements(template) -> list[dict]:
+    return [s for s in template.host_statements()
+            if COMPILE_CACHE_PREFIX in json.dumps(s.get("Resource")) + json.dumps(s.get("Condition"))]
+
+
+def test_by_default_the_export_uses_the_public_hub_cache_and_the_buckets_compile_cache(synth):
+    template = synth()
+    stack = template.stack
+    assert stack.boot_script.spec.hub_cache == PUBLIC_HUB_CACHE
+    assert stack.boot_script.options.compile_cache == stack.artifact_cache.compile_cache_uri
+    # The bucket's name is filled in at deploy: the URL is in the launch template's metadata.
+    (launch,) = template.resources("AWS::EC2::LaunchTemplate").values()
+    assert "COMPILE_CACHE='s3://" in json.dumps(launch["Metadata"])
+    objects, listing = _compile_cache_statements(template)
+    assert objects["Action"] == sorted(COMPILE_CACHE_ACTIONS) and objects["Effect"] == "Allow"
+    assert objects["Resource"]["Fn::Join"][1][1] == f"/{COMPILE_CACHE_PREFIX}/*"
+    assert listing["Action"] == "s3:ListBucket"
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"{COMPILE_CACHE_PREFIX}/*"]}}
+
+
+def test_without_the_compile_cache_the_host_gets_neither_its_url_nor_its_grant(synth):
+    template = synth(compile_cache="false")
+    assert template.stack.boot_script.options.compile_cache is None
+    assert _compile_cache_statements(template) == []
+    assert "COMPILE_CACHE" not in json.dumps(template.json)
+
+
+def test_a_prebuilt_export_has_no_compile_cache(synth):
+    template = synth(prebuilt_export="s3://my-exports/llama")
+    assert template.stack.boot_script.options.compile_cache is None
+    assert _compile_cache_statements(template) == []
+
+
+def test_the_hub_cache_may_be_a_private_repository_or_off():
+    def host(**context):
+        return StackSettings.from_context(lambda key: context.get(key)).host()
+
+    assert host(hub_compile_cache_repo="my-org/neuron-cache").hub_cache == "my-org/neuron-cache"
+    assert host(hub_compile_cache="false").hub_cache is None
+
+
+@pytest.mark.parametrize("repo", ["not a repo", "org/", "a/b/c"])
+def test_a_bad_hub_cache_repository_names_the_setting(repo):
+    with pytest.raises(ServingConfigError) as err:
+        StackSettings.from_context(lambda key: {"hub_compile_cache_repo": repo}.get(key))
+    assert f"hub_compile_cache_repo ({repo!r}) must be a Hugging Face Hub repository id" in str(err.value)

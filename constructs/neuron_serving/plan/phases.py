@@ -11,9 +11,10 @@ without logging in, with nothing but ec2:DescribeInstances:
 EC2 tag values hold at most :data:`TAG_VALUE_LIMIT` characters of letters, digits, spaces and
 ``+-=._:/@`` (EC2 user guide, "Tag restrictions"): the host drops any other character.
 
-Each phase's estimate (:func:`phase_minutes`) comes from the stated ceilings of
-:mod:`~neuron_serving.plan.timing`, so that ``status`` shows the same figures that size the
-stack's timeouts.
+Each phase's estimate (:func:`phase_minutes`) is a prediction of
+:mod:`~neuron_serving.plan.time_to_serve`, the expected time, so that ``status`` tells a slow phase
+from a normal one; the timeouts the stack waits for are the ceilings of
+:mod:`~neuron_serving.plan.timing`, which stay above them.
 """
 
 from __future__ import annotations
@@ -22,14 +23,7 @@ import math
 from dataclasses import dataclass
 
 from .layout import ServingPlan
-from .timing import (
-    DOWNLOAD_BASE_MINUTES,
-    DOWNLOAD_MINUTES_PER_BILLION,
-    EXPORT_BASE_MINUTES,
-    EXPORT_MINUTES_PER_BILLION,
-    PULL_MINUTES,
-    ready_minutes,
-)
+from .time_to_serve import time_to_serve
 
 TAG_PREFIX = "neuron-serving:"
 PHASE_TAG = f"{TAG_PREFIX}phase"
@@ -64,7 +58,7 @@ WARMED = "warmed"
 PHASES = (
     Phase("metadata", "reading the instance metadata"),
     Phase("check-devices", "checking the Neuron devices"),
-    Phase("install-tools", "installing docker, the AWS CLI and HAProxy", "pull"),
+    Phase("install-tools", "installing docker, the AWS CLI and HAProxy", "install"),
     Phase("monitoring", "starting the CloudWatch agent and neuron-monitor"),
     Phase("hf-token", "reading the Hugging Face token"),
     Phase("pull-image", "pulling the serving image", "pull"),
@@ -90,14 +84,34 @@ def find_phase(name: str) -> Phase | None:
 
 
 def phase_minutes(plan: ServingPlan, throughput: int) -> dict[str, int]:
-    """Each estimate's minutes for ``plan``, by :attr:`Phase.estimate` key: ``pull`` (tools and
-    image), ``export`` (compiling on the host), ``download`` (an export from the artifact cache or
-    a prebuilt one) and ``load`` (reading the weights from a root volume of ``throughput`` MiB/s,
-    onto the NeuronCores, and the engine's warm-up: ``wait-ready``'s limit)."""
-    billions = plan.model.parameter_count / 1e9
+    """Each phase's predicted minutes for ``plan`` on a root volume of ``throughput`` MiB/s
+    (:func:`~neuron_serving.plan.time_to_serve.time_to_serve`), rounded up, by
+    :attr:`Phase.estimate` key:
+
+    - ``install``: installing docker, the AWS CLI and HAProxy;
+    - ``pull``: pulling the serving image;
+    - ``checkpoint``: downloading the checkpoint from the Hub (the first part of ``export``);
+    - ``export``: the checkpoint and a full compile on the host (``export-model``; a builder's,
+      for ``wait-export``);
+    - ``export-cached``: the checkpoint and a compile that the public compile cache serves;
+    - ``download``: an export from the artifact cache;
+    - ``load``: ``wait-ready``: reading the weights from the volume (a cold page cache, as after a
+      warm-pool start), loading them onto the NeuronCores and warming up.
+
+    ``status`` shows ``export``, the longer of the two compiles: the host cannot tell which one it
+    is in."""
+    predicted = time_to_serve(plan, throughput)
+    phases = predicted.phases
+
+    def up(minutes: float) -> int:
+        return math.ceil(round(minutes, 6))
+
     return {
-        "pull": PULL_MINUTES,
-        "export": math.ceil(EXPORT_BASE_MINUTES + EXPORT_MINUTES_PER_BILLION * billions),
-        "download": math.ceil(DOWNLOAD_BASE_MINUTES + DOWNLOAD_MINUTES_PER_BILLION * billions),
-        "load": ready_minutes(plan, throughput),
+        "install": up(phases["install"]),
+        "pull": up(phases["pull"]),
+        "checkpoint": up(phases["checkpoint"]),
+        "export": up(phases["checkpoint"] + phases["compile"]),
+        "export-cached": up(phases["checkpoint"] + phases["compile-cached"]),
+        "download": up(phases["download"]),
+        "load": up(predicted.warm_read + phases["load"] + phases["warm-up"]),
     }

@@ -1,5 +1,7 @@
-"""How long things take on a Neuron host, as stated estimates that size CloudFormation and load
-balancer timeouts. Each is a ceiling to wait for, not a prediction; all can be overridden."""
+"""How long things may take on a Neuron host, as stated estimates that size CloudFormation and load
+balancer timeouts. Each is a ceiling to wait for, not a prediction; all can be overridden. The
+predictions, phase by phase and each with its source, are :mod:`~neuron_serving.plan.time_to_serve`'s;
+tests/plan/test_time_to_serve.py keeps these ceilings above them."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ def test_plan_lists_every_allowed_degree_with_replicas_memory_and_fit(capsys):
     assert sorted(rows) == list(range(2, 25, 2))
     assert rows[8][1] == "3" and rows[8][5] == "no"
     assert rows[24][1] == "1" and rows[24][5] == "yes"
-    assert lines[-1].startswith("default (smallest degree that fits): 12 -> replica-0: neuron0-5")
+    assert any(line.startswith("default (smallest degree that fits): 12 -> replica-0: neuron0-5") for line in lines)
 
 
 def test_plan_predicts_every_fitting_degree_and_leaves_the_others_blank(capsys):
@@ -49,7 +49,8 @@ def test_latency_and_cost_objectives_recommend_different_layouts_with_their_reas
     recommended = []
     for objective in ("latency", "cost"):
         assert main([*LLAMA_8B, "--objective", objective]) == 0
-        *_, line, layout = capsys.readouterr().out.splitlines()
+        lines = capsys.readouterr().out.splitlines()
+        line, layout = (next(x for x in lines if x.startswith(start)) for start in ("recommended: ", "layout: "))
         assert line.startswith("recommended: degree ")
         assert layout.startswith("layout: replica-0: ")
         recommended.append(line)
@@ -262,3 +263,42 @@ def test_a_trace_needs_the_goodput_objective(tmp_path, capsys):
     trace = _trace_file(tmp_path, [{"input_tokens": 300, "output_tokens": 100}])
     assert main([*LLAMA_8B, "--objective", "cost", "--trace", trace]) == 2
     assert "applies only with --objective goodput" in capsys.readouterr().err
+
+
+# -- time to serve ------------------------------------------------------------------------------------
+
+def _time_rows(out: str) -> dict[str, list[str]]:
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("time to serve, predicted"))
+    rows = {}
+    for line in lines[start + 1:]:
+        if line.startswith("first deploy when"):
+            break
+        rows[line.split()[0]] = line.split()[1:]
+    return rows
+
+
+def test_plan_predicts_the_time_to_serve_phase_by_phase_for_each_way_to_start(capsys):
+    assert main(["plan"]) == 0
+    out = capsys.readouterr().out
+    assert "time to serve, predicted (root volume 125 MiB/s):" in out
+    rows = _time_rows(out)
+    assert rows["minutes"] == ["first-deploy", "cache-hit", "warm-pool"]
+    assert rows["checkpoint"] == ["2.0", "-", "-"] and rows["download"] == ["-", "2.0", "-"]
+    assert rows["start"] == ["-", "-", "1.0"] and rows["pull"][2] == "-"
+    first, cached, warm = map(float, rows["total"])
+    assert first == pytest.approx(sum(float(r[0]) for k, r in rows.items() if k not in ("minutes", "total")
+                                      and r[0] != "-"), abs=0.3)
+    assert warm < cached < first
+    assert "first deploy when the public compile cache misses: 67.8" in out
+    assert "each figure and its source: docs/time-to-serve.md" in out
+
+
+def test_plan_json_has_the_time_to_serve_of_the_chosen_layout(capsys):
+    assert main([*LLAMA_8B, "--output", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)["recommendation"]["time_to_serve"]
+    assert document["throughput"] == 125
+    assert set(document["scenarios"]) == {"first deploy", "first deploy, full compile", "cache hit", "warm pool"}
+    warm = document["scenarios"]["warm pool"]
+    assert set(warm["phases"]) == {"start", "services", "read", "load", "warm-up"}
+    assert warm["total"] == pytest.approx(sum(warm["phases"].values()), abs=0.3)

@@ -43,6 +43,16 @@ from ..plan.performance import (
     recommend,
 )
 from ..plan.queueing import Call, poisson_trace
+from ..plan.time_to_serve import (
+    CACHE_HIT,
+    FIRST_DEPLOY,
+    FIRST_DEPLOY_COMPILING,
+    PHASE_TITLES,
+    SCENARIOS,
+    WARM_POOL,
+    time_to_serve_document,
+)
+from ..plan.volume import volume_performance
 from ..settings import DEFAULT_INSTANCE_TYPE, DEFAULT_MODEL_ID
 from .output import Printer, output_option
 
@@ -261,7 +271,10 @@ def plan_document(request: ServingRequest, workload: Workload, objective: str | 
       ``sequence_length``, ``replicas``, ``instances``, ``layout``, ``reason``, ``prediction`` and
       ``load`` (with ``goodput``: :class:`~neuron_serving.plan.performance.LoadPrediction`'s
       fields, else null) of the recommended layout (without an objective: the smallest degree
-      that fits), or null when nothing fits;
+      that fits), ``cannot_compile`` (why the host cannot compile it, or null) and
+      ``time_to_serve`` (its predicted minutes to serve by scenario and phase, on the default
+      root volume: :func:`~neuron_serving.plan.time_to_serve.time_to_serve_document`), or null
+      when nothing fits;
     - ``no_layout``: why nothing fits, or null.
 
     A ``prediction`` holds :class:`~neuron_serving.plan.performance.Prediction`'s fields: ``degree``,
@@ -352,6 +365,7 @@ def _layout_entry(plan: ServingPlan, prediction: Prediction, reason: str,
         "load": None if load is None else asdict(load),
         # The host serves this layout, but compiles it only with enough memory: else a prebuilt export.
         "cannot_compile": compile_memory_problem(plan),
+        "time_to_serve": _time_to_serve(plan),
     }
 
 
@@ -412,4 +426,41 @@ def _plan_text(request: ServingRequest, workload: Workload, document: dict[str, 
         lines.append(f"layout: {chosen['layout']}")
     if chosen is not None and chosen.get("cannot_compile"):
         lines.append(f"note: {chosen['cannot_compile']}")
+    if chosen is not None:
+        lines += _time_to_serve_lines(chosen["time_to_serve"])
     return "\n".join(lines)
+
+
+# -- time to serve -----------------------------------------------------------------------------------
+
+_TIME_COLUMNS = (FIRST_DEPLOY, CACHE_HIT, WARM_POOL)
+"""The scenarios shown as columns; the first deploy that compiles in full is a line of its own."""
+
+
+def _time_to_serve(plan: ServingPlan) -> dict[str, Any]:
+    """The layout's predicted time to serve (:func:`~neuron_serving.plan.time_to_serve.time_to_serve_document`)
+    on the root volume the stack gives it by default."""
+    return time_to_serve_document(plan, volume_performance(plan).throughput)
+
+
+def _time_to_serve_lines(document: dict[str, Any]) -> list[str]:
+    """The ``time to serve`` section: a phase per row, a scenario per column, then the totals and the
+    first deploy's total when the public compile cache misses."""
+    scenarios = document["scenarios"]
+    rows = [["minutes", *(c.replace(" ", "-") for c in _TIME_COLUMNS)]]
+    # Phase keys, not titles, label the rows: the table's readers split them on whitespace.
+    for phase in PHASE_TITLES:
+        if phase == "compile" or not any(phase in SCENARIOS[s] for s in _TIME_COLUMNS):
+            continue
+        cells = [f"{scenarios[s]['phases'][phase]:.1f}" if phase in SCENARIOS[s] else "-" for s in _TIME_COLUMNS]
+        rows.append([phase, *cells])
+    rows.append(["total", *(f"{scenarios[s]['total']:.1f}" for s in _TIME_COLUMNS)])
+    compiling = scenarios[FIRST_DEPLOY_COMPILING]
+    return [
+        f"time to serve, predicted (root volume {document['throughput']} MiB/s):",
+        _table(rows),
+        f"first deploy when the public compile cache misses: {compiling['total']:.1f} (compile: "
+        f"{compiling['phases']['compile']:.1f})",
+        "phases: " + "; ".join(f"{key}: {title}" for key, title in PHASE_TITLES.items()),
+        f"each figure and its source: {document['sources']}",
+    ]

@@ -166,7 +166,7 @@ def test_a_prebuilt_hf_export_is_downloaded_in_the_serving_image_and_optimum_cli
     assert download[download.index("--env-file") + 1] == str(host.path("/etc/neuron-serving/hf-token.env"))
     key = TGI.export_key(plan, TGI_3_3_5)
     assert download[download.index(TGI_3_3_5.reference) + 1:] == [
-        "download", "aws-neuron/Llama-3.1-8B-neuron", "--local-dir", f"/models/{key}.tmp"]
+        "download", "--max-workers", "16", "aws-neuron/Llama-3.1-8B-neuron", "--local-dir", f"/models/{key}.tmp"]
     assert has_working_export(host, plan)
     assert FAKE_HF_TOKEN not in host.calls_log.read_text()
 
@@ -344,7 +344,7 @@ def test_a_pinned_revision_is_downloaded_then_exported_from_disk_under_its_own_k
     runs = [a for a in host.calls("docker") if a[0] == "run" and "--name" not in a and "--help" not in a]
     download, export = runs
     assert download[download.index(TGI_3_3_5.reference) + 1:download.index("--include")] == [
-        "download", plan.model_id, "--revision", REVISION, "--local-dir", f"/models/{key}.src"]
+        "download", "--max-workers", "16", plan.model_id, "--revision", REVISION, "--local-dir", f"/models/{key}.src"]
     assert export[export.index("--model") + 1] == f"/models/{key}.src"
     final = host.path(f"/var/lib/neuron-serving/exports/{key}")
     assert (final / MARKER).is_file()

@@ -97,7 +97,8 @@ def test_export_compiles_from_the_downloaded_checkpoint_with_one_replicas_device
     assert device_flags(argv) == ["/dev/neuron0", "/dev/neuron1"]
     assert "--privileged" not in argv
     assert argv[argv.index("--entrypoint") + 1] == "optimum-cli"
-    assert argv[argv.index("-e") + 1] == "HF_HUB_OFFLINE=1"
+    # Online, for optimum-neuron's public Hub cache of compiled graphs (tests/boot/test_boot_export.py).
+    assert argv[argv.index("-e") + 1] == "CUSTOM_CACHE_REPO=aws-neuron/optimum-neuron-cache"
     command = argv[argv.index(TGI_3_3_5.reference) + 1:]
     key = TGI.export_key(plan, TGI_3_3_5)
     assert command == ["export", "neuron", "--model", f"/models/{key}.src", "--task", "text-generation",

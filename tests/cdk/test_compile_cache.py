@@ -60,3 +60,15 @@ def test_a_bad_hub_cache_repository_names_the_setting(repo):
     with pytest.raises(ServingConfigError) as err:
         StackSettings.from_context(lambda key: {"hub_compile_cache_repo": repo}.get(key))
     assert f"hub_compile_cache_repo ({repo!r}) must be a Hugging Face Hub repository id" in str(err.value)
+
+
+def test_the_stacks_vpc_reaches_s3_through_a_gateway_endpoint(synth):
+    # The caches, the bundle and ECR's layers at the instance's bandwidth, not the NAT gateway's 5 Gbps
+    # (neuron_serving.plan.time_to_serve.s3_bytes_per_second counts on it).
+    template = synth()
+    (endpoint,) = template.resources("AWS::EC2::VPCEndpoint").values()
+    properties = endpoint["Properties"]
+    assert properties["VpcEndpointType"] == "Gateway"
+    assert properties["ServiceName"]["Fn::Join"][1][-1] == ".s3"
+    private = {k for k, r in template.resources("AWS::EC2::RouteTable").items() if "Private" in k}
+    assert private and private <= {table["Ref"] for table in properties["RouteTableIds"]}

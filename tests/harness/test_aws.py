@@ -378,3 +378,32 @@ def test_forms_with_lists_maps_and_numbers_are_read_as_botocore_writes_them() ->
                                                 "Parameters.member.1.ParameterValue": "V", "Tags": ""})
     assert params == {"StackName": "s", "Parameters": [{"ParameterKey": "K", "ParameterValue": "V"}], "Tags": []}
     assert errors == []
+
+
+# --- the host's S3 transfer settings (neuron_serving.plan.transfer) -----------------------------------------
+
+
+@pytest.mark.parametrize("configured", [False, True])
+def test_the_transfer_config_reaches_the_cli_v1_as_larger_parts(
+    emulator: AwsEmulator, tmp_path: Path, configured: bool,
+) -> None:
+    # AWS CLI v1 reads max_concurrent_requests and multipart_chunksize from the file the export script
+    # names (AWS_CONFIG_FILE) and ignores the CRT client's keys, which AWS CLI v2 reads: a 40 MiB export
+    # file moves in 16 MiB parts (3) instead of the default 8 MiB (5), up and down.
+    from neuron_serving.plan import ServingRequest, plan_serving
+    from neuron_serving.plan.transfer import aws_cli_config
+
+    config = tmp_path / "aws-cli.config"
+    config.write_text(aws_cli_config(plan_serving(ServingRequest("llama-3.1-8b", "inf2.24xlarge"))))
+    big = tmp_path / "model.safetensors"
+    big.write_bytes(b"\1" * (40 * 1024**2))
+    extra = {"AWS_CONFIG_FILE": str(config)} if configured else {}
+    up = sh(emulator, f"aws s3 cp {big} s3://{BUCKET}/exports/k/model.safetensors --region {REGION} --debug", **extra)
+    assert up.returncode == 0, up.stderr[-2000:]
+    down = sh(emulator, f"aws s3 cp s3://{BUCKET}/exports/k/model.safetensors {tmp_path / 'back'} --region {REGION} "
+                        "--debug", **extra)
+    assert down.returncode == 0, down.stderr[-2000:]
+    parts = 3 if configured else 5
+    assert up.stderr.count("OperationModel(name=UploadPart)") == parts
+    assert down.stderr.count("OperationModel(name=GetObject)") == parts
+    assert (tmp_path / "back").read_bytes() == big.read_bytes()

@@ -304,6 +304,10 @@ class NeuronLlamaStack(Stack):
             ip_addresses=ec2.IpAddresses.cidr(VPC_CIDR),
             max_azs=2,
             nat_gateways=1,
+            # S3 (the artifact and compile caches, the boot bundle, ECR's layers) at the instance's
+            # bandwidth instead of the NAT gateway's 5 Gbps, and without its per-gigabyte charge:
+            # a gateway endpoint has no charge of its own (Amazon VPC user guide, "Gateway endpoints").
+            gateway_endpoints={"S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)},
             subnet_configuration=[
                 ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
                 ec2.SubnetConfiguration(

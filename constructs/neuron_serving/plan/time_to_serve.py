@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from .layout import GIB, ServingPlan
 from .timing import EXPORT_BASE_MINUTES, EXPORT_MINUTES_PER_BILLION, read_minutes
+from .transfer import HUB_DOWNLOAD_WORKERS, NETWORK_GBPS
 from .volume import MIB
 
 GB = 10**9
@@ -35,17 +36,6 @@ GBPS = 10**9 / 8
 
 # -- the instance and its network ------------------------------------------------------------------
 
-NETWORK_GBPS: dict[str, float] = {
-    "inf2.xlarge": 15, "inf2.8xlarge": 15, "inf2.24xlarge": 50, "inf2.48xlarge": 100,
-    "trn1.2xlarge": 12.5, "trn1.32xlarge": 800, "trn1n.32xlarge": 1600,
-}
-"""Each instance type's network bandwidth, Gbps ("up to" for the two smallest of each family).
-Stated by AWS: the Inf2 and Trn1 instance pages (https://aws.amazon.com/ec2/instance-types/inf2/,
-https://aws.amazon.com/ec2/instance-types/trn1/), "Instance size ... Network bandwidth"; these pages
-could not be opened where this was written, so the figures are the ones our issue 26 quotes from
-them. inf2.8xlarge is taken at 15, the lower of two readings (a third-party catalog says 25). The
-predictions hardly depend on them: the NAT gateway and the root volume are slower."""
-
 SMALL_INSTANCE_VCPUS = 32
 SMALL_INSTANCE_INTERNET_GBPS = 5.0
 INTERNET_SHARE = 0.5
@@ -53,8 +43,8 @@ INTERNET_SHARE = 0.5
 current generation instance with a minimum of 32 vCPUs", and 5 Gbps below 32 vCPUs. Stated: EC2
 user guide, "Amazon EC2 instance network bandwidth", multi-flow traffic
 (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html). The
-hosts sit in private subnets without an S3 gateway endpoint, so both the Hub and S3 are reached
-that way."""
+hosts sit in private subnets: the Hub and the image's registry are reached that way, and through
+the NAT gateway; S3, through the VPC's gateway endpoint, is not."""
 
 NAT_GATEWAY_GBPS = 5.0
 """"A NAT gateway supports 5 Gbps of bandwidth and automatically scales up to 100 Gbps." Stated:
@@ -78,11 +68,6 @@ with over 1 Gbit, and over 300 MB/s with several files at once; oobabooga/textge
 (2023-06): about 500 Mbit/s per connection. The lower one. hf_transfer, which the TGI image turns
 on, goes faster per file (huggingface_hub PR #2989: about 1.5 GB/s on g4dn.metal), which is not
 counted."""
-
-HUB_DOWNLOAD_WORKERS = 8
-"""Files ``huggingface-cli download`` fetches at once: ``max_workers`` defaults to 8. Stated:
-huggingface/huggingface_hub v0.34.4, src/huggingface_hub/_snapshot_download.py,
-``snapshot_download(..., max_workers: int = 8)``."""
 
 CHECKPOINT_SHARD_BYTES = 5 * GB
 """The size of one safetensors file of a checkpoint: ``save_pretrained`` splits at
@@ -231,8 +216,10 @@ def hub_bytes_per_second(plan: ServingPlan) -> float:
 
 
 def s3_bytes_per_second(plan: ServingPlan) -> float:
-    """How fast an export comes from the artifact cache."""
-    return S3_LINK_EFFICIENCY * internet_bytes_per_second(plan)
+    """How fast an export comes from the artifact cache: through the VPC's S3 gateway endpoint
+    (the stack's VPC has one; an imported VPC should), so at the instance's own bandwidth, not
+    through the NAT gateway."""
+    return S3_LINK_EFFICIENCY * NETWORK_GBPS[plan.instance.name] * GBPS
 
 
 def time_to_serve(plan: ServingPlan, throughput: int) -> TimeToServe:

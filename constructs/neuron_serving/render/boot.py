@@ -124,6 +124,7 @@ from ..plan.layout import Replica, ServingPlan, compile_memory_problem
 from ..plan.metrics import EMF_LOG, LOG_KINDS, MonitoringOptions
 from ..plan.phases import DETAIL_TAG, FAILED, PHASE_NAMES, PHASE_TAG, READY, SINCE_TAG, TAG_VALUE_LIMIT, WARMED
 from ..plan.timing import readiness_seconds
+from ..plan.transfer import AWS_CLI_CONFIG, HUB_DOWNLOAD_WORKERS, aws_cli_config
 from ..plan.volume import default_throughput
 from ..userdata.api_keys import METRICS_FILE as API_KEYS_METRICS_FILE
 from .boot_options import WAIT_POLL_SECONDS, BootOptions, check_boot, reports_phases
@@ -279,6 +280,8 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
             hub_cache=spec.hub_cache if compiles else None,
             compile_cache=compile_cache is not None,
             public_hub_cache=PUBLIC_HUB_CACHE,
+            hub_workers=HUB_DOWNLOAD_WORKERS,
+            aws_cli_config=AWS_CLI_CONFIG,
             report_phase=report_phase,
             download_export=_phase("download-export"),
             export_model=_phase("export-model"),
@@ -288,6 +291,7 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
             poll_seconds=WAIT_POLL_SECONDS,
             download_attempts=DOWNLOAD_ATTEMPTS,
         ),
+        **({AWS_CLI_CONFIG: aws_cli_config(plan)} if s3 else {}),
         CHECK_EXPORT: render("check-export.py.j2",
                                 expect=json.dumps(engine.export_expectations(plan, image), sort_keys=True)),
         RUN_REPLICA: render(

@@ -34,7 +34,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"677760e806a493fc330f8a1090187a1a42122afb5a0eaabb1f09bb94ff1e0a3e  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"01287bafbfac0ecc54cf65c100bc0947ae1ffd235dc846dfab8d1b51ca974ad0  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -264,9 +264,10 @@ finish() {
 # hub REPO ARGS...: huggingface-cli download inside the serving image, into the exports
 # directory, with the token; besides it only the compiler may reach the Hub (its cache).
 report() { :; }
+# --max-workers files at once instead of the client's 8 (neuron_serving.plan.transfer).
 hub() {
   retry docker run --rm --entrypoint huggingface-cli -v "$exports:/models" "$IMAGE" \
-    download "$@"
+    download --max-workers 16 "$@"
 }
 # retry COMMAND...: a download, tried 5 times with waits of 10, 20, 40... s between, as
 # the image pull is: one reset connection must not fail the boot. The client retries neither the first

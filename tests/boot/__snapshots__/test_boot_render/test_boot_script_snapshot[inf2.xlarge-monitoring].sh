@@ -34,7 +34,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"d786ed31d44e1703641ec53ec752fc65176714acb67f5e8223afd0365325c5ba  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"14c43047e40136a462473f13e3832d948f8120988457ab02c0cbd01b82930b19  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -330,9 +330,10 @@ finish() {
 # Tags the instance with the phase, once it is known that the export is downloaded after all, or
 # made here after all (report-phase).
 report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
+# --max-workers files at once instead of the client's 8 (neuron_serving.plan.transfer).
 hub() {
   retry docker run --rm --entrypoint huggingface-cli -v "$exports:/models" "$IMAGE" \
-    download "$@"
+    download --max-workers 16 "$@"
 }
 # retry COMMAND...: a download, tried 5 times with waits of 10, 20, 40... s between, as
 # the image pull is: one reset connection must not fail the boot. The client retries neither the first

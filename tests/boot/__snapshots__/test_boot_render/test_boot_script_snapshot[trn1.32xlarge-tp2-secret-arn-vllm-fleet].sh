@@ -35,7 +35,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"81119284454c8c42ceff256971601ab77da8786ab27a7ab3cbf6c89a194df6f7  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"2dd4af1d792d74a0b0c891ece30c41ad8c5564a9e643cd7e3f21afe94be29e1d  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -62,6 +62,14 @@ BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef01234567
     missingok
     notifempty
 }
+# ==> /etc/neuron-serving/aws-cli.config <==
+# The S3 transfer settings of the host's large transfers (neuron_serving.plan.transfer).
+[default]
+s3 =
+  preferred_transfer_client = crt
+  target_bandwidth = 800Gb/s
+  max_concurrent_requests = 128
+  multipart_chunksize = 16MB
 # ==> /etc/neuron-serving/bundle.env <==
 IMAGE=ghcr.io/huggingface/optimum-neuron-vllm:0.4.5
 HF_TOKEN_SECRET=arn:aws:secretsmanager:eu-west-1:123456789012:secret:neuron-serving/hf-token-AbCdEf
@@ -494,9 +502,10 @@ finish() {
 # Tags the instance with the phase, once it is known that the export is downloaded after all, or
 # made here after all (report-phase).
 report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
+# --max-workers files at once instead of the client's 8 (neuron_serving.plan.transfer).
 hub() {
   retry docker run --rm --entrypoint huggingface-cli --env-file "$R"/etc/neuron-serving/hf-token.env -v "$exports:/models" "$IMAGE" \
-    download "$@"
+    download --max-workers 16 "$@"
 }
 # retry COMMAND...: a download, tried 5 times with waits of 10, 20, 40... s between, as
 # the image pull is: one reset connection must not fail the boot. The client retries neither the first
@@ -522,6 +531,9 @@ retry() {
 # shellcheck source=/dev/null
 . "$R/etc/neuron-serving/host.env"
 export AWS_DEFAULT_REGION=$REGION
+# The S3 transfer settings for this instance's bandwidth: the CRT client with AWS CLI v2, more and
+# larger parts with v1 (neuron_serving.plan.transfer).
+export AWS_CONFIG_FILE=$R/etc/neuron-serving/aws-cli.config
 s3=s3://$CACHE_BUCKET/
 cached=$CACHE_PREFIX$key
 # sums DIR: the manifest of DIR: "<sha256>  <path>" for each file below it but the marker, as

@@ -34,7 +34,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"80a27aa59d6ac367c2f35fea1915f1b2cfc13b751ca50cb66403332cee8ba58b  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"971dd4a4948cf37ef0189612ab6c8fa458ff359d527995a4049faac6c4d20f3d  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -299,9 +299,10 @@ finish() {
 # hub REPO ARGS...: huggingface-cli download inside the serving image, into the exports
 # directory, with the token; besides it only the compiler may reach the Hub (its cache).
 report() { :; }
+# --max-workers files at once instead of the client's 8 (neuron_serving.plan.transfer).
 hub() {
   retry docker run --rm --entrypoint huggingface-cli --env-file "$R"/etc/neuron-serving/hf-token.env -v "$exports:/models" "$IMAGE" \
-    download "$@"
+    download --max-workers 16 "$@"
 }
 # retry COMMAND...: a download, tried 5 times with waits of 10, 20, 40... s between, as
 # the image pull is: one reset connection must not fail the boot. The client retries neither the first

@@ -42,6 +42,14 @@ What is replaced (the lowest calls that need the Neuron SDK or hardware):
   (inf1) is not stubbed, so `is_neuron_available()` stays False as in the neuronx image.
 - `/dev` as seen by `get_available_cores` lists `--neuron-devices` devices (neuron0..), as `docker run --device`
   gives the container; its real code (and NEURON_RT_NUM_CORES / NEURON_RT_VISIBLE_CORES) is kept.
+
+With `--compile-cache` the real `NxDModelForCausalLM.export` runs (the recorder only watches it), and with it the
+real compile path and Hub cache of optimum-neuron 0.3.0: `NxDPreTrainedModel.compile`, its `neff_cache`
+(optimum/neuron/models/inference/backend/cache.py), `hub_neuronx_cache`, `create_hub_compile_cache_proxy`,
+`CompileCacheHfProxy` (optimum/neuron/cache/hub_cache.py), `get_hf_hub_cache_repo` and huggingface-hub's HfApi; what
+lies below (NxD's ModelBuilder, torch-neuronx's compile, libneuronxla's caches) is imitated by
+tests/harness/neuron_compile.py, whose header says from where, and recorded under `compile_cache`. `--local-cache`
+stands for the container's /var/tmp/neuron-compile-cache, `--s3-root` holds the objects of an S3 compile cache.
 """
 
 from __future__ import annotations
@@ -226,8 +234,10 @@ class _DevProxy(types.ModuleType):
         return getattr(os, name)
 
 
-def install_recorder(rec: Recording) -> None:
-    """Imports the real modules (with the SDK stubs) and patches the recorder in. Call once, before the CLI runs."""
+def install_recorder(rec: Recording, *, real_export: bool = False) -> None:
+    """Imports the real modules (with the SDK stubs) and patches the recorder in. Call once, before the CLI runs.
+
+    With ``real_export`` the recorder records what `NxDModelForCausalLM.export` receives, then runs it."""
     import torch
     from optimum.commands.export import neuronx as cli_neuronx
     from optimum.neuron import modeling_decoder
@@ -269,6 +279,7 @@ def install_recorder(rec: Recording) -> None:
 
     # The recorder: replaces the classmethod that compiles (and would load weights).
     nxd_cls = nxd_decoder.NxDModelForCausalLM
+    real_nxd_export = nxd_cls.__dict__["export"].__func__
 
     def record_export(
         cls: type,
@@ -311,6 +322,11 @@ def install_recorder(rec: Recording) -> None:
             "load_weights": load_weights,
             "ignored_kwargs": _jsonable(kwargs),
         }
+        if real_export:
+            return real_nxd_export(cls, model_id, config, neuron_config, token=token, revision=revision,
+                                   cache_dir=cache_dir, force_download=force_download, subfolder=subfolder,
+                                   local_files_only=local_files_only, trust_remote_code=trust_remote_code,
+                                   load_weights=load_weights, **kwargs)
         # As the real export: config.torch_dtype follows the neuron config; then the model object.
         config.torch_dtype = nc.torch_dtype
         model = cls.__new__(cls)
@@ -441,18 +457,32 @@ class _Tee(io.TextIOBase):
             stream.flush()
 
 
-def run(argv: list[str], neuron_devices: int) -> dict[str, Any]:
-    """Runs the container argv (`optimum-cli ...`) with the recorder; returns the recording as a dict."""
+def stub_module(name: str) -> types.ModuleType:
+    """A stub package named ``name``, as `NeuronSdkStubFinder` makes them."""
+    module = _StubModule(name)
+    module.__path__ = []
+    return module
+
+
+def run(argv: list[str], neuron_devices: int, compile_cache: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Runs the container argv (`optimum-cli ...`) with the recorder; returns the recording as a dict.
+
+    ``compile_cache`` (the keyword arguments of `neuron_compile.install` but the first) runs the real export on the
+    imitated compile path; its recording is the result's ``compile_cache``."""
     if not argv or os.path.basename(argv[0]) != "optimum-cli":
         raise SystemExit(f"the argv must start with optimum-cli: {argv}")
     rec = Recording(argv, neuron_devices)
+    cache_record: dict[str, Any] | None = None
     out, err = io.StringIO(), rec.stderr
     real_stderr = sys.stderr
     saved_argv = sys.argv
     with contextlib.redirect_stdout(_Tee(out, real_stderr)), contextlib.redirect_stderr(_Tee(err, real_stderr)):
         try:
             sys.meta_path.insert(0, NeuronSdkStubFinder())
-            install_recorder(rec)
+            if compile_cache is not None:
+                cache_record = _neuron_compile().install(
+                    stub_module, compile_through="generate_neff", traced=_TracedModelPlaceholder, **compile_cache)
+            install_recorder(rec, real_export=compile_cache is not None)
             main = _console_script("optimum-cli")
             sys.argv = [argv[0], *argv[1:]]
             try:
@@ -469,7 +499,17 @@ def run(argv: list[str], neuron_devices: int) -> dict[str, Any]:
         rec.error = _last_line(err.getvalue())
     if rec.output_dir is None and rec.exporter_argv:
         rec.output_dir = _positional_output(rec.exporter_argv)
-    return rec.as_json(out.getvalue(), err.getvalue())
+    result = rec.as_json(out.getvalue(), err.getvalue())
+    if cache_record is not None:
+        result["compile_cache"] = cache_record
+    return result
+
+
+def _neuron_compile() -> types.ModuleType:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import neuron_compile
+
+    return neuron_compile
 
 
 def _last_line(text: str) -> str | None:
@@ -540,6 +580,25 @@ def to_host_paths(argv: list[str], mounts: list[tuple[str, str]]) -> list[str]:
     return out
 
 
+def add_compile_cache_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``--compile-cache`` mode's options, shared by both runners."""
+    parser.add_argument("--compile-cache", action="store_true",
+                        help="run the real export and Hub cache over the imitated compile path (neuron_compile.py)")
+    parser.add_argument("--local-cache", help="the directory standing for /var/tmp/neuron-compile-cache")
+    parser.add_argument("--s3-root", help="the directory holding the S3 compile cache's objects (s3://b/k is b/k)")
+    parser.add_argument("--scratch", help="the compiler's working files (default: a new temporary directory)")
+
+
+def compile_cache_options(ns: argparse.Namespace) -> dict[str, Any] | None:
+    if not ns.compile_cache:
+        return None
+    import tempfile
+
+    if ns.local_cache:
+        _neuron_compile().DEFAULT_CACHE_DIR = ns.local_cache
+    return {"s3_root": ns.s3_root, "scratch": ns.scratch or tempfile.mkdtemp(prefix="nxd-scratch-")}
+
+
 def main(args: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--json", help="the container argv as a JSON list, instead of the words after --")
@@ -551,6 +610,7 @@ def main(args: list[str] | None = None) -> int:
         action="store_true",
         help="the argv is a whole `docker run ...` (without `docker`): --device, -e, --env-file and -v are applied",
     )
+    add_compile_cache_arguments(parser)
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- optimum-cli export neuron ...")
     ns = parser.parse_args(args)
     words = ns.argv[1:] if ns.argv[:1] == ["--"] else ns.argv
@@ -567,7 +627,7 @@ def main(args: list[str] | None = None) -> int:
         os.environ.update(env)
         words = to_host_paths(container_argv, mounts)
         extra = {"container_argv": container_argv, "container_env": env, "mounts": [list(m) for m in mounts]}
-    result = run([str(w) for w in words], devices)
+    result = run([str(w) for w in words], devices, compile_cache_options(ns))
     result.update(extra)
     sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return 0

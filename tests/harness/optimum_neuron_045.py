@@ -38,6 +38,11 @@ What is replaced (the lowest calls that need the Neuron SDK, hardware or the net
   ``/dev/neuronN`` nodes of that major, and ``/sys/devices/virtual/dmi/id/product_name`` = ``--instance``; only
   that module's ``os`` and ``open`` see them, from right after it executes (``optimum/neuron/__init__.py``
   reads them at import).
+
+With ``--compile-cache`` (and ``--local-cache``, ``--s3-root``: tests/harness/optimum_neuron.py) ``compile`` is the
+real one, and with it NxD's ModelBuilder path into libneuronxla's cache as hub_neuronx_cache patches it
+(optimum/neuron/models/inference/backend/pretrained_model.py ``_export``, optimum/neuron/cache/hub_cache.py); what
+lies below optimum-neuron is imitated by tests/harness/neuron_compile.py and recorded under ``compile_cache``.
 """
 
 from __future__ import annotations
@@ -193,19 +198,26 @@ def install(devices: int, instance: str) -> None:
     sys.meta_path.insert(0, _AfterExec("optimum.neuron.utils.system", simulate))
 
 
-def run(argv: list[str]) -> dict[str, Any]:
-    """``argv`` through the real ``optimum-cli``, with the recorders in place."""
+class Traced:
+    """Stands for the traced model ModelBuilder would return."""
+
+
+def run(argv: list[str], compile_cache: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``argv`` through the real ``optimum-cli``, with the recorders in place (``compile_cache``: see
+    ``optimum_neuron.run``)."""
+    record: dict[str, Any] = {"argv": argv}
+    if compile_cache is not None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import neuron_compile
+
+        record["compile_cache"] = neuron_compile.install(
+            harness_030.stub_module, compile_through="neuron_xla_compile", traced=Traced, **compile_cache)
     import torch
     from optimum.commands import optimum_cli
     from optimum.commands.export import neuronx as cli_export
     from optimum.commands.neuron import serve as cli_serve
     from optimum.neuron.cache import hub_cache
     from optimum.neuron.models.inference.backend import pretrained_model
-
-    record: dict[str, Any] = {"argv": argv}
-
-    class Traced:
-        """Stands for the traced model ModelBuilder would return."""
 
     class InProcess(types.ModuleType):
         """``subprocess`` for optimum/commands/export/neuronx.py: its ``python3 -m optimum.exporters.neuron``
@@ -257,7 +269,8 @@ def run(argv: list[str]) -> dict[str, Any]:
         }
 
     cli_export.subprocess = InProcess("subprocess")  # type: ignore[assignment]
-    pretrained_model.NxDPreTrainedModel.compile = staticmethod(compile_)  # type: ignore[method-assign]
+    if compile_cache is None:
+        pretrained_model.NxDPreTrainedModel.compile = staticmethod(compile_)  # type: ignore[method-assign]
     pretrained_model.NxDPreTrainedModel.shard_checkpoint = (  # type: ignore[method-assign]
         lambda self, src_path, dest_path, debug=False: record.setdefault("shard_checkpoint", str(dest_path)))
     torch.jit.save = jit_save
@@ -289,6 +302,7 @@ def main(args: list[str] | None = None) -> int:
     parser.add_argument("--devices", type=int, default=1, help="the /dev/neuronN the container sees (default 1)")
     parser.add_argument("--instance", default="inf2.8xlarge", help="the host's instance type (default inf2.8xlarge)")
     parser.add_argument("--env", default="{}", help="the container's environment additions, as a JSON object")
+    harness_030.add_compile_cache_arguments(parser)
     ns = parser.parse_args(args)
     # The JSON alone on stdout: everything else (vLLM's logger writes to stdout) goes to stderr.
     out = os.fdopen(os.dup(1), "w")
@@ -299,7 +313,7 @@ def main(args: list[str] | None = None) -> int:
     # vLLM caches its inspection of model architectures; a fresh cache per run keeps runs independent.
     os.environ["VLLM_CACHE_ROOT"] = tempfile.mkdtemp(prefix="vllm-cache-")
     install(ns.devices, ns.instance)
-    result = run([str(w) for w in argv])
+    result = run([str(w) for w in argv], harness_030.compile_cache_options(ns))
     out.write(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
     out.close()
     return 0

@@ -26,6 +26,14 @@ huggingface/huggingface_hub at tag v0.34.4, under ``src/huggingface_hub/``:
 - ``constants.py``: ``HF_ENDPOINT`` replaces ``https://huggingface.co`` (read once at import);
   ``utils/_auth.py``: ``HF_TOKEN`` becomes ``authorization: Bearer <token>``.
 
+The same requests serve optimum-neuron's compile-cache proxy (``CompileCacheHfProxy``, optimum/neuron/cache/
+hub_cache.py at v0.3.0 and v0.4.5, through huggingface-hub 0.34.4 in the TGI image and 0.36.2 in the vLLM image;
+tests/harness/test_compile_cache.py), with nothing added: ``HfApi.repo_exists`` is ``repo_info`` (``GET
+/api/models/{repo}``; ``RepositoryNotFoundError`` means False, ``GatedRepoError`` True, anything else raises);
+``HfApi.file_exists`` is ``get_hf_file_metadata`` of ``/{repo}/resolve/main/{path}`` (a HEAD; ``EntryNotFound``
+means False); ``HfApi.hf_hub_download`` of a cache file is that HEAD again, then a GET at the commit sha (or, for
+an LFS file, at the CDN).
+
 Access rules imitate huggingface.co: a gated repo's model info is public (the Hub lists a gated repo's
 files to anyone) but its files answer 401 ``GatedRepo`` without a token and 403 ``GatedRepo`` to a token
 that was not granted access; a private or unknown repo answers 401 ``RepoNotFound`` without a token and

@@ -204,9 +204,6 @@ class CompileCacheS3(CompileCacheFs):
             raise RuntimeError(f"an S3 compile cache ({path}) needs the runner's --s3-root")
         return os.path.join(REC.s3_root, path.removeprefix("s3://"))
 
-    def _name(self, path: str) -> str:
-        return path
-
 
 def create_compile_cache(cache_url: CacheUrl) -> CompileCache:
     return CompileCacheS3(cache_url) if cache_url.is_s3() else CompileCacheFs(cache_url)

@@ -109,6 +109,9 @@ class ServingImage:
         rejects that runtime, or None.
     :param dlami_parameter: a public SSM parameter of a Neuron DLAMI whose driver runs that
         runtime.
+    :param neuronx_cc: the version of the Neuron compiler inside, as ``neuronxcc.__version__``
+        names it (with the Neuron pip repository's local label): what an export records and what
+        names the compiler's folders of optimum-neuron's Hub cache (``neuronxcc-<version>/``).
     :param hub_cli: the image's Hugging Face Hub command line, which downloads checkpoints.
     """
 
@@ -119,6 +122,7 @@ class ServingImage:
     neuron_runtime: str
     driver_below: str | None
     dlami_parameter: str
+    neuronx_cc: str
     hub_cli: str = "huggingface-cli"
 
 

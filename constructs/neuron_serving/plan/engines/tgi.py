@@ -45,6 +45,14 @@ TGI_3_3_5 = ServingImage(
     # DLAMI guide keeps their parameter, which names the last one. The Ubuntu 24.04 ones track
     # the newest driver, and the parameters have no pinned, versioned form.
     dlami_parameter="/aws/service/neuron/dlami/base/ubuntu-22.04/latest/image_id",
+    # Dockerfile.neuron at v3.3.5 pins neuronx-cc==2.19.8089.0, the compiler of Neuron SDK 2.24
+    # (aws-neuron-sdk release notes, "Neuron 2.24.0" package list), installed from the Neuron pip
+    # repository, whose builds carry a local label. The label is inferred, not read from the
+    # image: a public log of a Neuron SDK 2.24 host compiles into its cache folder
+    # neuronxcc-2.19.8089.0+8ab9f450/, and the tests' optimum-neuron 0.3.0 stubs give that
+    # version (tests/harness/optimum_neuron.py, STUB_VERSIONS). Only the release before the label
+    # is relied on to find the Hub cache's folder (neuron_serving.plan.hub_cache).
+    neuronx_cc="2.19.8089.0+8ab9f450",
 )
 """The last TGI release with Neuron backend changes. It bundles optimum-neuron 0.3.0 and
 neuronx-cc 2.19, which the export must run with."""

@@ -32,6 +32,17 @@ from .base import (
     shape_fields,
 )
 
+NEURONXCC_VERSION = "2.21.33363.0+82129205"
+"""The compiler in the image as ``neuronxcc.__version__`` names it, which an export records
+(optimum-neuron v0.4.5 optimum/neuron/configuration_utils.py ``NeuronConfig.to_dict``, through
+utils/version_utils.py ``get_neuronxcc_version``). The release is the pin of v0.4.5's pyproject.toml
+(extra ``neuronx``: neuronx-cc==2.21.33363.0), which docker/vllm/Dockerfile installs with uv from
+the Neuron pip repository (pyproject.toml ``[[tool.uv.index]]`` pip.repos.neuron.amazonaws.com),
+whose builds carry a local label. The label is the one optimum-neuron's own tests give that pin
+(tests/decoder/test_cache_cleanup.py ``COMPILER_VERSION``, on main at 213224e6, which pins the
+same compiler), as does a DLAMI's compile cache (``neuronxcc-2.21.33363.0+82129205/``); it was not
+read from the image itself, so check-export does not rely on it (``export_expectations``)."""
+
 OPTIMUM_NEURON_VLLM_0_4_5 = ServingImage(
     # optimum-neuron v0.4.5 .github/workflows/build-vllm-image.yml pushes
     # ghcr.io/huggingface/optimum-neuron-vllm:<version> from docker/vllm/Dockerfile at each tag.
@@ -53,19 +64,9 @@ OPTIMUM_NEURON_VLLM_0_4_5 = ServingImage(
     # DLAMI's last release has driver 2.28 at most, and above the image's 2.24.7.0.
     driver_below="2.29",
     dlami_parameter="/aws/service/neuron/dlami/base/ubuntu-22.04/latest/image_id",
+    neuronx_cc=NEURONXCC_VERSION,
 )
 """optimum-neuron 0.4.5's vLLM image (the newest optimum-neuron on PyPI), with vLLM 0.11.0."""
-
-NEURONXCC_VERSION = "2.21.33363.0+82129205"
-"""The compiler in the image as ``neuronxcc.__version__`` names it, which an export records
-(optimum-neuron v0.4.5 optimum/neuron/configuration_utils.py ``NeuronConfig.to_dict``, through
-utils/version_utils.py ``get_neuronxcc_version``). The release is the pin of v0.4.5's pyproject.toml
-(extra ``neuronx``: neuronx-cc==2.21.33363.0), which docker/vllm/Dockerfile installs with uv from
-the Neuron pip repository (pyproject.toml ``[[tool.uv.index]]`` pip.repos.neuron.amazonaws.com),
-whose builds carry a local label. The label is the one optimum-neuron's own tests give that pin
-(tests/decoder/test_cache_cleanup.py ``COMPILER_VERSION``, on main at 213224e6, which pins the
-same compiler), as does a DLAMI's compile cache (``neuronxcc-2.21.33363.0+82129205/``); it was not
-read from the image itself, so check-export does not rely on it (``export_expectations``)."""
 
 NEURON_TARGET = "trn1"
 """What an export for inf2 or trn1 records as ``target``: optimum-neuron v0.4.5
@@ -187,7 +188,7 @@ class Vllm(Engine):
                 "continuous_batching": True,
                 "target": NEURON_TARGET,
                 "optimum_neuron_version": image.optimum_neuron,
-                "neuronxcc_version": NEURONXCC_VERSION,
+                "neuronxcc_version": image.neuronx_cc,
             },
             # serve requires the whole string, local label and all, to be the installed
             # neuronxcc.__version__ (optimum-neuron v0.4.5 optimum/neuron/configuration_utils.py,

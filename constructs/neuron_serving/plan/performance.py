@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TypeVar
 
 from .errors import Problems, ServingConfigError, problem
+from .hub_cache import HubCache
 from .instances import INSTANCES, DeviceSpec, instance_spec
 from .layout import DTYPE_BYTES, ServingPlan, ServingRequest, degree_options, plan_serving
 from .models import ModelSpec, resolve_model
@@ -863,7 +864,8 @@ def _check_objective(objective: str, goodput: Goodput | None) -> None:
 
 def recommend(request: ServingRequest, objective: str, constraints: Constraints = Constraints(),
               workload: Workload = DEFAULT_WORKLOAD, *, goodput: Goodput | None = None,
-              space: LayoutSpace | None = None, trace: Sequence[Arrival] | None = None) -> Recommendation:
+              space: LayoutSpace | None = None, trace: Sequence[Arrival] | None = None,
+              cached: HubCache | None = None) -> Recommendation:
     """The layout of ``request``'s instance that best meets ``objective`` within ``constraints``.
 
     Every layout of ``space`` is predicted: each degree the instance accepts whose memory fits
@@ -877,6 +879,10 @@ def recommend(request: ServingRequest, objective: str, constraints: Constraints 
 
     :param space: Default: :class:`LayoutSpace` ``()``, every batch size of :data:`BATCH_SIZES`
         and the sequence lengths the workload fits in.
+    :param cached: what optimum-neuron's Hub cache holds of the model for the image: when the best
+        layout is not in it but one that is comes within :data:`CACHED_MARGIN` of it on the
+        objective's figure, that one is recommended, and the reason says so. Default: the cache is
+        not consulted.
 
     Raises :class:`ServingConfigError` for a bad objective, request or workload, when nothing fits,
     and when no layout meets the constraints or targets (naming each, with the best any reaches).
@@ -910,10 +916,101 @@ def recommend(request: ServingRequest, objective: str, constraints: Constraints 
         assert goodput is not None
         plan, prediction, load = _cheapest_fleet(passing, workload, goodput, trace)
         reason = _goodput_reason(plan, load, goodput, len(passing))
+        if cached is not None:
+            plan, prediction, load, reason = _prefer_cached_fleet(cached, passing, workload, goodput, trace,
+                                                                  (plan, prediction, load), reason)
         return Recommendation(plan, prediction, reason, found, tuple(rejected), load)
     ranked = _ranked(objective, passing, lambda candidate: candidate[1])
     plan, prediction = ranked[0]
-    return Recommendation(plan, prediction, _reason(objective, ranked, missed), found, tuple(rejected))
+    reason = _reason(objective, ranked, missed)
+    if cached is not None:
+        plan, prediction, reason = _prefer_cached(objective, cached, ranked, reason)
+    return Recommendation(plan, prediction, reason, found, tuple(rejected))
+
+
+CACHED_MARGIN = 0.10
+"""How far behind the best layout, on the objective's own figure, a layout in optimum-neuron's Hub
+cache may be and still be recommended instead (``latency``: the inter-token latency at full batch;
+``throughput``: the tokens per second; ``cost``: the price per million tokens; ``goodput``: the
+fleet's price per hour). A cached layout is one the cache's own pipeline compiled and published for
+this optimum-neuron and compiler, so its graphs can be fetched rather than compiled (the host's
+export compiles offline today, userdata/export-model.sh.j2). 10% is under half the performance
+model's error on served figures (up to 22%, docs/performance-model.md): layouts that close are not
+told apart with confidence, so the cached one costs little that the model can vouch for."""
+
+
+@dataclass(frozen=True)
+class _Figure:
+    show: Callable[[Prediction], str]
+    value: Callable[[Prediction], float]
+    lower_is_better: bool
+
+
+_FIGURES = {
+    "latency": _Figure(lambda p: f"{p.itl_full_batch_s * 1e3:.1f} ms inter-token latency at full batch",
+                       lambda p: p.itl_full_batch_s, True),
+    "throughput": _Figure(lambda p: f"{_throughput_figure(p)}", lambda p: p.tokens_per_second_instance, False),
+    "cost": _Figure(lambda p: f"{_cost_figure(p)} per million output tokens", lambda p: p.usd_per_million_tokens,
+                    True),
+}
+
+
+def _behind(best: float, other: float, lower_is_better: bool) -> float:
+    """How far ``other`` is behind ``best``, as a fraction of ``best`` (0 or less: as good)."""
+    return (other - best) / best if lower_is_better else (best - other) / best
+
+
+def _prefer_cached(objective: str, cached: HubCache, ranked: Sequence[tuple[ServingPlan, Prediction]],
+                   reason: str) -> tuple[ServingPlan, Prediction, str]:
+    """The objective's pick, or the best cached layout within :data:`CACHED_MARGIN` of it, with the
+    reason saying which and why."""
+    best_plan, best = ranked[0]
+    if cached.holds(best_plan):
+        return best_plan, best, f"{reason} It is {cached.describe()}."
+    figure = _FIGURES[objective]
+    nearest = next(((plan, p) for plan, p in ranked if cached.holds(plan)), None)
+    if nearest is None:
+        return best_plan, best, f"{reason} No layout that fits is {cached.describe()}."
+    plan, prediction = nearest
+    behind = max(0.0, _behind(figure.value(best), figure.value(prediction), figure.lower_is_better))
+    if behind > CACHED_MARGIN:
+        return best_plan, best, (f"{reason} The best layout {cached.describe()}, {layout_label(plan)}, is "
+                                 f"{behind:.1%} behind ({figure.show(prediction)}), beyond the "
+                                 f"{CACHED_MARGIN:.0%} margin within which a cached layout is preferred.")
+    return plan, prediction, (
+        f"{cached.describe()}, and {behind:.1%} behind the best layout for the {objective} objective: "
+        f"{figure.show(prediction)} against {figure.show(best)} at {layout_label(best_plan)}, which is not "
+        f"cached (a cached layout is preferred within {CACHED_MARGIN:.0%} of the best).")
+
+
+def _prefer_cached_fleet(cached: HubCache, passing: Sequence[tuple[ServingPlan, Prediction]], workload: Workload,
+                         goodput: Goodput, trace: Sequence[Arrival] | None,
+                         best: tuple[ServingPlan, Prediction, LoadPrediction],
+                         reason: str) -> tuple[ServingPlan, Prediction, LoadPrediction, str]:
+    """``goodput``'s :func:`_prefer_cached`: the cheapest fleet of a cached layout, when its price
+    per hour is within :data:`CACHED_MARGIN` of the cheapest fleet's."""
+    plan, prediction, load = best
+    if cached.holds(plan):
+        return plan, prediction, load, f"{reason} It is {cached.describe()}."
+    inside = [candidate for candidate in passing if cached.holds(candidate[0])]
+    if not inside:
+        return plan, prediction, load, f"{reason} No layout that fits is {cached.describe()}."
+    try:
+        fleet = _cheapest_fleet(inside, workload, goodput, trace)
+    except ServingConfigError:
+        return plan, prediction, load, (f"{reason} No layout {cached.describe()} serves "
+                                        f"{goodput.describe()}.")
+    behind = max(0.0, _behind(load.usd_per_hour, fleet[2].usd_per_hour, True))
+    price = f"${fleet[2].usd_per_hour:.2f}/h"
+    if behind > CACHED_MARGIN:
+        return plan, prediction, load, (
+            f"{reason} The cheapest fleet of a layout {cached.describe()}, {layout_label(fleet[0])}, costs {price}, "
+            f"{behind:.1%} more, beyond the {CACHED_MARGIN:.0%} margin within which a cached layout is preferred.")
+    return (*fleet, f"{cached.describe()}, and the cheapest such fleet that serves {goodput.describe()}: "
+                    f"{fleet[2].instances} instance(s) at {price}, {behind:.1%} more than the cheapest fleet "
+                    f"(${load.usd_per_hour:.2f}/h at {layout_label(plan)}, which is not cached; a cached layout "
+                    f"is preferred within {CACHED_MARGIN:.0%}). " + _goodput_reason(fleet[0], fleet[2], goodput,
+                                                                                   len(passing)))
 
 
 def _cheapest_fleet(passing: Sequence[tuple[ServingPlan, Prediction]], workload: Workload, goodput: Goodput,
@@ -1076,10 +1173,11 @@ class InstanceComparison:
 def compare_instances(request: ServingRequest, objective: str, constraints: Constraints = Constraints(),
                       workload: Workload = DEFAULT_WORKLOAD, instance_types: Sequence[str] = tuple(INSTANCES), *,
                       goodput: Goodput | None = None, space: LayoutSpace | None = None,
-                      trace: Sequence[Arrival] | None = None) -> InstanceComparison:
+                      trace: Sequence[Arrival] | None = None, cached: HubCache | None = None) -> InstanceComparison:
     """:func:`recommend` on each of ``instance_types`` (``request.instance_type`` is ignored), and the
     one whose recommendation best meets ``objective``: with ``cost``, the cheapest per token of all;
-    with ``goodput``, the cheapest fleet per hour.
+    with ``goodput``, the cheapest fleet per hour. ``cached`` applies to each instance type's own
+    recommendation (see :func:`recommend`).
 
     Raises :class:`ServingConfigError` for a bad objective, and naming each instance type when none
     has a recommendation.
@@ -1090,7 +1188,7 @@ def compare_instances(request: ServingRequest, objective: str, constraints: Cons
     for instance_type in instance_types:
         try:
             found.append(recommend(replace(request, instance_type=instance_type), objective, constraints, workload,
-                                   goodput=goodput, space=space, trace=trace))
+                                   goodput=goodput, space=space, trace=trace, cached=cached))
         except ServingConfigError as err:
             ruled_out.append((instance_type, "; ".join(err.problems)))
     if not found:

@@ -87,6 +87,17 @@ def test_only_the_cli_and_its_ops_layer_import_boto3_rich_or_ops():
     assert not any(n.startswith(operator) for n in _imports(PACKAGE / "__init__.py"))
 
 
+def test_only_the_ops_layer_asks_the_hub():
+    # The plan layer reads the Hub cache's registry as plain values; synthesizing a stack never reaches the Hub.
+    hub = ("huggingface_hub", "requests")
+    for layer in ("plan", "render", "cdk", "settings"):
+        for path in (PACKAGE / layer).rglob("*.py"):
+            assert not any(name.startswith(hub) for name in _imports(path)), path
+    importers = {path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
+                 if any(name.startswith(hub) for name in _imports(path))}
+    assert importers == {"ops/hub_cache.py"}
+
+
 def test_every_package_of_the_library_is_in_the_wheel(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     packages = {str(p.parent.relative_to(PACKAGE.parent)) for p in PACKAGE.rglob("__init__.py")}

@@ -365,11 +365,16 @@ class _Handler(BaseHTTPRequestHandler):
         *,
         body: bool,
     ) -> int:
-        """``GET /api/models/{repo}/tree/{rev}/{path}`` (hf_api.py ``list_repo_tree``), one page."""
+        """``GET /api/models/{repo}/tree/{rev}/{path}`` (hf_api.py ``list_repo_tree``), one page. A ``path``
+        that is no folder of the commit answers 404 ``EntryNotFound``, which the client raises as
+        EntryNotFoundError (``utils/_http.py`` ``hf_raise_for_status``) and optimum-neuron's cache lookup
+        catches (optimum/neuron/cache/hub_cache.py ``get_hub_cached_entries``, v0.4.5)."""
         repo = self._repo(repo_id, token)
         commit = self._commit(repo, revision)
         recursive = query.get("recursive", ["false"])[0].lower() == "true"
         base = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        if base and not any(path.startswith(base) for path in commit.files):
+            raise _Error(404, "EntryNotFound", f"{prefix} does not exist on \"{revision}\"", commit=commit.sha)
         entries: dict[str, dict[str, Any]] = {}
         for f in sorted(commit.files.values(), key=lambda f: f.path):
             if not f.path.startswith(base):

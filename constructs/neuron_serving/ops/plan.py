@@ -2,8 +2,11 @@
 accepts, with the replicas it gives, whether the model fits, and the performance model's predictions
 (:mod:`neuron_serving.plan.performance`); ``--objective latency|throughput|cost`` and limits recommend
 a layout, and ``--output json`` prints the same as one JSON document (see :func:`plan_document`).
+Each layout shown says whether optimum-neuron's Hub cache holds it for the engine's image
+(:mod:`neuron_serving.ops.hub_cache`), and the objectives prefer a cached layout close to the best;
+offline, or with ``--no-hub-cache``, ``plan`` says so and plans without it.
 
-Pure Python on the plan layer: no AWS call, no CDK.
+Pure Python on the plan layer and, for the cache only, the Hub: no AWS call, no CDK.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..plan.engines import DEFAULT_ENGINE, ENGINES, engine
 from ..plan.errors import Problems, ServingConfigError
+from ..plan.hub_cache import HubCache, release
 from ..plan.instances import INSTANCES
 from ..plan.layout import (
     GIB,
@@ -27,6 +32,7 @@ from ..plan.layout import (
     degree_options,
     plan_serving,
 )
+from ..plan.models import resolve_model
 from ..plan.performance import (
     DEFAULT_WORKLOAD,
     LOAD_REQUESTS,
@@ -106,6 +112,11 @@ def register(commands: Any) -> None:
                       help="prompt tokens per request of the workload the predictions are for")
     plan.add_argument("--output-tokens", type=int, default=DEFAULT_WORKLOAD.output_tokens,
                       help="generated tokens per request of the workload the predictions are for")
+    plan.add_argument("--engine", choices=tuple(ENGINES), default=DEFAULT_ENGINE,
+                      help="the serving engine whose image's optimum-neuron and neuronx-cc versions the Hub cache "
+                           f"is looked up for (default: {DEFAULT_ENGINE})")
+    plan.add_argument("--no-hub-cache", dest="hub_cache", action="store_false",
+                      help="do not ask the Hugging Face Hub which layouts optimum-neuron's cache holds")
     plan.set_defaults(run=command)
 
 
@@ -119,8 +130,9 @@ def command(args: argparse.Namespace) -> int:
         if args.trace is not None:
             trace, workload, goodput = _trace_inputs(args)
             replayed = args.rate is None
+        cached, unreadable = _read_cache(args, request) if args.hub_cache else (None, None)
         document = plan_document(request, workload, args.objective, constraints, goodput=goodput, space=space,
-                                 trace=trace, replayed=replayed)
+                                 trace=trace, replayed=replayed, cached=cached, cache_unreadable=unreadable)
     except ServingConfigError as err:
         print(f"neuron-serving: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -131,6 +143,28 @@ def command(args: argparse.Namespace) -> int:
     return 0
 
 
+def cache_model_ids(request: ServingRequest) -> tuple[str, tuple[str, ...]]:
+    """The ``model_type`` and the Hub ids whose registry entries count for ``request``'s model: a Hub
+    id as the catalog spells it (the Hub's paths are case-sensitive), or every Hub id of a catalog
+    name (``llama-3.1-8b``)."""
+    spec = resolve_model(request.model_id, request.model_config)
+    if "/" not in request.model_id:
+        return spec.model_type, spec.hub_ids
+    same = [hub_id for hub_id in spec.hub_ids if hub_id.lower() == request.model_id.lower()]
+    return spec.model_type, (same[0] if same else request.model_id,)
+
+
+def _read_cache(args: argparse.Namespace, request: ServingRequest) -> tuple[HubCache | None, str | None]:
+    """The Hub cache's layouts of the model for ``--engine``'s image, or why they could not be read."""
+    from .hub_cache import CacheUnreadable, read_hub_cache  # huggingface_hub, only when the cache is read
+
+    model_type, model_ids = cache_model_ids(request)
+    try:
+        return read_hub_cache(engine(args.engine).default_image, model_type, model_ids), None
+    except CacheUnreadable as err:
+        return None, str(err)
+
+
 def _table(rows: Sequence[Sequence[str]]) -> str:
     # Right-aligned columns split by spaces, not Printer.table's: rich draws rules between the columns,
     # and readers of this table (people pasting it, scripts) split its rows on whitespace.
@@ -139,7 +173,7 @@ def _table(rows: Sequence[Sequence[str]]) -> str:
 
 
 _COLUMNS = ("degree", "replicas", "idle cores", "GiB/core", "of", "fits",
-            "TTFT s", "ITL1 ms", "ITL ms", "tok/s", "$/Mtok")
+            "TTFT s", "ITL1 ms", "ITL ms", "tok/s", "$/Mtok", "cached")
 
 
 def _prediction_cells(prediction: Prediction | None) -> list[str]:
@@ -248,7 +282,8 @@ def _plan_inputs(args: argparse.Namespace) -> tuple[ServingRequest, Workload, Co
 def plan_document(request: ServingRequest, workload: Workload, objective: str | None,
                   constraints: Constraints, *, goodput: Goodput | None = None,
                   space: LayoutSpace | None = None, trace: Sequence[Call] | None = None,
-                  replayed: bool = False) -> dict[str, Any]:
+                  replayed: bool = False, cached: HubCache | None = None,
+                  cache_unreadable: str | None = None) -> dict[str, Any]:
     """What ``neuron-serving plan --output json`` prints. Keys (times in seconds, memory in GiB):
 
     - ``request``: ``model_id``, ``instance_type`` (or ``"any"``), ``batch_size``,
@@ -275,7 +310,13 @@ def plan_document(request: ServingRequest, workload: Workload, objective: str | 
       ``time_to_serve`` (its predicted minutes to serve by scenario and phase, on the default
       root volume: :func:`~neuron_serving.plan.time_to_serve.time_to_serve_document`), or null
       when nothing fits;
-    - ``no_layout``: why nothing fits, or null.
+    - ``no_layout``: why nothing fits, or null;
+    - ``hub_cache``: null when the cache was not consulted, else ``read``: whether it could be read,
+      ``why``: why not (null when read), and when read ``repo``, ``optimum_neuron``, ``neuronx_cc``
+      and ``layouts``: the model's layouts in its registry for the image, each ``degree``,
+      ``batch_size``, ``sequence_length``, ``torch_dtype``, ``target`` and ``model_id``. Each
+      entry of ``degrees`` and ``instance_types`` and the ``recommendation`` then has ``cached``:
+      whether the cache holds that layout (null when it could not be read or was not consulted).
 
     A ``prediction`` holds :class:`~neuron_serving.plan.performance.Prediction`'s fields: ``degree``,
     ``replicas``, ``ttft_s``, ``itl_batch1_s``, ``itl_full_batch_s``, ``tokens_per_second_replica``,
@@ -310,34 +351,55 @@ def plan_document(request: ServingRequest, workload: Workload, objective: str | 
         "constraints": {name: getattr(constraints, name)
                         for name in ("max_itl_ms", "max_ttft_ms", "min_tokens_per_second")},
         "goodput": None if goodput is None else asdict(goodput),
+        "hub_cache": _cache_entry(cached, cache_unreadable),
     }
     if request.instance_type == ANY_INSTANCE and objective is not None:
         compared = compare_instances(request, objective, constraints, workload, goodput=goodput, space=space,
-                                     trace=trace)
+                                     trace=trace, cached=cached)
         document["instance_types"] = [
             {"instance_type": r.plan.instance.name, "hourly_usd": r.plan.instance.hourly_usd,
              "degree": r.plan.degree, "batch_size": r.plan.batch_size, "sequence_length": r.plan.sequence_length,
-             "replicas": len(r.plan.replicas), "instances": r.instances, "prediction": asdict(r.prediction)}
+             "replicas": len(r.plan.replicas), "instances": r.instances, "prediction": asdict(r.prediction),
+             "cached": _holds(cached, r.plan)}
             for r in compared.per_instance
         ]
         document["ruled_out"] = [{"instance_type": name, "why": why} for name, why in compared.ruled_out]
-        return _recommended(document, compared.best)
+        return _recommended(document, compared.best, cached)
     options = degree_options(request)
     workload.check_fits(request)
-    predicted = {plan.degree: prediction for plan, prediction in candidates(request, workload)}
-    document["degrees"] = [_degree_entry(option, predicted.get(option.degree)) for option in options]
+    laid_out = {plan.degree: (plan, prediction) for plan, prediction in candidates(request, workload)}
+    document["degrees"] = [_degree_entry(option, laid_out.get(option.degree), cached) for option in options]
     if objective is not None:
         return _recommended(document, recommend(request, objective, constraints, workload, goodput=goodput,
-                                                space=space, trace=trace))
+                                                space=space, trace=trace, cached=cached), cached)
     try:
         default = plan_serving(request)
     except ServingConfigError as err:
         return {**document, "rejected": [], "recommendation": None, "no_layout": str(err)}
-    chosen = _layout_entry(default, predicted[default.degree], "the smallest degree that fits: the most replicas")
+    chosen = _layout_entry(default, laid_out[default.degree][1], "the smallest degree that fits: the most replicas",
+                           cached=cached)
     return {**document, "rejected": [], "recommendation": chosen, "no_layout": None}
 
 
-def _degree_entry(option: DegreeOption, prediction: Prediction | None) -> dict[str, Any]:
+def _holds(cached: HubCache | None, plan: ServingPlan) -> bool | None:
+    return None if cached is None else cached.holds(plan)
+
+
+def _cache_entry(cached: HubCache | None, unreadable: str | None) -> dict[str, Any] | None:
+    if unreadable is not None:
+        return {"read": False, "why": unreadable}
+    if cached is None:
+        return None
+    layouts = [{"degree": layout.tp_degree, "batch_size": layout.batch_size,
+                "sequence_length": layout.sequence_length, "torch_dtype": layout.torch_dtype,
+                "target": layout.target, "model_id": layout.model_id} for layout in cached.layouts]
+    return {"read": True, "why": None, "repo": cached.repo, "optimum_neuron": cached.optimum_neuron,
+            "neuronx_cc": cached.neuronx_cc, "layouts": layouts}
+
+
+def _degree_entry(option: DegreeOption, laid_out: tuple[ServingPlan, Prediction] | None,
+                  cached: HubCache | None) -> dict[str, Any]:
+    prediction = None if laid_out is None else laid_out[1]
     return {
         "degree": option.degree,
         "replicas": option.replicas,
@@ -346,11 +408,13 @@ def _degree_entry(option: DegreeOption, prediction: Prediction | None) -> dict[s
         "available_gib": round(option.memory.available / GIB, 2),
         "fits": option.memory.fits,
         "prediction": None if prediction is None else asdict(prediction),
+        # A degree whose memory does not fit is laid out by no plan, and no cached entry can serve it here.
+        "cached": None if cached is None else laid_out is not None and cached.holds(laid_out[0]),
     }
 
 
 def _layout_entry(plan: ServingPlan, prediction: Prediction, reason: str,
-                  load: LoadPrediction | None = None) -> dict[str, Any]:
+                  load: LoadPrediction | None = None, *, cached: HubCache | None) -> dict[str, Any]:
     return {
         "instance_type": plan.instance.name,
         "hourly_usd": plan.instance.hourly_usd,
@@ -366,17 +430,18 @@ def _layout_entry(plan: ServingPlan, prediction: Prediction, reason: str,
         # The host serves this layout, but compiles it only with enough memory: else a prebuilt export.
         "cannot_compile": compile_memory_problem(plan),
         "time_to_serve": _time_to_serve(plan),
+        "cached": _holds(cached, plan),
     }
 
 
-def _recommended(document: dict[str, Any], recommendation: Recommendation) -> dict[str, Any]:
+def _recommended(document: dict[str, Any], recommendation: Recommendation, cached: HubCache | None) -> dict[str, Any]:
     return {
         **document,
         # Degrees whose memory does not fit are in the listing already; these are the objective's.
         "rejected": [{"layout": layout, "why": why}
                      for layout, why in recommendation.rejected if not why.startswith("does not fit")],
         "recommendation": _layout_entry(recommendation.plan, recommendation.prediction, recommendation.reason,
-                                        recommendation.load),
+                                        recommendation.load, cached=cached),
         "no_layout": None,
     }
 
@@ -400,7 +465,8 @@ def _plan_text(request: ServingRequest, workload: Workload, document: dict[str, 
         for entry in document["instance_types"]:
             rows.append([entry["instance_type"], f"{entry['hourly_usd']:.2f}", str(entry["degree"]),
                          str(entry["batch_size"]), str(entry["sequence_length"]), str(entry["replicas"]),
-                         str(entry["instances"]), *_prediction_cells(Prediction(**entry["prediction"]))])
+                         str(entry["instances"]), *_prediction_cells(Prediction(**entry["prediction"])),
+                         _cached_cell(entry["cached"])])
         lines.append(_table(rows))
         lines += [f"ruled out: {entry['instance_type']}: {entry['why']}" for entry in document["ruled_out"]]
     else:
@@ -411,8 +477,10 @@ def _plan_text(request: ServingRequest, workload: Workload, document: dict[str, 
                 str(entry["degree"]), str(entry["replicas"]), str(entry["idle_cores"]),
                 f"{entry['memory_gib']:.1f}", f"{entry['available_gib']:.0f}", "yes" if entry["fits"] else "no",
                 *_prediction_cells(None if prediction is None else Prediction(**prediction)),
+                _cached_cell(entry["cached"]),
             ])
         lines.append(_table(rows))
+    lines += _cache_lines(document["hub_cache"])
     lines += [f"ruled out: {entry['layout']}: {entry['why']}" for entry in document["rejected"]]
     chosen = document["recommendation"]
     if chosen is None:
@@ -464,3 +532,20 @@ def _time_to_serve_lines(document: dict[str, Any]) -> list[str]:
         "phases: " + "; ".join(f"{key}: {title}" for key, title in PHASE_TITLES.items()),
         f"each figure and its source: {document['sources']}",
     ]
+
+
+def _cached_cell(cached: bool | None) -> str:
+    return "-" if cached is None else "yes" if cached else "no"
+
+
+def _cache_lines(entry: dict[str, Any] | None) -> list[str]:
+    """What the text says of the Hub cache: why it could not be read, or what it holds of the model."""
+    if entry is None:
+        return []
+    if not entry["read"]:
+        return [f"hub cache: could not be read ({entry['why']}); planned without it (cached: -)"]
+    shapes = sorted({(e["degree"], e["batch_size"], e["sequence_length"], e["torch_dtype"]) for e in entry["layouts"]})
+    held = "; ".join(f"degree {d}, batch {b}, sequence {s}, {t}" for d, b, s, t in shapes) or "none"
+    return [f"hub cache: {entry['repo']} for optimum-neuron {entry['optimum_neuron']} and neuronx-cc "
+            f"{release(entry['neuronx_cc'])} holds {len(shapes)} layout{'' if len(shapes) == 1 else 's'} of the "
+            f"model: {held}"]

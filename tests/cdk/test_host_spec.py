@@ -115,6 +115,8 @@ def test_only_the_settings_and_the_host_spec_look_an_engine_up_by_a_name_given()
         "plan/host.py": ["import engine"],
         # The CLI reads a deployed stack's Engine output.
         "ops/endpoint.py": ["import engine", "ENGINES[name]"],
+        # neuron-serving plan --engine: the image whose optimum-neuron Hub cache is read.
+        "ops/plan.py": ["import engine"],
         # The router and the monitoring used alone, without an engine: the default one, by its constant.
         "render/router.py": ["ENGINES[DEFAULT_ENGINE]"],
         "cdk/monitoring.py": ["ENGINES[DEFAULT_ENGINE]"],

@@ -8,8 +8,8 @@ import pytest
 
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
 from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5
+from neuron_serving.plan.host import PUBLIC_HUB_CACHE
 from neuron_serving.plan.hub_cache import (
-    CACHE_REPO,
     CachedLayout,
     HubCache,
     compiler_folder,
@@ -31,7 +31,7 @@ def _entry(name: str) -> str:
 
 
 def _cache(*layouts: CachedLayout) -> HubCache:
-    return HubCache.of(TGI_3_3_5, CACHE_REPO, layouts)
+    return HubCache.of(TGI_3_3_5, PUBLIC_HUB_CACHE, layouts)
 
 
 def _layout(degree: int, batch: int = 32, sequence: int = 1024, target: str | None = None) -> CachedLayout:

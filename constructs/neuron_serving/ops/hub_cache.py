@@ -21,8 +21,8 @@ from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
 from huggingface_hub.hf_api import RepoFile
 
 from ..plan.engines.base import ServingImage
+from ..plan.host import PUBLIC_HUB_CACHE
 from ..plan.hub_cache import (
-    CACHE_REPO,
     CACHE_REPO_VARIABLE,
     HubCache,
     compiler_folder,
@@ -65,7 +65,7 @@ def _bounded_session(timeout: float) -> requests.Session:
 def cache_repo() -> str:
     """The cache repository: ``CUSTOM_CACHE_REPO`` when set, else the public one, as optimum-neuron
     chooses (optimum/neuron/utils/cache_utils.py ``get_hf_hub_cache_repos``, v0.3.0 and v0.4.5)."""
-    return os.environ.get(CACHE_REPO_VARIABLE) or CACHE_REPO
+    return os.environ.get(CACHE_REPO_VARIABLE) or PUBLIC_HUB_CACHE
 
 
 def read_hub_cache(image: ServingImage, model_type: str, model_ids: Sequence[str], *,

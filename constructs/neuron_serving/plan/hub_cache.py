@@ -2,7 +2,8 @@
 files given as plain values: no network here (the operator's ``plan`` reads them through
 huggingface_hub, :mod:`neuron_serving.ops.hub_cache`).
 
-The cache is a Hub model repository (:data:`CACHE_REPO`). Every export that filled it left one
+The cache is a Hub model repository (:data:`~neuron_serving.plan.host.PUBLIC_HUB_CACHE`, which the
+host's export consults too). Every export that filled it left one
 JSON file in its registry, at
 ``neuronxcc-<compiler version>/0_REGISTRY/<optimum-neuron version>/<model_type>/<org>/<model>/<hash>.json``
 (optimum-neuron v0.3.0 and v0.4.5, optimum/neuron/cache/hub_cache.py: ``REGISTRY_FOLDER``,
@@ -18,11 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .engines.base import TORCH_DTYPES, ServingImage
+from .host import PUBLIC_HUB_CACHE
 from .layout import ServingPlan
-
-CACHE_REPO = "aws-neuron/optimum-neuron-cache"
-"""The public cache: optimum-neuron v0.3.0 and v0.4.5, optimum/neuron/utils/cache_utils.py,
-``HF_HUB_CACHE_REPOS`` (``aws-neuron/`` + ``CACHE_REPO_NAME``)."""
 
 CACHE_REPO_VARIABLE = "CUSTOM_CACHE_REPO"
 """The environment variable that names another cache repository instead (cache_utils.py
@@ -168,5 +166,5 @@ class HubCache:
 
     def describe(self) -> str:
         """``in the public cache for optimum-neuron 0.3.0 and neuronx-cc 2.19.8089.0``."""
-        where = "the public cache" if self.repo == CACHE_REPO else f"the cache {self.repo}"
+        where = "the public cache" if self.repo == PUBLIC_HUB_CACHE else f"the cache {self.repo}"
         return f"in {where} for optimum-neuron {self.optimum_neuron} and neuronx-cc {release(self.neuronx_cc)}"

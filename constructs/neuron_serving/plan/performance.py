@@ -933,8 +933,8 @@ CACHED_MARGIN = 0.10
 cache may be and still be recommended instead (``latency``: the inter-token latency at full batch;
 ``throughput``: the tokens per second; ``cost``: the price per million tokens; ``goodput``: the
 fleet's price per hour). A cached layout is one the cache's own pipeline compiled and published for
-this optimum-neuron and compiler, so its graphs can be fetched rather than compiled (the host's
-export compiles offline today, userdata/export-model.sh.j2). 10% is under half the performance
+this optimum-neuron and compiler, so the host's export fetches its graphs rather than compiling
+them (the ``hub_compile_cache`` setting, on by default). 10% is under half the performance
 model's error on served figures (up to 22%, docs/performance-model.md): layouts that close are not
 told apart with confidence, so the cached one costs little that the model can vouch for."""
 

@@ -52,7 +52,17 @@ def test_the_hub_cache_may_be_a_private_repository_or_off():
         return StackSettings.from_context(lambda key: context.get(key)).host()
 
     assert host(hub_compile_cache_repo="my-org/neuron-cache").hub_cache == "my-org/neuron-cache"
-    assert host(hub_compile_cache="false").hub_cache is None
+    assert host(hub_compile_cache="false", engine="vllm").hub_cache is None
+    assert host(hub_compile_cache="false", prebuilt_export="s3://my-exports/llama").hub_cache is None
+
+
+def test_the_tgi_images_optimum_neuron_cannot_export_offline_so_the_hub_cache_stays_on():
+    # optimum-neuron 0.3.0's export stops at its first graph without the Hub cache repository
+    # (tests/harness/test_compile_cache.py runs it): refused at synth, not an hour into a boot.
+    with pytest.raises(ServingConfigError) as err:
+        StackSettings.from_context(lambda key: {"hub_compile_cache": "false"}.get(key))
+    assert ("hub_compile_cache (False) must be true with ghcr.io/huggingface/text-generation-inference:3.3.5-neuron: "
+            "its optimum-neuron 0.3.0 cannot export offline") in str(err.value)
 
 
 @pytest.mark.parametrize("repo", ["not a repo", "org/", "a/b/c"])

@@ -138,6 +138,12 @@ def resolve_host(
             serving = found.image(image or found.default_image.reference)
         if serving is not None:
             found.check_serves(plan, serving)
+            compiles = prebuilt_export is None and export_role != "wait"
+            if hub_cache is None and compiles and not serving.exports_offline:
+                problems.add("hub_compile_cache", False, f"must be true with {serving.reference}: its optimum-neuron "
+                             f"{serving.optimum_neuron} cannot export offline (its compile cache asks the Hub cache "
+                             "repository and stops at the first graph when it cannot); to keep the Hub out, serve a "
+                             "prebuilt_export, or use engine=vllm")
     except ServingConfigError as error:
         problems.add_all(error.problems)
     registry = None

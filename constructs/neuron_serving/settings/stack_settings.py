@@ -218,7 +218,8 @@ class StackSettings:
         compiled graphs holds (optimum-neuron's cache: `hub_compile_cache_repo`) instead of compiling them, so a
         layout that someone compiled before with the image's optimum-neuron and compiler takes minutes, not an
         hour. The export then reaches the Hub, with the token of `hf_token_secret` when given; the replicas never
-        do. `false` exports offline and compiles every graph.""")
+        do. `false` exports offline and compiles every graph: only with `engine=vllm`, whose optimum-neuron can (the TGI
+        image's optimum-neuron 0.3.0 stops at its first graph offline, so TGI refuses `false`).""")
     hub_compile_cache_repo: str = setting(PUBLIC_HUB_CACHE, """The Hub repository of that cache: optimum-neuron's
         public one, or your organisation's own (private ones need `hf_token_secret`, whose token must read it).""",
         check=identifiers.hub_repo)

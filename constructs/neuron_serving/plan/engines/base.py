@@ -113,6 +113,8 @@ class ServingImage:
         names it (with the Neuron pip repository's local label): what an export records and what
         names the compiler's folders of optimum-neuron's Hub cache (``neuronxcc-<version>/``).
     :param hub_cli: the image's Hugging Face Hub command line, which downloads checkpoints.
+    :param exports_offline: whether its optimum-neuron can export without reaching the Hub cache
+        repository; one that cannot stops at its first graph when offline.
     """
 
     reference: str
@@ -124,6 +126,7 @@ class ServingImage:
     dlami_parameter: str
     neuronx_cc: str
     hub_cli: str = "huggingface-cli"
+    exports_offline: bool = True
 
 
 @dataclass(frozen=True)

@@ -485,3 +485,57 @@ def test_a_host_that_compiles_nothing_is_given_no_compile_cache(role: str) -> No
     boot = boot_of(plan, options, **spec)
     assert "NEURON_COMPILE_CACHE_URL" not in "".join(boot.files.values())
     assert "COMPILE_CACHE=" not in "".join(boot.files.values()) and "COMPILE_CACHE" not in boot.deploy_env
+
+
+def test_the_export_the_script_issues_fetches_what_the_public_hub_cache_holds_and_compiles_nothing(
+    make_host: MakeHost, tmp_path: Path,
+) -> None:
+    # The docker words the boot script really issued (online, CUSTOM_CACHE_REPO, the S3 compile cache, the host's
+    # network), run through optimum-neuron 0.3.0's real export and Hub cache proxy (tests/harness/optimum_neuron.py
+    # --compile-cache, over tests/harness/neuron_compile.py's imitated compiler) against a Hub on loopback whose
+    # public cache repo holds both graphs of the plan: each is looked up in S3 first, then fetched from the Hub, and
+    # the compiler never runs.
+    from tests.harness.test_compile_cache import PUBLIC, hub_cache_repo, module_files, run_against, tools
+
+    version = tools("0.3.0")
+    plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
+    host = make_host(1)
+    options = BootOptions(compile_cache="s3://cache-bucket/compile-cache")
+    assert host.boot(boot_of(plan, options)).returncode == 0
+    [argv] = host.exports()
+    assert argv[argv.index("--network") + 1] == "host"
+    # The graphs of this plan, compiled once by an export with an empty cache (as `optimum-cli neuron cache
+    # synchronize` would then upload them).
+    with FakeHub([hub_cache_repo(PUBLIC)]) as hub:
+        seed = run_against(hub, "0.3.0", tmp_path / "seed")
+    assert seed.result["exit_code"] == 0 and len(seed.compiled()) == 2
+    graphs = [module_files(seed, seed.graph(part)) for part in ("context_encoding", "token_generation")]
+    key = TGI.export_key(plan, TGI_3_3_5)
+    exports = tmp_path / "exports"
+    (exports / f"{key}.src").mkdir(parents=True)
+    (exports / f"{key}.src" / "config.json").write_text(json.dumps(TINY_LLAMA))
+    mount = argv.index("-v") + 1
+    argv[mount] = f"{exports}:{argv[mount].split(':')[1]}"
+    with FakeHub([hub_cache_repo(PUBLIC, *graphs)]) as hub:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "NEURON_", "CUSTOM_CACHE"))}
+        done = subprocess.run(
+            [str(version.python), str(version.runner), "--docker-run", "--compile-cache",
+             "--local-cache", str(tmp_path / "local-cache"), "--s3-root", str(tmp_path / "s3"),
+             "--scratch", str(tmp_path / "scratch"), "--json", json.dumps(argv)],
+            capture_output=True, text=True, check=False, timeout=600,
+            env={**env, "HOME": str(tmp_path), **hub.client_env(tmp_path / "hf-home")})
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(done.stdout)
+        assert result["exit_code"] == 0, result.get("stderr")
+        assert result["container_env"]["CUSTOM_CACHE_REPO"] == PUBLIC
+        record = result["compile_cache"]
+        assert record["compilations"] == []
+        found = {lookup["graph"]: lookup["found"] for lookup in record["lookups"]}
+        assert sorted(found.values()) == ["hub", "hub"]
+        # The S3 compile cache (empty here) was asked for each graph before the Hub.
+        assert {lookup["default_cache"] for lookup in record["lookups"]} == {"s3://cache-bucket/compile-cache"}
+        for graph in found:
+            first = next(e for e in record["events"] if e["graph"] == graph)
+            assert (first["cache"], first["op"]) == ("s3", "exists")
+            assert first["target"].startswith("s3://cache-bucket/compile-cache/neuronxcc-")
+        assert sorted(f["from"] for f in record["fetches"]) == ["hub", "hub"]

@@ -523,7 +523,9 @@ def _positional_output(words: list[str]) -> str | None:
 
 
 # `docker run` options the boot script uses (the rest are refused, so that a new one is noticed).
-DOCKER_RUN_VALUE_OPTIONS = {"--entrypoint", "--device", "-e", "--env", "--env-file", "-v", "--volume", "--name"}
+# --network: this process already shares the (test) host's network, as `--network host` makes the export's container.
+DOCKER_RUN_VALUE_OPTIONS = {"--entrypoint", "--device", "-e", "--env", "--env-file", "-v", "--volume", "--name",
+                            "--network"}
 DOCKER_RUN_FLAGS = {"--rm", "-i", "-t", "-it", "-d"}
 
 

@@ -291,23 +291,23 @@ def _time_rows(out: str) -> dict[str, list[str]]:
 def test_plan_predicts_the_time_to_serve_phase_by_phase_for_each_way_to_start(capsys):
     assert main(["plan"]) == 0
     out = capsys.readouterr().out
-    assert "time to serve, predicted (root volume 125 MiB/s):" in out
+    assert "time to serve, predicted (root volume 341 MiB/s):" in out
     rows = _time_rows(out)
     assert rows["minutes"] == ["first-deploy", "cache-hit", "warm-pool"]
-    assert rows["checkpoint"] == ["2.0", "-", "-"] and rows["download"] == ["-", "2.0", "-"]
+    assert rows["checkpoint"] == ["1.7", "-", "-"] and rows["download"] == ["-", "0.7", "-"]
     assert rows["start"] == ["-", "-", "1.0"] and rows["pull"][2] == "-"
     first, cached, warm = map(float, rows["total"])
     assert first == pytest.approx(sum(float(r[0]) for k, r in rows.items() if k not in ("minutes", "total")
                                       and r[0] != "-"), abs=0.3)
     assert warm < cached < first
-    assert "first deploy when the public compile cache misses: 67.8" in out
+    assert "first deploy when the public compile cache misses: 63.8" in out
     assert "each figure and its source: docs/time-to-serve.md" in out
 
 
 def test_plan_json_has_the_time_to_serve_of_the_chosen_layout(capsys):
     assert main([*LLAMA_8B, "--output", "json"]) == 0
     document = json.loads(capsys.readouterr().out)["recommendation"]["time_to_serve"]
-    assert document["throughput"] == 125
+    assert document["throughput"] == 341
     assert set(document["scenarios"]) == {"first deploy", "first deploy, full compile", "cache hit", "warm pool"}
     warm = document["scenarios"]["warm pool"]
     assert set(warm["phases"]) == {"start", "services", "read", "load", "warm-up"}

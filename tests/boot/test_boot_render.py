@@ -411,8 +411,8 @@ def _wait_ready_limit(plan: ServingPlan, **options: object) -> int:
 def test_wait_ready_waits_as_long_as_the_plan_takes_to_read_and_load_its_model() -> None:
     small, large = make_plan("inf2.48xlarge"), make_plan("inf2.48xlarge", model_id=LARGE_MODEL)
     limits = {plan.model.name: _wait_ready_limit(plan) for plan in (small, large)}
-    # 1.5 x (2 min reading 15 GiB at 125 MiB/s + 14 min loading); 1.5 x (5 min reading 131 GiB at 449 + 45)
-    assert limits == {"llama-3.1-8b": 25 * 60, "llama-3.1-70b": 76 * 60}
+    # 1.5 x (0.7 min reading 15 GiB at 341 MiB/s + 14 min loading); 1.5 x (1.3 min reading 131 GiB at 1,666 + 45)
+    assert limits == {"llama-3.1-8b": 23 * 60, "llama-3.1-70b": 70 * 60}
     for plan in (small, large):
         assert limits[plan.model.name] == readiness_seconds(plan, default_throughput(plan))
         reading = plan.weights_bytes / (default_throughput(plan) * 1024**2)
@@ -427,11 +427,11 @@ def test_a_warm_pool_hook_must_outlast_wait_ready_which_runs_without_heartbeats_
     plan = make_plan("inf2.48xlarge", model_id=LARGE_MODEL)
     hook = WarmPoolHook(hook_name=HOOK.hook_name, group_name=HOOK.group_name, heartbeat_timeout_seconds=3600)
     with pytest.raises(ServingConfigError, match=r"^warm_pool_hook.heartbeat_timeout_seconds \(3600\) must be at "
-                       r"least wait-ready's limit \(4560 s for llama-3.1-70b\)"):
+                       r"least wait-ready's limit \(4200 s for llama-3.1-70b\)"):
         _wait_ready_limit(plan, warm_pool_hook=hook)
     with pytest.raises(ServingConfigError, match=r"^warm_pool_hook.heartbeat_timeout_seconds \(3600\)"):
         _wait_ready_limit(make_plan("inf2.48xlarge"), warm_pool_hook=hook, ready_seconds=3601)
-    assert _wait_ready_limit(plan, warm_pool_hook=HOOK) == 4560
+    assert _wait_ready_limit(plan, warm_pool_hook=HOOK) == 4200
 
 
 def test_the_signal_unique_id_is_cut_to_the_api_limit() -> None:

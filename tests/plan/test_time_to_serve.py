@@ -42,7 +42,8 @@ inf2.24xlarge at 125 MiB/s)."""
 def _default_stack():
     settings = StackSettings()
     plan = settings.plan()
-    return plan, volume_performance(plan, settings.root_volume_throughput).throughput
+    return plan, volume_performance(plan, settings.root_volume_throughput, settings.root_volume_iops,
+                                    settings.boot_disk_minutes).throughput
 
 
 def _plan(model, instance="inf2.48xlarge"):
@@ -62,26 +63,23 @@ def test_a_first_deploy_of_the_default_stack_that_the_public_cache_holds_is_pred
     assert time_to_serve(plan, throughput).total(FIRST_DEPLOY) <= TARGET_FIRST_DEPLOY
 
 
-@pytest.mark.xfail(strict=True, reason="predicted 13.7 min at the default 125 MiB/s root volume: the 30 GiB image "
-                   "unpacked and the 16 GB export written at the volume's rate take 6 of them (docs/time-to-serve.md)")
 def test_a_cache_hit_scale_out_of_the_default_8b_is_predicted_within_12_minutes():
     plan, throughput = _default_stack()
     assert time_to_serve(plan, throughput).total(CACHE_HIT) <= TARGET_CACHE_HIT
 
 
-@pytest.mark.xfail(strict=True, reason="predicted 6.1 min at the default 125 MiB/s root volume: reading the 16 GB "
-                   "of weights back after a stop takes 2 of them (docs/time-to-serve.md)")
 def test_a_warm_pool_start_of_the_default_stack_is_predicted_within_5_minutes():
     plan, throughput = _default_stack()
     assert time_to_serve(plan, throughput).total(WARM_POOL) <= TARGET_WARM_POOL
 
 
-def test_a_root_volume_of_300_mib_s_brings_the_default_stack_within_every_target():
-    plan, _ = _default_stack()
-    predicted = time_to_serve(plan, 300)
-    assert predicted.total(FIRST_DEPLOY) <= TARGET_FIRST_DEPLOY
-    assert predicted.total(CACHE_HIT) <= TARGET_CACHE_HIT
-    assert predicted.total(WARM_POOL) <= TARGET_WARM_POOL
+def test_at_gp3s_included_125_mib_s_the_cache_hit_and_warm_pool_targets_would_be_missed():
+    # Why boot_disk_minutes sizes the root volume: the image unpacked and the weights written and read
+    # at 125 MiB/s take most of the scale-out.
+    plan, throughput = _default_stack()
+    assert throughput == 341
+    slow = time_to_serve(plan, 125)
+    assert slow.total(CACHE_HIT) > TARGET_CACHE_HIT and slow.total(WARM_POOL) > TARGET_WARM_POOL
 
 
 # -- each phase, from its figures ------------------------------------------------------------------

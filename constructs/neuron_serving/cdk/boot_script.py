@@ -32,7 +32,7 @@ from ..plan.layout import ServingPlan
 from ..plan.phases import PHASE_TAGS
 from ..plan.registry import EcrRegistry
 from ..plan.timing import boot_minutes, boot_timeout_problem, readiness_seconds
-from ..plan.volume import VolumePerformance, volume_performance
+from ..plan.volume import DEFAULT_DISK_MINUTES, VolumePerformance, volume_performance
 from ..render.boot import HostBoot, check_user_data_size, render_boot_script
 from ..render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook, reports_phases
 from ..render.bundle import write_bundle
@@ -91,10 +91,14 @@ class NeuronBootScript(Construct):
         2,000), which the launch template provisions: the replicas read the model's weights from
         it, and ``wait-ready``'s limit and the boot timeout's estimate allow for reading them at
         this rate. Above 125, about $0.04 per MiB/s per month per host (us-east-1).
-        Default: enough to read the weights in 5 minutes, at least 125 (``plan.volume``).
+        Default: what moves the boot's disk traffic in ``boot_disk_minutes``, at least 125
+        (``plan.volume.default_throughput``).
     :param root_volume_iops: the root volume's IOPS (3,000 to 80,000, at least 4 per MiB/s of
         throughput, at most 500 per GiB). Above 3,000, about $0.005 each per month per host
         (us-east-1). Default: enough to carry the throughput in 128 KiB reads, at least 3,000.
+    :param boot_disk_minutes: how long the boot's disk traffic (the image unpacked, the weights
+        written and read once: ``plan.volume.boot_disk_bytes``) may take, which sizes the default
+        throughput and IOPS. Default: 3.
     :param boot_timeout: how long a host may take to serve. Default: estimated from the model
         (image pull, export unless prebuilt, load; see ``plan.timing``).
     """
@@ -114,6 +118,7 @@ class NeuronBootScript(Construct):
         boot_timeout: Duration | None = None,
         root_volume_throughput: int | None = None,
         root_volume_iops: int | None = None,
+        boot_disk_minutes: float = DEFAULT_DISK_MINUTES,
         monitoring: NeuronServingMonitoring | None = None,
         api_keys_secret: secretsmanager.ISecret | None = None,
         load_balancer_authentication: bool = False,
@@ -132,7 +137,8 @@ class NeuronBootScript(Construct):
         self.warm_pool_hook = warm_pool_hook
         self.monitoring = monitoring
         self.api_keys_secret = api_keys_secret
-        self.root_volume: VolumePerformance = volume_performance(plan, root_volume_throughput, root_volume_iops)
+        self.root_volume: VolumePerformance = volume_performance(
+            plan, root_volume_throughput, root_volume_iops, boot_disk_minutes)
         """The root volume's throughput and IOPS, which the launch template provisions."""
         self.boot_timeout: Duration = boot_timeout or Duration.minutes(
             boot_minutes(plan, throughput=self.root_volume.throughput, exports=self.spec.exports)

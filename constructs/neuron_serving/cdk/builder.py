@@ -14,6 +14,7 @@ from constructs import Construct
 
 from ..plan.host import HostSpec, resolve_host
 from ..plan.layout import ServingPlan
+from ..plan.volume import DEFAULT_DISK_MINUTES
 from .artifact_cache import NeuronArtifactCache
 from .boot_script import NeuronBootScript
 from .instance import NeuronServingLaunchTemplate
@@ -53,6 +54,7 @@ class NeuronExportBuilder(Construct):
     :param root_volume_throughput: the builder's gp3 root volume throughput, MiB/s (see
         :class:`NeuronBootScript`). Default: enough to read the weights in 5 minutes.
     :param root_volume_iops: the builder's root volume IOPS. Default: enough for the throughput.
+    :param boot_disk_minutes: sizes the builder's root volume (``NeuronBootScript``'s). Default: 3.
     :param compile_cache: keep and reuse compiled graphs in the artifact cache's bucket
         (``NeuronBootScript``'s ``compile_cache``). Default: true.
     """
@@ -71,6 +73,7 @@ class NeuronExportBuilder(Construct):
         root_volume_throughput: int | None = None,
         root_volume_iops: int | None = None,
         compile_cache: bool = True,
+        boot_disk_minutes: float = DEFAULT_DISK_MINUTES,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
@@ -79,6 +82,7 @@ class NeuronExportBuilder(Construct):
             self, "BootScript", plan=plan, spec=(spec or resolve_host(plan)).for_builder(),
             hf_token_secret=hf_token_secret, artifact_cache=artifact_cache, compile_cache=compile_cache,
             root_volume_throughput=root_volume_throughput, root_volume_iops=root_volume_iops,
+            boot_disk_minutes=boot_disk_minutes,
         )
         self.launch_template = NeuronServingLaunchTemplate(
             self, "Host", vpc=vpc, boot_script=self.boot_script, machine_image=machine_image,

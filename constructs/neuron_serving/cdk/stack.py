@@ -166,6 +166,7 @@ class NeuronLlamaStack(Stack):
             ),
             root_volume_throughput=settings.root_volume_throughput,
             root_volume_iops=settings.root_volume_iops,
+            boot_disk_minutes=settings.boot_disk_minutes,
         )
         dlami_parameter = settings.dlami_parameter or self.boot_script.serving_image.dlami_parameter
         if not settings.ami_id:
@@ -178,7 +179,7 @@ class NeuronLlamaStack(Stack):
                 self, "ExportBuilder", vpc=self.vpc, plan=settings.builder, artifact_cache=self.artifact_cache,
                 machine_image=machine_image, spec=settings.host(), hf_token_secret=secret,
                 compile_cache=settings.compile_cache, root_volume_throughput=settings.root_volume_throughput,
-                root_volume_iops=settings.root_volume_iops,
+                root_volume_iops=settings.root_volume_iops, boot_disk_minutes=settings.boot_disk_minutes,
             )
         self.launch_template = NeuronServingLaunchTemplate(
             self, "Host", vpc=self.vpc, boot_script=self.boot_script, machine_image=machine_image

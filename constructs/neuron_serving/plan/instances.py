@@ -89,6 +89,15 @@ class InstanceSpec:
         return DEVICES[self.family]
 
     @property
+    def has_instance_store(self) -> bool:
+        """Whether the instance has NVMe instance store drives: every Trn1 size does (1 x 500 GB on
+        trn1.2xlarge, 4 x 2 TB on trn1.32xlarge and trn1n.32xlarge), no Inf2 size does ("EBS only").
+        Stated by AWS's Trn1 and Inf2 instance pages (https://aws.amazon.com/ec2/instance-types/trn1/,
+        .../inf2/), not opened where this was written; the host finds the drives themselves by their
+        model name, so a wrong count here only renders a step that finds none."""
+        return self.family == "trn1"
+
+    @property
     def min_root_volume_gib(self) -> int:
         """Neuron documentation asks for at least 512 GB of root volume on Trainium hosts."""
         return 512 if self.family == "trn1" else 0

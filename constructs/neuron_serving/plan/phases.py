@@ -58,6 +58,7 @@ WARMED = "warmed"
 PHASES = (
     Phase("metadata", "reading the instance metadata"),
     Phase("check-devices", "checking the Neuron devices"),
+    Phase("storage", "making the instance store's NVMe drives one volume for the exports"),
     Phase("install-tools", "installing docker, the AWS CLI and HAProxy", "install"),
     Phase("monitoring", "starting the CloudWatch agent and neuron-monitor"),
     Phase("hf-token", "reading the Hugging Face token"),

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from .layout import GIB, ServingPlan
 from .timing import EXPORT_BASE_MINUTES, EXPORT_MINUTES_PER_BILLION, read_minutes
 from .transfer import HUB_DOWNLOAD_WORKERS, NETWORK_GBPS
-from .volume import MIB
+from .volume import IMAGE_UNPACKED_BYTES, MIB
 
 GB = 10**9
 GBPS = 10**9 / 8
@@ -82,11 +82,6 @@ IMAGE_PULL_BYTES = 10 * GB
 0.4.5 alike. Our assumption: no size of either image is published where we could read it; the
 AWS Neuron vLLM containers are "18+GB" (vllm-project/vllm issue #4838, 2025-11, a user, unpacked).
 docs/deploying.md says about 10 GB."""
-
-IMAGE_UNPACKED_BYTES = 30 * GIB
-"""The serving image unpacked on the root volume. Our assumption, the figure the root volume is
-sized with (``ServingPlan.root_volume_gib``); three times the pulled size, where a model-laden image
-unpacks to 1.85 times (StaPH-B/docker-builds issue #1073: 8.5 GB compressed, 15.7 GB unpacked)."""
 
 GZIP_INFLATE_BYTES_PER_S = round(2.7 * GIB / 30)
 """How fast a pull inflates the compressed layers: one core, one layer after another. Measured:

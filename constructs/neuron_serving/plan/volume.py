@@ -4,9 +4,11 @@ Every boot writes the model's weights to the root volume at least once (the chec
 and the export written, or the export downloaded) and reads them back at least once: each replica
 loads the export's weight shards, and a host that exports also compiles from the checkpoint and
 hashes its export for the artifact cache. At gp3's included 125 MiB/s, reading the 131 GiB of a
-70B model's bf16 weights takes 18 minutes before the NeuronCores see any of it. The default
-throughput therefore reads the weights in :data:`READ_TARGET_MINUTES`, and the default IOPS carry
-that throughput in the reads the kernel issues.
+70B model's bf16 weights takes 18 minutes before the NeuronCores see any of it, and unpacking the
+serving image takes 4 more whatever the model. The default throughput therefore moves the boot's
+disk traffic (:func:`boot_disk_bytes`) in ``boot_disk_minutes`` (:data:`DEFAULT_DISK_MINUTES`), the
+one setting that sizes the volume, and the default IOPS carry that throughput in the reads the
+kernel issues.
 
 gp3's limits (botocore 1.44.8 ``data/ec2/2016-11-15/service-2.json``,
 ``LaunchTemplateEbsBlockDeviceRequest``: "Throughput ... Valid Range: Minimum value of 125.
@@ -23,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from .errors import Problems, ServingConfigError, problem
-from .layout import ServingPlan
+from .layout import GIB, ServingPlan
 
 MIB = 1024**2
 
@@ -46,8 +48,18 @@ over 125" and "$0.005/provisioned IOPS-month over 3,000", the Amazon EBS pricing
 (https://aws.amazon.com/ebs/pricing/) as public code quotes it; like the instance prices, not
 checked against the AWS price list, and other regions differ."""
 
-READ_TARGET_MINUTES = 5
-"""The default throughput reads (or writes) the model's weights once in at most this long."""
+IMAGE_UNPACKED_BYTES = 30 * GIB
+"""The serving image unpacked on the root volume. Our assumption, the figure the root volume is
+sized with (``ServingPlan.root_volume_gib``); three times the pulled size, where a model-laden image
+unpacks to 1.85 times (StaPH-B/docker-builds issue #1073: 8.5 GB compressed, 15.7 GB unpacked)."""
+
+DEFAULT_DISK_MINUTES = 3.0
+"""The default throughput moves the boot's disk traffic (:func:`boot_disk_bytes`) in at most this
+long: about $0.04 per MiB/s per month above 125 (us-east-1), some $9 a month per host for an 8B
+model, against 3 to 10 minutes more of every scale-out and warm-pool start at gp3's included
+125 MiB/s (``neuron_serving.plan.time_to_serve``)."""
+
+DISK_MINUTES_SETTING = "boot_disk_minutes"
 
 READ_IO_KIB = 128
 """The size of the reads a sequential file read becomes: Linux's default readahead,
@@ -102,10 +114,21 @@ class VolumePerformance:
                 + IOPS_USD_PER_MONTH * (self.iops - GP3_IOPS[0]))
 
 
-def default_throughput(plan: ServingPlan) -> int:
-    """MiB/s that read ``plan``'s weights in :data:`READ_TARGET_MINUTES`, within gp3's range."""
+def boot_disk_bytes(plan: ServingPlan) -> int:
+    """What a boot moves through the root volume at the least: the image unpacked, the weights
+    written once (the checkpoint downloaded, or the export) and read once (the replicas load them;
+    after a warm-pool stop, from the volume)."""
+    return IMAGE_UNPACKED_BYTES + 2 * plan.weights_bytes
+
+
+def default_throughput(plan: ServingPlan, minutes: float = DEFAULT_DISK_MINUTES) -> int:
+    """MiB/s that move :func:`boot_disk_bytes` in ``minutes``, within gp3's range."""
+    if not isinstance(minutes, int | float) or isinstance(minutes, bool) or not 0 < minutes <= 24 * 60:
+        raise ServingConfigError([problem(DISK_MINUTES_SETTING, minutes, "must be a number of minutes above 0 and at "
+                                          "most 1440: how long the boot's disk traffic may take, which sizes the "
+                                          "root volume's throughput")])
     low, high = GP3_THROUGHPUT_MIB_S
-    return min(max(math.ceil(plan.weights_bytes / MIB / (READ_TARGET_MINUTES * 60)), low), high)
+    return min(max(math.ceil(boot_disk_bytes(plan) / MIB / (minutes * 60)), low), high)
 
 
 def default_iops(throughput: int) -> int:
@@ -114,11 +137,13 @@ def default_iops(throughput: int) -> int:
     return min(max(throughput * 1024 // READ_IO_KIB, low), high)
 
 
-def volume_performance(plan: ServingPlan, throughput: int | None = None, iops: int | None = None) -> VolumePerformance:
+def volume_performance(plan: ServingPlan, throughput: int | None = None, iops: int | None = None,
+                       disk_minutes: float = DEFAULT_DISK_MINUTES) -> VolumePerformance:
     """The root volume's performance for ``plan``: ``throughput`` and ``iops`` when given, else
-    :func:`default_throughput` and :func:`default_iops` (of the throughput). Raises
-    :class:`ServingConfigError` naming ``root_volume_throughput`` or ``root_volume_iops``."""
-    chosen = default_throughput(plan) if throughput is None else throughput
+    :func:`default_throughput` (in ``disk_minutes``) and :func:`default_iops` (of the throughput).
+    Raises :class:`ServingConfigError` naming ``root_volume_throughput``, ``root_volume_iops`` or
+    ``boot_disk_minutes``."""
+    chosen = default_throughput(plan, disk_minutes) if throughput is None else throughput
     if not _whole(chosen):
         raise ServingConfigError([problem(THROUGHPUT_SETTING, chosen, "must be a whole number of MiB/s")])
     return VolumePerformance(chosen, default_iops(chosen) if iops is None else iops)

@@ -333,6 +333,8 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
     # The steps are in the bundle, so they hold no deploy-time value: those are in stack.env.
     steps = dict(
         devices=plan.instance.devices,
+        # A host of a warm pool is stopped, which empties the instance store.
+        instance_store=plan.instance.has_instance_store and hook is None,
         instance_type=plan.instance.name,
         hf_token_secret=options.hf_token_secret is not None,
         token_file=TOKEN_FILE,

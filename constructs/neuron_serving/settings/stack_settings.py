@@ -37,7 +37,7 @@ from ..plan.performance import (
 )
 from ..plan.registry import ecr_registry_problem
 from ..plan.timing import PULL_MINUTES, boot_timeout_problem
-from ..plan.volume import GP3_IOPS, GP3_THROUGHPUT_MIB_S, volume_performance
+from ..plan.volume import DEFAULT_DISK_MINUTES, GP3_IOPS, GP3_THROUGHPUT_MIB_S, volume_performance
 from . import limits
 from .fields import Setting, definitions, setting, type_problem
 from .limits import LOG_RETENTION_DAYS
@@ -242,12 +242,18 @@ class StackSettings:
         next one: 1 to {MAX_PULL_ATTEMPTS} ({MAX_PULL_ATTEMPTS} pulls wait {pull_waits_seconds(MAX_PULL_ATTEMPTS)} s,
         half the {PULL_MINUTES} minutes the boot timeout allows for pulling). More ride out a registry's longer
         outage or throttling (an ECR pull through cache's first import, say).""")
+    boot_disk_minutes: float = setting(DEFAULT_DISK_MINUTES, """How long each boot's disk traffic may take at the
+        root volume's throughput, which it sizes (with the IOPS): the serving image unpacked (about 30 GiB), the
+        model's weights written once and read once. At gp3's included 125 MiB/s that is 8 minutes for 8B and 40
+        for 70B, of every scale-out and warm-pool start. 3 gives 341 MiB/s for 8B (about $9 a month more per
+        host, us-east-1) and 1,666 for 70B (about $113, with the IOPS to carry it).""")
     root_volume_throughput: int | None = setting(None, """The throughput of each host's gp3 root volume, in MiB/s
-        (125 to 2,000). The replicas read the model's weights from it at every boot: at gp3's included 125 MiB/s
-        the 131 GiB of a 70B model take 18 minutes. The readiness limit and the boot timeout allow for reading the
-        weights at this rate. Above 125, about $0.04 per MiB/s per month per host (us-east-1; Amazon EBS
-        pricing): $13 a month for 70B's 449.""", shown="enough to read the weights in 5 minutes, at least 125 "
-        "(125 for 8B, 449 for 70B)", check=_between(*GP3_THROUGHPUT_MIB_S, "MiB/s (gp3's throughput)"))
+        (125 to 2,000), instead of the one `boot_disk_minutes` sizes. The replicas read the model's weights from
+        it at every boot: at gp3's included 125 MiB/s the 131 GiB of a 70B model take 18 minutes. The readiness
+        limit and the boot timeout allow for reading the weights at this rate. Above 125, about $0.04 per MiB/s
+        per month per host (us-east-1; Amazon EBS pricing).""", shown="what moves the boot's disk traffic in "
+        "`boot_disk_minutes`, at least 125 (341 for 8B, 1,666 for 70B)",
+        check=_between(*GP3_THROUGHPUT_MIB_S, "MiB/s (gp3's throughput)"))
     root_volume_iops: int | None = setting(None, """The IOPS of each host's gp3 root volume (3,000 to 80,000, at
         least 4 per MiB/s of `root_volume_throughput`, at most 500 per GiB of the volume). Above 3,000, about
         $0.005 each per month per host (us-east-1; Amazon EBS pricing): $3 a month for 70B's 3,592.""",
@@ -656,7 +662,8 @@ class StackSettings:
         too_many = {
             wrong
             for host in (plan, builder) if host is not None
-            if (wrong := volume_performance(host, self.root_volume_throughput, self.root_volume_iops)
+            if (wrong := volume_performance(host, self.root_volume_throughput, self.root_volume_iops,
+                                            self.boot_disk_minutes)
                 .size_problem(host.root_volume_gib)) is not None
         }
         if too_many:

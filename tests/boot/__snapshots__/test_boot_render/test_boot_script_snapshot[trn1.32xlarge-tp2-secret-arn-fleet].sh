@@ -35,7 +35,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"e9d3eafa00dac4c4f12450cbe5055c3f442d46d75c48dde2e66f08e7afa93cec  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"f72eddff465a10ee0d1b8921837d78ec3dcfed8b45b2f837b9f43ed5dc7679dd  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -759,7 +759,7 @@ fi
 # entering the phase and failing it, which the boot script does otherwise.
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
-limit=${NEURON_SERVING_READY_SECONDS:-1500}
+limit=${NEURON_SERVING_READY_SECONDS:-1380}
 report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
 own=${1:-}
 fail() { echo "$1"; [ -z "$own" ] || report failed "wait-ready: $1"; exit 1; }

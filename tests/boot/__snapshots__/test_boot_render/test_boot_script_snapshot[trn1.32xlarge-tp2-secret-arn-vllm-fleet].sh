@@ -35,7 +35,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"2dd4af1d792d74a0b0c891ece30c41ad8c5564a9e643cd7e3f21afe94be29e1d  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"c7afbd1209b24769a9a4ca24d9d0923104c2517b17ca11e97792ad03bd0d3972  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -760,7 +760,7 @@ fi
 # entering the phase and failing it, which the boot script does otherwise.
 set -euo pipefail
 R=${NEURON_SERVING_ROOT:-}
-limit=${NEURON_SERVING_READY_SECONDS:-1500}
+limit=${NEURON_SERVING_READY_SECONDS:-1380}
 report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
 own=${1:-}
 fail() { echo "$1"; [ -z "$own" ] || report failed "wait-ready: $1"; exit 1; }

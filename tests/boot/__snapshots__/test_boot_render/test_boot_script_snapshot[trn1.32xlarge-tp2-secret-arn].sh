@@ -34,7 +34,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"971dd4a4948cf37ef0189612ab6c8fa458ff359d527995a4049faac6c4d20f3d  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"e2f8206319cbf7ec0c0c8983f90f88f0f59bd34c8b08d66bd7609a139fcc7f19  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -155,6 +155,32 @@ fi
 driver=$(dpkg-query -W -f '${Version}' aws-neuronx-dkms 2>/dev/null) || driver=
 if [ -n "$driver" ] && dpkg --compare-versions "$driver" ge 2.29; then
   die "the Neuron driver (aws-neuronx-dkms $driver) rejects the Neuron runtime 2.26.42 of $IMAGE; launch an AMI with a driver below 2.29 (dlami_parameter, ami_id)"
+fi
+
+run_step storage
+# The instance store's NVMe drives, striped (RAID 0) into one file system for the exports and
+# checkpoints, which they read and write faster than the gp3 root volume, at no charge. EC2 names
+# each NVMe instance store drive by its model, "Amazon EC2 NVMe Instance Storage" (EC2 user guide,
+# "SSD instance store volumes"; udev's /dev/disk/by-id/nvme-<model>_<serial> links, with spaces as
+# underscores). Their data ends when the instance stops, so a host that may be stopped (a warm pool)
+# keeps its exports on the root volume; a reboot keeps it, and fstab mounts it again (nofail: after
+# a stop, the root volume's directory serves and the replicas export or download again).
+mapfile -t disks < <(for d in "$R"/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_*; do
+  [ -e "$d" ] && [[ $d != *-part* ]] && readlink -f "$d"; done | sort -u)
+if [ ${#disks[@]} -gt 0 ] && ! mountpoint -q "$R/var/lib/neuron-serving"; then
+  dev=${disks[0]}
+  if [ ${#disks[@]} -gt 1 ]; then
+    command -v mdadm >/dev/null || apt_install mdadm
+    # mdadm(8): --create with --level=0 stripes; --run starts the array without asking.
+    mdadm --create "$R/dev/md/neuron-serving" --run --level=0 --raid-devices=${#disks[@]} "${disks[@]}"
+    dev=$R/dev/md/neuron-serving
+  fi
+  # mke2fs(8): no discard of the fresh drives, inode tables initialised in the background.
+  mkfs.ext4 -q -F -L neuron-serving -E nodiscard,lazy_itable_init=1 "$dev"
+  mkdir -p "$R/var/lib/neuron-serving"
+  mount "$dev" "$R/var/lib/neuron-serving"
+  echo "LABEL=neuron-serving /var/lib/neuron-serving ext4 defaults,nofail 0 2" >>"$R/etc/fstab"
+  log "exports on the instance store: ${#disks[@]} NVMe drive(s) at $dev"
 fi
 
 run_step install-tools

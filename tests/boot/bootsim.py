@@ -27,7 +27,7 @@ from inside import ServingImage, export_files
 
 from neuron_serving.plan import ServingPlan, ServingRequest, plan_serving
 from neuron_serving.plan.metrics import MonitoringOptions
-from neuron_serving.plan.phases import DETAIL_TAG, PHASE_TAG
+from neuron_serving.plan.phases import DETAIL_TAG, PHASE_TAG, PHASES_FILE
 from neuron_serving.render.boot import HostBoot
 from neuron_serving.render.boot_options import ReadinessSignal, WarmPoolHook
 from tests.harness.dockerd import FakeDockerd
@@ -276,11 +276,24 @@ class Host:
     def phases(self) -> list[tuple[str, str]]:
         """The ``(phase, detail)`` of each boot phase reported so far (``aws ec2 create-tags`` of
         ``report-phase``), in order."""
-        reported = []
-        for argv in self.aws("ec2", "create-tags"):
-            tags = {t["Key"]: t["Value"] for t in json.loads(argv[argv.index("--tags") + 1])}
-            reported.append((tags[PHASE_TAG], tags[DETAIL_TAG]))
-        return reported
+        return [(tags[PHASE_TAG], tags[DETAIL_TAG]) for tags in self.tag_reports() if PHASE_TAG in tags]
+
+    def tag_reports(self) -> list[dict[str, str]]:
+        """The tags of each ``aws ec2 create-tags`` call so far (``report-phase``), in order: a phase's
+        four, or, when the boot ends with none of the phases that end it, the phases' seconds alone."""
+        return [{t["Key"]: t["Value"] for t in json.loads(argv[argv.index("--tags") + 1])}
+                for argv in self.aws("ec2", "create-tags")]
+
+    def phase_lines(self) -> list[tuple[str, str, str, int]]:
+        """The host's record of the phases it finished (``PHASES_FILE``): name, start, end, seconds."""
+        path = self.path(PHASES_FILE)
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [(name, start, end, int(seconds)) for name, start, end, seconds in (line.split("\t") for line in lines)]
+
+    def metric_data(self) -> list[tuple[str, list[dict[str, Any]]]]:
+        """Each ``aws cloudwatch put-metric-data`` call so far: its namespace and its data."""
+        return [(argv[argv.index("--namespace") + 1], json.loads(argv[argv.index("--metric-data") + 1]))
+                for argv in self.aws("cloudwatch", "put-metric-data")]
 
     def exports(self) -> list[list[str]]:
         """The ``docker run`` calls that compiled the model (not the ``--help`` probes)."""

@@ -10,20 +10,26 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bootsim import BOOT_LOG, CACHE, HOOK, SIGNAL, SMALL_MODEL, Host, make_plan, write_export
+from bootsim import BOOT_LOG, CACHE, HOOK, MONITORING, SIGNAL, SMALL_MODEL, Host, make_plan, write_export
 from test_boot_render import embedded_files
 
 from neuron_serving.plan.host import resolve_host
+from neuron_serving.plan.metrics import DEFAULT_NAMESPACE
 from neuron_serving.plan.phases import (
+    BOOT_PHASE_METRIC,
     DETAIL_TAG,
     FAILED,
     PHASE_NAMES,
     PHASE_TAG,
     PHASE_TAGS,
+    PHASES_FILE,
     READY,
+    SECONDS_TAG,
     SINCE_TAG,
     TAG_VALUE_LIMIT,
     WARMED,
+    format_seconds,
+    parse_seconds,
 )
 from neuron_serving.render.boot import EXPORT_MODEL, REPORT_PHASE, RUN_REPLICA
 from neuron_serving.render.boot_options import BootOptions, reports_phases
@@ -32,6 +38,8 @@ from tests.harness.userdata import boot_of
 MakeHost = Callable[..., Host]
 SMALL = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
 STEPS_BEFORE_EXPORT = ["check-devices", "install-tools", "pull-image"]
+EXPORT_STEPS = [("export-model", ""), ("download-checkpoint", SMALL_MODEL), ("export-model", "compiling")]
+"""What an export on the host reports: the step, the checkpoint's download, then the compiler's run."""
 
 
 def phase_names(host: Host) -> list[str]:
@@ -52,7 +60,9 @@ def test_a_signalled_boot_reports_each_step_then_each_replica_then_ready(make_ho
     assert result.returncode == 0, result.stdout
     replicas = len(plan.replicas)
     assert host.phases() == [
-        *((step, "") for step in [*STEPS_BEFORE_EXPORT, "export-model", "start-replicas", "router", "wait-ready"]),
+        *((step, "") for step in STEPS_BEFORE_EXPORT),
+        ("export-model", ""), ("download-checkpoint", plan.model_id), ("export-model", "compiling"),
+        *((step, "") for step in ["start-replicas", "router", "wait-ready"]),
         *(("wait-ready", f"{n} of {replicas} ready") for n in range(1, replicas + 1)),
         (READY, f"{replicas} of {replicas} ready"),
     ]
@@ -60,7 +70,7 @@ def test_a_signalled_boot_reports_each_step_then_each_replica_then_ready(make_ho
     assert "report-phase: metadata not reported: no host.env yet" in host.path(BOOT_LOG).read_text()
 
 
-def test_each_report_is_one_create_tags_call_on_the_instance_itself_with_the_three_keys(make_host: MakeHost) -> None:
+def test_each_report_is_one_create_tags_call_on_the_instance_itself_with_the_four_keys(make_host: MakeHost) -> None:
     host = make_host(1)
     before = datetime.now(UTC).replace(microsecond=0)
     assert host.boot(boot_of(SMALL, BootOptions(signal=SIGNAL))).returncode == 0
@@ -218,5 +228,122 @@ def test_a_warm_start_whose_replicas_never_serve_is_reported_failed(make_host: M
 def test_the_tag_keys_are_those_of_plan_phases() -> None:
     script = boot_of(SMALL, BootOptions(signal=SIGNAL))
     report = embedded_files(script)[REPORT_PHASE]
-    for key in (PHASE_TAG, SINCE_TAG, DETAIL_TAG):
+    for key in PHASE_TAGS:
         assert len(re.findall(rf"\s{re.escape(key)}\s", report)) == 1, key
+
+
+# --- the phases' times: recorded on the host, tagged, put as metrics at the boot's end ------------------------------
+
+def _summed(lines: list[tuple[str, str, str, int]]) -> dict[str, int]:
+    seconds: dict[str, int] = {}
+    for name, _, _, count in lines:
+        seconds[name] = seconds.get(name, 0) + count
+    return seconds
+
+
+def test_the_host_records_each_phase_it_finished_from_its_start_to_the_next_ones(make_host: MakeHost) -> None:
+    host = make_host(1)
+    # The replica answers its third health check: wait-ready sleeps twice, a second each.
+    result = host.boot(boot_of(SMALL, BootOptions(signal=SIGNAL)), STUB_READY_AFTER="2", STUB_SLEEP_MAX="1")
+    assert result.returncode == 0, result.stdout
+    lines = host.phase_lines()
+    assert [name for name, *_ in lines] == ["metadata", *STEPS_BEFORE_EXPORT, *(p for p, _ in EXPORT_STEPS),
+                                            "start-replicas", "router", "wait-ready"]
+    # Each phase ends when the next begins.
+    assert all(a[2] == b[1] for a, b in zip(lines, lines[1:], strict=False))
+    assert all(a[1] <= a[2] for a in lines)
+    assert lines[-1][3] >= 2
+    # Nothing is left running once ready.
+    assert not host.path(f"{PHASES_FILE}.running").exists()
+    # The tag says the same, each phase's times added up, updated with every report.
+    reports = host.tag_reports()
+    assert reports[-1][PHASE_TAG] == READY
+    assert reports[-1][SECONDS_TAG] == format_seconds(_summed(lines))
+    assert [list(parse_seconds(r[SECONDS_TAG])) for r in reports[:2]] == [["metadata"], ["metadata", "check-devices"]]
+
+
+def test_a_boot_without_monitoring_puts_no_metric(make_host: MakeHost) -> None:
+    host = make_host(1)
+    assert host.boot(boot_of(SMALL, BootOptions(signal=SIGNAL))).returncode == 0
+    assert host.phase_lines() and host.metric_data() == []
+
+
+def _data(lines: list[tuple[str, str, str, int]]) -> list[dict[str, object]]:
+    """The metric data that report each of ``lines``, as PutMetricData takes them."""
+    return [{"MetricName": BOOT_PHASE_METRIC, "Unit": "Seconds", "Value": seconds, "Timestamp": end,
+             "Dimensions": [{"Name": "Service", "Value": MONITORING.service}, {"Name": "Phase", "Value": name}]}
+            for name, _, end, seconds in lines]
+
+
+def test_a_monitored_boot_puts_every_phase_as_a_metric_once_it_is_ready(make_host: MakeHost) -> None:
+    host = make_host(1)
+    result = host.boot(boot_of(SMALL, BootOptions(signal=SIGNAL, monitoring=MONITORING)))
+    assert result.returncode == 0, result.stdout
+    assert host.metric_data() == [(DEFAULT_NAMESPACE, _data(host.phase_lines()))]
+    [put] = host.aws("cloudwatch", "put-metric-data")
+    assert put[put.index("--region") + 1] == "us-east-2"
+    # After the ready report, before the signal.
+    calls = host.calls("aws")
+    ready = max(i for i, argv in enumerate(calls) if argv[:2] == ["ec2", "create-tags"])
+    assert ready < calls.index(put) < next(i for i, argv in enumerate(calls) if "signal-resource" in argv)
+
+
+def test_a_refused_metric_is_logged_and_the_boot_goes_on(make_host: MakeHost) -> None:
+    host = make_host(1)
+    result = host.boot(boot_of(SMALL, BootOptions(signal=SIGNAL, monitoring=MONITORING)), STUB_METRICS_FAIL="1")
+    assert result.returncode == 0, result.stdout
+    assert host.path("/var/log/neuron-serving/status").read_text() == "done\n"
+    assert "report-phase: the boot's phase times not put as metrics (exit 254)" in host.path(BOOT_LOG).read_text()
+    assert [s[:2] for s in host.aws("cloudformation", "signal-resource")] == [["cloudformation", "signal-resource"]]
+
+
+def test_a_failed_boot_puts_the_phases_it_went_through_with_the_failed_one(make_host: MakeHost) -> None:
+    host = make_host(1)
+    result = host.boot(boot_of(SMALL, BootOptions(signal=SIGNAL, monitoring=MONITORING)), STUB_EXPORT_FAIL="1")
+    assert result.returncode != 0
+    lines = host.phase_lines()
+    assert [name for name, *_ in lines][-3:] == [p for p, _ in EXPORT_STEPS]
+    assert host.metric_data() == [(DEFAULT_NAMESPACE, _data(lines))]
+
+
+def test_a_boot_that_checks_no_readiness_ends_its_last_phase_when_it_ends(make_host: MakeHost) -> None:
+    host = make_host(1)
+    result = host.boot(boot_of(SMALL, BootOptions(artifact_cache=CACHE, monitoring=MONITORING)))
+    assert result.returncode == 0, result.stdout
+    lines = host.phase_lines()
+    assert lines[-1][0] == "router"
+    # The end tags the phases' seconds alone: the phase stays router.
+    assert host.tag_reports()[-1] == {SECONDS_TAG: format_seconds(_summed(lines))}
+    assert host.phases()[-1] == ("router", "boot complete: readiness not checked")
+    assert host.metric_data() == [(DEFAULT_NAMESPACE, _data(lines))]
+
+
+def test_a_warm_pool_host_puts_its_times_before_it_stops_and_its_wait_after_its_start(make_host: MakeHost) -> None:
+    host = make_host(1)
+    options = BootOptions(signal=SIGNAL, warm_pool_hook=HOOK, monitoring=MONITORING)
+    assert host.boot(boot_of(SMALL, options), STUB_LIFECYCLE_STATE="Warmed:Stopped").returncode == 0
+    prepared = host.phase_lines()
+    assert prepared[-1][0] == "router"
+    assert host.metric_data() == [(DEFAULT_NAMESPACE, _data(prepared))]
+    calls = host.calls("aws")
+    put = next(i for i, argv in enumerate(calls) if argv[:2] == ["cloudwatch", "put-metric-data"])
+    assert put < next(i for i, argv in enumerate(calls) if argv[:2] == ["autoscaling", "complete-lifecycle-action"])
+    host.forget_calls()
+    for replica in SMALL.replicas:
+        assert host.run(RUN_REPLICA, str(replica.index)).returncode == 0
+    assert host.run_unit("neuron-serving-ready.service", STUB_LIFECYCLE_STATE="InService") == 0
+    lines = host.phase_lines()
+    assert lines[:-1] == prepared and lines[-1][0] == "wait-ready"
+    assert host.metric_data() == [(DEFAULT_NAMESPACE, _data(lines[-1:]))]
+    # The tag keeps the prepared phases' times beside the wait's.
+    assert host.tag_reports()[-1][SECONDS_TAG] == format_seconds(_summed(lines))
+
+
+def test_a_phase_begun_before_the_instance_restarted_is_not_measured(make_host: MakeHost) -> None:
+    host = make_host(1)
+    assert host.boot(boot_of(SMALL, BootOptions(signal=SIGNAL))).returncode == 0
+    before = host.phase_lines()
+    host.path(f"{PHASES_FILE}.running").write_text("wait-ready\t2026-01-01T00:00:00Z\t100\tanother-boot-id\n")
+    assert host.run(REPORT_PHASE, READY).returncode == 0
+    assert host.phase_lines() == before
+    assert not host.path(f"{PHASES_FILE}.running").exists()

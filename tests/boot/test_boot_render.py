@@ -366,7 +366,7 @@ def test_deploy_time_values_stay_one_quoted_word_in_the_metadata_and_only_there(
     assert files[BUNDLE_ENV] == (
         f"IMAGE={TGI_3_3_5.reference}\nHF_TOKEN_SECRET={SECRET_ARN}\nCACHE_PREFIX=exports/\n"
         "GROUP_NAME=NeuronLlamaStack-NeuronServingFleet\nHOOK_NAME=neuron-serving-launch\n"
-        "SIGNAL_STACK=NeuronLlamaStack\n")
+        "METRICS_NAMESPACE=NeuronServing\nSIGNAL_STACK=NeuronLlamaStack\n")
     export_model = files["/opt/neuron-serving/bin/export-model"]
     assert "\ns3=s3://$CACHE_BUCKET/\ncached=$CACHE_PREFIX$key\n" in export_model
     assert '--bucket "$CACHE_BUCKET" --key' in export_model

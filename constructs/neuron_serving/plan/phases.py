@@ -6,7 +6,14 @@ without logging in, with nothing but ec2:DescribeInstances:
 
 - :data:`PHASE_TAG`: the phase's :attr:`Phase.name`;
 - :data:`SINCE_TAG`: when the host entered it, UTC, ``YYYY-MM-DDTHH:MM:SSZ``;
-- :data:`DETAIL_TAG`: words about it (``3 of 6 ready``; a failure's reason), possibly empty.
+- :data:`DETAIL_TAG`: words about it (``3 of 6 ready``; a failure's reason), possibly empty;
+- :data:`SECONDS_TAG`: how long each phase it has finished took, ``install-tools=41 pull-image=212``
+  (:func:`format_seconds`, :func:`parse_seconds`).
+
+The host measures each phase from its start to the start of the next (``/proc/uptime``, which no
+clock adjustment moves), keeps them in :data:`PHASES_FILE`, and when its boot ends (:data:`ENDS`,
+or the boot script's end) puts each phase it finished as the CloudWatch metric
+:data:`BOOT_PHASE_METRIC` with the dimensions ``Service`` and :data:`PHASE_DIMENSION`.
 
 EC2 tag values hold at most :data:`TAG_VALUE_LIMIT` characters of letters, digits, spaces and
 ``+-=._:/@`` (EC2 user guide, "Tag restrictions"): the host drops any other character.
@@ -29,11 +36,20 @@ TAG_PREFIX = "neuron-serving:"
 PHASE_TAG = f"{TAG_PREFIX}phase"
 SINCE_TAG = f"{TAG_PREFIX}phase-since"
 DETAIL_TAG = f"{TAG_PREFIX}detail"
-PHASE_TAGS = (PHASE_TAG, SINCE_TAG, DETAIL_TAG)
+SECONDS_TAG = f"{TAG_PREFIX}phase-seconds"
+PHASE_TAGS = (PHASE_TAG, SINCE_TAG, DETAIL_TAG, SECONDS_TAG)
 """Every tag key a host writes: its role may write these and no other."""
 
 TAG_VALUE_LIMIT = 256
 """EC2's limit on a tag value's length."""
+
+PHASES_FILE = "/var/log/neuron-serving/phases.tsv"
+"""On the host, one line per finished phase: its name, start and end (UTC) and whole seconds, tab-separated."""
+
+BOOT_PHASE_METRIC = "BootPhaseSeconds"
+"""The CloudWatch metric of a finished phase's seconds, one value per host and phase."""
+PHASE_DIMENSION = "Phase"
+"""Its dimension beside ``Service``: the phase's :attr:`Phase.name`."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +80,7 @@ PHASES = (
     Phase("hf-token", "reading the Hugging Face token"),
     Phase("pull-image", "pulling the serving image", "pull"),
     Phase("export-model", "exporting (compiling) the model", "export"),
+    Phase("download-checkpoint", "downloading the model's checkpoint to compile it", "download"),
     Phase("wait-export", "waiting for the builder instance's export in the artifact cache", "export"),
     Phase("download-export", "downloading the model's export", "download"),
     Phase("start-replicas", "starting the replicas"),
@@ -78,10 +95,40 @@ PHASES = (
 
 PHASE_NAMES = tuple(phase.name for phase in PHASES)
 
+ENDS = (READY, FAILED, WARMED)
+"""The phases that end a boot: the host reports them and enters no other until its next start."""
+
+MEASURED = tuple(phase for phase in PHASES if phase.estimate is not None)
+"""The phases that take minutes, each with its estimate: the dashboard's."""
+
 
 def find_phase(name: str) -> Phase | None:
     """The phase called ``name``, or None for a name this version does not know."""
     return next((phase for phase in PHASES if phase.name == name), None)
+
+
+def format_seconds(seconds: dict[str, int]) -> str:
+    """:data:`SECONDS_TAG`'s value for ``seconds`` (phase name to seconds): ``name=seconds`` pairs
+    separated by spaces, as many as fit in :data:`TAG_VALUE_LIMIT` characters. The host writes it
+    so (``userdata/report-phase.sh.j2``); tests use this to say what they expect."""
+    value = ""
+    for name, count in seconds.items():
+        pair = f"{name}={count}"
+        if len(value) + len(pair) + bool(value) > TAG_VALUE_LIMIT:
+            break
+        value += f" {pair}" if value else pair
+    return value
+
+
+def parse_seconds(value: str) -> dict[str, int]:
+    """Each phase's seconds from a :data:`SECONDS_TAG` value, in its order; a pair that is not
+    ``name=seconds`` is left out."""
+    seconds: dict[str, int] = {}
+    for pair in value.split():
+        name, _, count = pair.partition("=")
+        if name and count.isdigit():
+            seconds[name] = int(count)
+    return seconds
 
 
 def phase_minutes(plan: ServingPlan, throughput: int) -> dict[str, int]:

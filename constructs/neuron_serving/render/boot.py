@@ -121,8 +121,22 @@ from ..plan.engines import (
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.host import FIRST_PULL_WAIT_SECONDS, PUBLIC_HUB_CACHE, HostSpec, has_space, hf_repo, s3_parts
 from ..plan.layout import Replica, ServingPlan, compile_memory_problem
-from ..plan.metrics import EMF_LOG, LOG_KINDS, MonitoringOptions
-from ..plan.phases import DETAIL_TAG, FAILED, PHASE_NAMES, PHASE_TAG, READY, SINCE_TAG, TAG_VALUE_LIMIT, WARMED
+from ..plan.metrics import EMF_LOG, LOG_KINDS, SERVICE, MonitoringOptions
+from ..plan.phases import (
+    BOOT_PHASE_METRIC,
+    DETAIL_TAG,
+    ENDS,
+    FAILED,
+    PHASE_DIMENSION,
+    PHASE_NAMES,
+    PHASE_TAG,
+    PHASES_FILE,
+    READY,
+    SECONDS_TAG,
+    SINCE_TAG,
+    TAG_VALUE_LIMIT,
+    WARMED,
+)
 from ..plan.timing import readiness_seconds
 from ..plan.transfer import AWS_CLI_CONFIG, HUB_DOWNLOAD_WORKERS, aws_cli_config
 from ..plan.volume import default_throughput
@@ -251,8 +265,9 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
         "GROUP_NAME": hook.group_name if hook else None,
         "HOOK_NAME": hook.hook_name if hook else None,
         "SERVICE": monitoring.service if monitoring else None,
-        # For api-keys sync's failure metric; the publisher has its namespace in its config.
-        "METRICS_NAMESPACE": monitoring.namespace if monitoring and api_keys else None,
+        # For report-phase's boot phase metric and api-keys sync's failure metric; the publisher has
+        # its namespace in its config.
+        "METRICS_NAMESPACE": monitoring.namespace if monitoring else None,
         **{log_group_variable(kind): log_groups.get(kind) for kind in LOG_KINDS},
         "API_KEYS_SECRET": options.api_keys_secret,
         "SIGNAL_STACK": signal.stack_name if signal else None,
@@ -286,6 +301,7 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
             download_export=_phase("download-export"),
             export_model=_phase("export-model"),
             wait_export=_phase("wait-export"),
+            download_checkpoint=_phase("download-checkpoint"),
             role=spec.export_role,
             wait_seconds=options.export_wait_minutes * 60,
             poll_seconds=WAIT_POLL_SECONDS,
@@ -323,8 +339,11 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
                                       report_phase=REPORT_PHASE, wait_ready=_phase("wait-ready"), ready=READY,
                                       failed=FAILED)
     if report:
-        files[REPORT_PHASE] = render("report-phase.sh.j2", limit=TAG_VALUE_LIMIT,
-                                        phase_tag=PHASE_TAG, since_tag=SINCE_TAG, detail_tag=DETAIL_TAG)
+        files[REPORT_PHASE] = render("report-phase.sh.j2", limit=TAG_VALUE_LIMIT, phase_tag=PHASE_TAG,
+                                     since_tag=SINCE_TAG, detail_tag=DETAIL_TAG, seconds_tag=SECONDS_TAG,
+                                     ends=ENDS, phases_file=PHASES_FILE, metrics=monitoring is not None,
+                                     metric=BOOT_PHASE_METRIC, service_dimension=SERVICE,
+                                     dimension=PHASE_DIMENSION)
     if hook is not None:
         files[COMPLETE_LIFECYCLE] = render("complete-lifecycle.sh.j2")
         files["/etc/systemd/system/neuron-serving-ready.service"] = render("neuron-serving-ready.service.j2")

@@ -116,10 +116,10 @@ AWS_REGION = "us-east-2"
 
 @pytest.fixture
 def aws(tmp_path: Path, moto_server: MotoServer) -> Iterator[AwsEmulator]:
-    """This test's AWS: moto (S3, Secrets Manager, EC2) and the recorder (CloudFormation, Auto Scaling).
-    ``cache-bucket`` is versioned, as the stack's artifact cache is."""
+    """This test's AWS: moto (S3, Secrets Manager, EC2, CloudWatch) and the recorder (CloudFormation, Auto
+    Scaling). ``cache-bucket`` is versioned, as the stack's artifact cache is."""
     with AwsEmulator(tmp_path / "aws", moto_server, region=AWS_REGION,
-                     moto_services=(*MOTO_SERVICES, "ec2")) as emulator:
+                     moto_services=(*MOTO_SERVICES, "ec2", "cloudwatch")) as emulator:
         emulator.create_bucket("cache-bucket", versioned=True)
         yield emulator
 

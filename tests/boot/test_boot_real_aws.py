@@ -11,14 +11,26 @@ import json
 import os
 import subprocess
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from bootsim import FAKE_HF_TOKEN, HOOK, MARKER, SIGNAL, SMALL_MODEL, Host, make_plan
+from bootsim import FAKE_HF_TOKEN, HOOK, MARKER, MONITORING, SIGNAL, SMALL_MODEL, Host, make_plan
 
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
-from neuron_serving.plan.phases import DETAIL_TAG, FAILED, PHASE_TAG, READY, SINCE_TAG, WARMED
+from neuron_serving.plan.metrics import DEFAULT_NAMESPACE
+from neuron_serving.plan.phases import (
+    BOOT_PHASE_METRIC,
+    DETAIL_TAG,
+    FAILED,
+    PHASE_DIMENSION,
+    PHASE_TAG,
+    READY,
+    SECONDS_TAG,
+    SINCE_TAG,
+    WARMED,
+    parse_seconds,
+)
 from neuron_serving.render.boot import API_KEYS_UNIT, RUN_REPLICA, SIGNAL_ID_LIMIT
 from neuron_serving.render.boot_options import BootOptions
 from neuron_serving.render.router import KEYS_FILE
@@ -391,3 +403,45 @@ def test_create_tags_refused_by_iam_does_not_fail_the_boot(
     assert "report-phase: ready not reported (exit 255)" in log
     assert [s["Status"] for s in _ok(aws, "SignalResource")] == ["SUCCESS"]
     assert aws.instance_tags(host.instance_id) == {}
+
+
+# --- the phases' times as CloudWatch metrics (report-phase, PutMetricData) -----------------------------------------
+
+def test_a_monitored_boot_puts_each_phase_it_went_through_in_cloudwatch(
+    aws_host: Callable[..., Host], aws: AwsEmulator,
+) -> None:
+    host = aws_host(1, real_tags=True)
+    result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL),
+                               BootOptions(signal=SIGNAL, monitoring=MONITORING)), STUB_READY_AFTER="2",
+                       STUB_SLEEP_MAX="1")
+    assert result.returncode == 0, result.stdout
+    lines = host.phase_lines()
+    cloudwatch = aws.client("cloudwatch")
+    listed = cloudwatch.list_metrics(Namespace=DEFAULT_NAMESPACE, MetricName=BOOT_PHASE_METRIC)["Metrics"]
+    assert {tuple((d["Name"], d["Value"]) for d in m["Dimensions"]) for m in listed} == {
+        (("Service", MONITORING.service), (PHASE_DIMENSION, name)) for name, *_ in lines}
+    ended = datetime.strptime(lines[-1][2], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    for name in ("install-tools", "download-checkpoint", "wait-ready"):
+        [point] = cloudwatch.get_metric_statistics(
+            Namespace=DEFAULT_NAMESPACE, MetricName=BOOT_PHASE_METRIC, Statistics=["Sum"], Period=3600,
+            Dimensions=[{"Name": "Service", "Value": MONITORING.service}, {"Name": PHASE_DIMENSION, "Value": name}],
+            StartTime=ended - timedelta(hours=1), EndTime=ended + timedelta(hours=1))["Datapoints"]
+        assert point["Sum"] == sum(s for n, _, _, s in lines if n == name)
+        assert point["Unit"] == "Seconds"
+    # wait-ready slept twice, a second each, and the instance's tag carries every phase too.
+    seconds = parse_seconds(aws.instance_tags(host.instance_id)[SECONDS_TAG])
+    assert seconds["wait-ready"] >= 2
+    assert list(seconds) == list(dict.fromkeys(n for n, *_ in lines))
+
+
+def test_cloudwatch_out_of_reach_does_not_fail_the_boot(aws_host: Callable[..., Host], aws: AwsEmulator) -> None:
+    host = aws_host(1)
+    # Nothing listens on the discard port of loopback: every connection is refused.
+    host.env["AWS_ENDPOINT_URL_CLOUDWATCH"] = "http://127.0.0.1:9"
+    result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL),
+                               BootOptions(signal=SIGNAL, monitoring=MONITORING)))
+    assert result.returncode == 0, result.stdout
+    log = host.path("/var/log/neuron-serving/boot.log").read_text()
+    # awscli 1.46.3 exits 255 when it cannot connect.
+    assert "report-phase: the boot's phase times not put as metrics (exit 255)" in log
+    assert [s["Status"] for s in _ok(aws, "SignalResource")] == ["SUCCESS"]

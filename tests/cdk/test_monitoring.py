@@ -8,8 +8,9 @@ from aws_cdk.assertions import Match
 
 from neuron_serving import AlarmThresholds, ServingConfigError
 from neuron_serving.plan.metrics import API_KEY_SYNC_FAILURES, DEFAULT_NAMESPACE, LOG_KINDS
+from neuron_serving.plan.phases import BOOT_PHASE_METRIC, MEASURED
 
-from .conftest import synthesize
+from .conftest import service_authorization_reference, synthesize
 
 FLEET = {"fleet": "asg", "min_capacity": "2", "max_capacity": "4"}
 ALARMS = {"ErrorRate", "NoHealthyHosts", "P99Latency", "NeuronExecutionErrors", "UncorrectedEcc", "DiskNearlyFull"}
@@ -59,14 +60,21 @@ def test_hosts_may_write_to_the_four_log_groups_and_nothing_else_of_logs_or_metr
                                                 "logs:PutLogEvents"]
     resources = {r["Fn::GetAtt"][0] for r in logs_statement["Resource"]}
     assert resources == {k for k in template.resources("AWS::Logs::LogGroup") if k.startswith("Monitoring")}
-    assert "cloudwatch:PutMetricData" not in json.dumps(statements)
+    # Metrics travel as EMF in the logs, but for the boot's phase times, put in the namespace only.
+    (metrics_statement,) = [s for s in statements if "cloudwatch:" in json.dumps(s["Action"])]
+    assert metrics_statement == {"Action": "cloudwatch:PutMetricData", "Effect": "Allow", "Resource": "*",
+                                 "Condition": {"StringEquals": {"cloudwatch:namespace": DEFAULT_NAMESPACE}}}
+    # PutMetricData names no resource type, and cloudwatch:namespace is its condition key.
+    privilege = service_authorization_reference()["cloudwatch:PutMetricData"]
+    assert [(t["resource_type"], t["condition_keys"]) for t in privilege["resource_types"]] == [
+        ("", ["cloudwatch:namespace"])]
 
 
 def test_one_dashboard_with_a_row_per_concern_each_opened_by_a_text_and_its_url_in_the_outputs(synth):
     template = synth()
     widgets = _dashboard_body(template)["widgets"]
     texts = [w["properties"]["markdown"] for w in widgets if w["type"] == "text"]
-    assert [t.split("\n")[0] for t in texts] == ["## Traffic", "## Serving", "## Neuron", "## Hosts"]
+    assert [t.split("\n")[0] for t in texts] == ["## Traffic", "## Serving", "## Neuron", "## Hosts", "## Boots"]
     assert all(len(t.split("\n", 1)[1]) > 80 for t in texts)  # each says how to read its row
     titles = {w["properties"].get("title") for w in widgets if w["type"] == "metric"}
     assert {"Target response time", "Errors", "Hosts", "Queue", "Request duration (s)",
@@ -307,3 +315,15 @@ def test_the_monitoring_construct_accepts_the_retention_days_the_settings_list_a
                                                             len(LOG_KINDS))
     with pytest.raises(ServingConfigError, match=r"^log_retention_days \(13\) must be one of 1, 3, 5"):
         NeuronServingMonitoring(stack, "Other", log_retention_days=13)
+
+
+def test_the_boots_row_shows_each_phase_that_takes_minutes_for_the_slowest_host_of_each_hour(synth):
+    widgets = {w["properties"].get("title"): w["properties"]
+               for w in _dashboard_body(synth())["widgets"] if w["type"] == "metric"}
+    lines = widgets["Boot phases, slowest host (s)"]["metrics"]
+    assert [(line[:2], dict(zip(line[2:6:2], line[3:6:2], strict=True))) for line in lines] == [
+        ([DEFAULT_NAMESPACE, BOOT_PHASE_METRIC], {"Service": "NeuronLlamaStack", "Phase": phase.name})
+        for phase in MEASURED]
+    assert {"install-tools", "pull-image", "export-model", "download-checkpoint", "download-export",
+            "wait-ready"} <= {phase.name for phase in MEASURED}
+    assert [line[-1] for line in lines] == [{"label": p.name, "period": 3600, "stat": "Maximum"} for p in MEASURED]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Aws, CfnOutput, Duration, Stack, Token
+from aws_cdk import Acknowledgment, Aws, CfnOutput, Duration, Stack, Token, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
@@ -27,10 +27,12 @@ from ..plan.metrics import (
     EXECUTION_ERROR_TYPES,
     INSTANCE,
     LOG_KINDS,
+    PHASE,
     SERVICE,
     MonitoringOptions,
     metric,
 )
+from ..plan.phases import BOOT_PHASE_METRIC, MEASURED
 from ..render.boot import API_KEYS_UNIT
 from ..settings import limits
 from .scanners import LOG_GROUP_KEY_REASON, skip_checkov
@@ -53,6 +55,7 @@ DASHBOARD_REPLICA_METRICS = ("InFlightRequests", "BatchSize", "QueueSize", "Queu
 
 ONE_MINUTE = Duration.minutes(1)
 FIVE_MINUTES = Duration.minutes(5)
+ONE_HOUR = Duration.hours(1)
 
 
 @dataclass(frozen=True)
@@ -181,13 +184,29 @@ class NeuronServingMonitoring(Construct):
         return sns.Topic(self, "Alarms", master_key=key, enforce_ssl=True)
 
     def grant_publish(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Let hosts ship logs and EMF metrics to these log groups, and nothing else: metrics
-        in EMF need no ``cloudwatch:PutMetricData``."""
-        return iam.Grant.add_to_principal(
+        """Let hosts ship logs and EMF metrics to these log groups, and put their boot's phase times
+        (:data:`~neuron_serving.plan.phases.BOOT_PHASE_METRIC`, once a boot ends: a stopped or
+        terminated host would lose an EMF line the agent has not shipped yet) with
+        ``cloudwatch:PutMetricData`` in this namespace only, and nothing else.
+
+        PutMetricData names no resource type; its condition key ``cloudwatch:namespace`` limits it
+        to a namespace (Service Authorization Reference, Amazon CloudWatch; CloudWatch user guide,
+        "Using condition keys to limit access to CloudWatch namespaces",
+        https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/iam-cw-condition-keys-namespace.html)."""
+        logs_grant = iam.Grant.add_to_principal(
             grantee=grantee,
             actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
             resource_arns=[group.log_group_arn for group in self.log_groups.values()],
         )
+        Validations.of(Stack.of(self)).acknowledge(Acknowledgment(
+            id="AwsSolutions-IAM5[Resource::*]",
+            reason="cloudwatch:PutMetricData names no resource type (Service Authorization Reference, Amazon "
+            "CloudWatch): the hosts may put metrics in the monitoring's namespace only (cloudwatch:namespace)",
+        ))
+        return logs_grant.combine(iam.Grant.add_to_principal(
+            grantee=grantee, actions=["cloudwatch:PutMetricData"], resource_arns=["*"],
+            conditions={"StringEquals": {"cloudwatch:namespace": self.namespace}},
+        ))
 
     def metric(
         self,
@@ -252,6 +271,7 @@ class NeuronServingMonitoring(Construct):
         self._serving_row(plan, engine, api_keys=api_keys)
         self._neuron_row()
         self._host_row()
+        self._boot_row()
         self._alarms(endpoint_load_balancer, target_group, desired_capacity, boot_minutes)
         if api_keys:
             self._api_keys_alarm()
@@ -375,6 +395,19 @@ class NeuronServingMonitoring(Construct):
                 for title, name in (("CPU", "CpuUtilization"), ("Memory", "MemoryUtilization"),
                                     ("Disk", "DiskUtilization"))
             ),
+        )
+
+    def _boot_row(self) -> None:
+        self._row(
+            "## Boots\nHow long each phase of the hosts' boots took, as each host measured it, put once its boot "
+            "ended (ready, failed, or prepared in the warm pool): the slowest host in each hour. "
+            "`neuron-serving status` shows each host's phases beside the plan's estimates; a phase far above "
+            "its estimate points at the download, the export or the root volume's throughput.",
+            _graph("Boot phases, slowest host (s)", [
+                self.metric(BOOT_PHASE_METRIC, statistic="Maximum", period=ONE_HOUR, dimensions={PHASE: phase.name},
+                            label=phase.name)
+                for phase in MEASURED
+            ]),
         )
 
     # --- alarms ------------------------------------------------------------------------------

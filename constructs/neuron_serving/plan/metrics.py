@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from ..userdata.api_keys import FAILURE_METRIC
 from .engines import Engine
 from .errors import Problems
+from .phases import BOOT_PHASE_METRIC, PHASE_DIMENSION
 
 DEFAULT_NAMESPACE = "NeuronServing"
 """CloudWatch namespace of every metric below, unless the monitoring construct is given another."""
@@ -52,6 +53,7 @@ SERVICE = "Service"
 INSTANCE = "InstanceId"
 REPLICA = "Replica"
 ERROR_TYPE = "ErrorType"
+PHASE = PHASE_DIMENSION
 
 FLEET = (SERVICE,)
 PER_INSTANCE = (SERVICE, INSTANCE)
@@ -75,8 +77,8 @@ class MetricSpec:
     :param name: the CloudWatch metric name.
     :param unit: an EMF / CloudWatch unit (``Count``, ``Seconds``, ``Percent``, ``Bytes``).
     :param source: ``replica`` (a replica's ``/metrics``, with the engine's names), ``router`` (HAProxy's), ``neuron``
-        (neuron-monitor), ``host`` (neuron-monitor's system data, and the root file system) or ``api-keys``
-        (``api-keys sync`` itself, on hosts with API keys).
+        (neuron-monitor), ``host`` (neuron-monitor's system data, and the root file system), ``api-keys``
+        (``api-keys sync`` itself, on hosts with API keys) or ``boot`` (``report-phase``, once a boot ends).
     :param dimension_sets: the dimension sets it is published with.
     :param description: what it measures and where it comes from.
     """
@@ -141,6 +143,11 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("DiskUtilization", "Percent", "host", INSTANCE_SETS,
                "Root file system used, which holds the image and the exports (statvfs of /)."),
     # The API keys' sync, on hosts with API keys: its own EMF line, not the publisher's.
+    # The boot: report-phase puts each phase's seconds once the boot ends (PutMetricData, not EMF).
+    MetricSpec(BOOT_PHASE_METRIC, "Seconds", "boot", ((SERVICE, PHASE),),
+               "How long a phase of a host's boot took (Phase: the phase's name, neuron_serving.plan.phases), "
+               "from its start to the next phase's by the host's /proc/uptime: one value per host and phase, "
+               "its times in that boot added up, timed when it last ended."),
     MetricSpec(API_KEY_SYNC_FAILURES, "Count", "api-keys", INSTANCE_SETS,
                "Runs of api-keys sync that failed (1 per failed run, nothing when it succeeds): the secret could "
                "not be read or used, or the router refused the new keys; the keys in force stay. Each line "

@@ -333,7 +333,8 @@ def test_a_boot_ends_ready_on_its_own_instance_after_reporting_each_phase(
     assert started <= datetime.strptime(since, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) <= datetime.now(UTC)
     # Every report reached EC2 (none was refused), in the order of the boot.
     assert [p for p, _ in host.phases()] == ["check-devices", "install-tools", "pull-image", "export-model",
-                                             "start-replicas", "router", "wait-ready", "wait-ready", READY]
+                                             "download-checkpoint", "export-model", "start-replicas", "router",
+                                             "wait-ready", "wait-ready", READY]
     assert "not reported (exit" not in host.path("/var/log/neuron-serving/boot.log").read_text()
     # Only its own instance.
     assert aws.instance_tags(other.instance_id) == {}
@@ -421,12 +422,12 @@ def test_a_monitored_boot_puts_each_phase_it_went_through_in_cloudwatch(
     assert {tuple((d["Name"], d["Value"]) for d in m["Dimensions"]) for m in listed} == {
         (("Service", MONITORING.service), (PHASE_DIMENSION, name)) for name, *_ in lines}
     ended = datetime.strptime(lines[-1][2], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    for name in ("install-tools", "download-checkpoint", "wait-ready"):
+    for name in ("install-tools", "export-model", "wait-ready"):
         [point] = cloudwatch.get_metric_statistics(
-            Namespace=DEFAULT_NAMESPACE, MetricName=BOOT_PHASE_METRIC, Statistics=["Sum"], Period=3600,
+            Namespace=DEFAULT_NAMESPACE, MetricName=BOOT_PHASE_METRIC, Statistics=["Sum", "SampleCount"], Period=3600,
             Dimensions=[{"Name": "Service", "Value": MONITORING.service}, {"Name": PHASE_DIMENSION, "Value": name}],
             StartTime=ended - timedelta(hours=1), EndTime=ended + timedelta(hours=1))["Datapoints"]
-        assert point["Sum"] == sum(s for n, _, _, s in lines if n == name)
+        assert (point["Sum"], point["SampleCount"]) == (sum(s for n, _, _, s in lines if n == name), 1)
         assert point["Unit"] == "Seconds"
     # wait-ready slept twice, a second each, and the instance's tag carries every phase too.
     seconds = parse_seconds(aws.instance_tags(host.instance_id)[SECONDS_TAG])

@@ -19,7 +19,7 @@ import pytest
 from neuron_serving.cli import _parser, main
 from neuron_serving.ops.output import Printer
 from neuron_serving.ops.status import stack_failing, status
-from neuron_serving.plan.phases import DETAIL_TAG, PHASE_TAG, PHASES, SINCE_TAG, find_phase
+from neuron_serving.plan.phases import DETAIL_TAG, PHASE_TAG, PHASES, SECONDS_TAG, SINCE_TAG, find_phase
 from tests.harness.aws import REGION
 from tests.ops.conftest import STACK, Deployment, model_checked_answer, need_moto, stamp
 
@@ -343,3 +343,39 @@ def test_a_misspelt_region_is_refused_before_any_call(deployment, capsys):
     code = status(args, printer=Printer(args.output, io.StringIO()))
     assert code == 1
     assert "region 'eu-wst-1' is not one boto3 knows" in capsys.readouterr().err
+
+
+def test_each_finished_phase_shows_how_long_it_took_beside_its_estimate(deployment):
+    instance_id = single(deployment, {**phase_tags("wait-ready", 2, "0 of 6 ready"), SECONDS_TAG: (
+        "metadata=1 install-tools=41 pull-image=212 export-model=3 download-export=720 start-replicas=2")})
+    code, text = run()
+    assert code == 0
+    # The estimates are the stack's (BootPhaseMinutes): pull 12, download 9; a phase without one, its time alone.
+    for phase, took in (("install-tools", "0m41s of ~12m"), ("pull-image", "3m32s of ~12m"),
+                        ("export-model", "0m03s of ~53m"), ("download-export", "12m00s of ~9m OVER"),
+                        ("start-replicas", "0m02s")):
+        assert any(phase in line and line.rstrip().endswith(took) and instance_id in line
+                   for line in text.splitlines()), (phase, took, text)
+    # The running phase still counts against its own estimate.
+    assert "2m00s of ~15m" in text
+    (host,) = json.loads(run("--output", "json")[1])["hosts"]
+    assert host["phase_times"][3:5] == [
+        {"phase": "export-model", "seconds": 3, "estimate_minutes": 53, "over_estimate": False},
+        {"phase": "download-export", "seconds": 720, "estimate_minutes": 9, "over_estimate": True}]
+    assert [t["phase"] for t in host["phase_times"]] == ["metadata", "install-tools", "pull-image", "export-model",
+                                                          "download-export", "start-replicas"]
+
+
+def test_the_watch_says_how_long_the_last_finished_phase_took(deployment):
+    single(deployment, {**phase_tags("ready", 1, "6 of 6 ready"), SECONDS_TAG: "pull-image=212 wait-ready=1200"})
+    code, text = run("--watch")
+    assert code == 0
+    assert "wait-ready took 20m00s of ~15m OVER" in text
+
+
+def test_a_host_without_phase_times_shows_none(deployment):
+    single(deployment, phase_tags("pull-image", 1))
+    code, text = run()
+    assert code == 0 and "finished phase" not in text
+    (host,) = json.loads(run("--output", "json")[1])["hosts"]
+    assert host["phase_times"] == []

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..plan.phases import DETAIL_TAG, PHASE_TAG, SINCE_TAG, WARMED, Phase, find_phase
+from ..plan.phases import DETAIL_TAG, PHASE_TAG, SECONDS_TAG, SINCE_TAG, WARMED, Phase, find_phase, parse_seconds
 from .aws import REGION_HELP, Aws, OpsError, stack_not_found
 
 DEFAULT_STACK = "NeuronLlamaStack"
@@ -80,6 +80,8 @@ class Host:
 
     :param phase: the :data:`PHASE_TAG` value, or None when the host has reported nothing yet.
     :param since: when it entered the phase, or None.
+    :param seconds: each phase it has finished and its seconds (:data:`SECONDS_TAG`), in the
+        order it entered them; empty before the first ends, or from a host of an older version.
     """
 
     instance_id: str
@@ -91,6 +93,7 @@ class Host:
     detail: str
     private_ip: str | None = None
     lifecycle_state: str | None = None
+    seconds: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def from_instance(cls, instance: dict[str, Any], lifecycle_state: str | None = None) -> Host:
@@ -107,6 +110,7 @@ class Host:
             detail=tags.get(DETAIL_TAG, ""),
             private_ip=instance.get("PrivateIpAddress"),
             lifecycle_state=lifecycle_state,
+            seconds=tuple(parse_seconds(tags.get(SECONDS_TAG, "")).items()),
         )
 
     @property

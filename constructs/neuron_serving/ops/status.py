@@ -1,6 +1,6 @@
 """``neuron-serving status``: the stack, and each host's boot phase, how long it has been in it against
-the plan's estimate, and whether the load balancer finds it healthy; ``--watch`` until every host serves
-or one fails.
+the plan's estimate, how long each phase it finished took against its estimate, and whether the load
+balancer finds it healthy; ``--watch`` until every host serves or one fails.
 
 AWS calls (and the IAM actions they need): cloudformation:DescribeStacks; ec2:DescribeInstances;
 for a fleet autoscaling:DescribeAutoScalingGroups and autoscaling:DescribeWarmPool;
@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Group
 from rich.live import Live
 
-from ..plan.phases import FAILED, READY, WARMED
+from ..plan.phases import FAILED, READY, WARMED, find_phase
 from .aws import EXIT_FAILURE, Aws, OpsError, run_aws
 from .output import Clock, Printer, Sleep, output_option, positive_seconds
 from .stack import Host, StackInfo, describe_stack, find_hosts, stack_options, while_in_progress
@@ -47,6 +47,23 @@ def stack_failing(status: str) -> bool:
 
 
 @dataclass(frozen=True)
+class PhaseTime:
+    """A phase a host finished: how long it took, as the host measured it, and its estimate."""
+
+    phase: str
+    seconds: int
+    estimate_minutes: int | None
+
+    @property
+    def over(self) -> bool:
+        return self.estimate_minutes is not None and self.seconds > self.estimate_minutes * 60
+
+    def document(self) -> dict[str, Any]:
+        return {"phase": self.phase, "seconds": self.seconds, "estimate_minutes": self.estimate_minutes,
+                "over_estimate": self.over}
+
+
+@dataclass(frozen=True)
 class HostStatus:
     """One host as ``status`` shows it."""
 
@@ -56,6 +73,7 @@ class HostStatus:
     target_state: str
     target_reason: str
     replicas_healthy: str
+    finished: tuple[PhaseTime, ...] = ()
 
     @property
     def overdue(self) -> bool:
@@ -96,6 +114,7 @@ class HostStatus:
             "estimate_minutes": self.estimate_minutes, "overdue": self.overdue, "detail": host.detail,
             "target_health": {"state": self.target_state, "reason": self.target_reason},
             "replicas_healthy": self.replicas_healthy or None,
+            "phase_times": [t.document() for t in self.finished],
         }
 
 
@@ -146,8 +165,7 @@ def look(aws: Aws, stack: str, now: dt.datetime) -> Snapshot:
     replicas = info.output("ReplicaCount") or ""
     statuses = []
     for host in hosts:
-        known = host.known_phase
-        estimate = minutes.get(known.estimate) if known is not None and known.estimate else None
+        estimate = _estimate(minutes, host.phase) if host.phase else None
         since = host.since or (host.launched if host.phase is None else None)
         elapsed = max(now - since, dt.timedelta(0)) if since is not None and host.phase not in (
             READY, FAILED, WARMED) else None
@@ -155,8 +173,15 @@ def look(aws: Aws, stack: str, now: dt.datetime) -> Snapshot:
         counted = _REPLICAS.search(host.detail) if host.phase == "wait-ready" else None
         healthy = (f"{counted[1]} of {counted[2]}" if counted else
                    f"{replicas} of {replicas}" if host.phase == READY and replicas else "")
-        statuses.append(HostStatus(host, elapsed, estimate, state, reason, healthy))
+        statuses.append(HostStatus(host, elapsed, estimate, state, reason, healthy,
+                                   tuple(PhaseTime(name, seconds, _estimate(minutes, name))
+                                         for name, seconds in host.seconds)))
     return Snapshot(info, tuple(statuses), now)
+
+
+def _estimate(minutes: dict[str, int], name: str) -> int | None:
+    known = find_phase(name)
+    return minutes.get(known.estimate) if known is not None and known.estimate else None
 
 
 def _target_health(aws: Aws, info: StackInfo) -> dict[str, tuple[str, str]]:
@@ -197,6 +222,14 @@ def _timing_cell(status: HostStatus) -> str:
     return text
 
 
+def _took(time: PhaseTime) -> str:
+    """``3m32s``, with ``of ~20m`` when the phase has an estimate, and ``OVER`` beyond it."""
+    text = _duration(dt.timedelta(seconds=time.seconds))
+    if time.estimate_minutes is not None:
+        text += f" of ~{time.estimate_minutes}m" + (" OVER" if time.over else "")
+    return text
+
+
 def _health_cell(status: HostStatus) -> str:
     return f"{status.target_state} ({status.target_reason})" if status.target_reason else status.target_state
 
@@ -224,13 +257,20 @@ def render(printer: Printer, snapshot: Snapshot) -> Group:
     else:
         parts.append("no hosts yet" + (" (the stack is still being created)"
                                        if stack.status.endswith("_IN_PROGRESS") else ""))
+    # Each host's finished phases, as it measured them, beside the plan's estimates.
+    times = [(_host_label(s), t.phase, _took(t)) for s in snapshot.hosts for t in s.finished]
+    if times:
+        parts.append(printer.table(("host", "finished phase", "took"), times,
+                                   title="boot phases finished, as each host measured them, against the plan's "
+                                   "estimate"))
     return Group(*parts)
 
 
 def _line(snapshot: Snapshot, status: HostStatus) -> str:
     """One appended line about a host (``--watch`` on no terminal)."""
     parts = [snapshot.at.strftime("%H:%M:%S"), _host_label(status), _phase_cell(status)]
-    for extra in (_timing_cell(status), status.host.detail,
+    last = f"{status.finished[-1].phase} took {_took(status.finished[-1])}" if status.finished else ""
+    for extra in (_timing_cell(status), status.host.detail, last,
                   f"replicas healthy {status.replicas_healthy}" if status.replicas_healthy else "",
                   f"target {_health_cell(status)}"):
         if extra:
@@ -324,7 +364,8 @@ def register(commands: Any) -> None:
         "status", parents=[stack_options(), output_option()],
         help="the stack, each host's boot phase and health, the endpoint and dashboard",
         description="The stack's status and outputs; each host's boot phase (reported by the host in its "
-                    "tags), the time in it against the plan's estimate, its replicas and the load balancer's "
+                    "tags), the time in it against the plan's estimate, how long each phase it finished took "
+                    "against its estimate, its replicas and the load balancer's "
                     "health check. Exit status 1 when a host's boot failed or the stack failed or rolls back, "
                     "else 0. Needs cloudformation:DescribeStacks (and, while the stack is being created and has "
                     "no outputs yet, cloudformation:ListStackResources and cloudformation:GetTemplate), "

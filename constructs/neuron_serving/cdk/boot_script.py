@@ -38,7 +38,7 @@ from ..render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook, re
 from ..render.bundle import write_bundle
 from .artifact_cache import COMPILE_CACHE_PREFIX, EXPORTS_PREFIX, NeuronArtifactCache
 from .monitoring import NeuronServingMonitoring
-from .scanners import nag_arn
+from .scanners import acknowledge_any_resource, nag_arn
 
 
 class NeuronBootScript(Construct):
@@ -323,11 +323,9 @@ class NeuronBootScript(Construct):
         principal = grantee.grant_principal
         principal.add_to_principal_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
         principal.add_to_principal_policy(iam.PolicyStatement(actions=actions, resources=[repository]))
-        Validations.of(Stack.of(self)).acknowledge(Acknowledgment(
-            id="AwsSolutions-IAM5[Resource::*]",
-            reason="ecr:GetAuthorizationToken takes no resource (Service Authorization Reference, Amazon Elastic "
-            "Container Registry); the pull itself is granted on the image's one repository",
-        ))
+        acknowledge_any_resource(self, "ecr:GetAuthorizationToken takes no resource (Service Authorization "
+                                 "Reference, Amazon Elastic Container Registry); the pull itself is granted on the "
+                                 "image's one repository")
 
     def _grant_phase_tags(self, grantee: iam.IGrantable) -> None:
         """ec2:CreateTags on the host's own instance, with the boot phase's keys only (report-phase).
@@ -349,7 +347,7 @@ class NeuronBootScript(Construct):
           StringEquals on it is false and the statement allows nothing: reporting stops, never the
           boot (report-phase logs the refusal).
         - ``ForAllValues:StringEquals`` on ``aws:TagKeys`` (a condition key of ec2:CreateTags on
-          instances, Service Authorization Reference): only the three keys of
+          instances, Service Authorization Reference): only the four keys of
           :data:`~neuron_serving.plan.phases.PHASE_TAGS`, so the host cannot rewrite ``Name`` or
           the tags that identify its stack or group. ``ForAllValues`` is true for a request
           without tags (the same IAM user guide page), hence the ``Null`` check that
@@ -368,7 +366,7 @@ class NeuronBootScript(Construct):
         Validations.of(stack).acknowledge(Acknowledgment(
             id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, 'ec2', 'instance/*')}]",
             reason="An instance id is assigned at launch: the host may tag only the instance whose credentials "
-            "sign the request (aws:ARN equals ec2:SourceInstanceARN), and only with the boot phase's three keys",
+            "sign the request (aws:ARN equals ec2:SourceInstanceARN), and only with the boot phase's four keys",
         ))
 
 

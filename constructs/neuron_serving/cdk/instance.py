@@ -12,7 +12,7 @@ from constructs import Construct
 from ..plan.errors import ServingConfigError, problem
 from ..plan.layout import ServingPlan
 from .boot_script import NeuronBootScript
-from .scanners import nag_arn
+from .scanners import acknowledge_any_resource, nag_arn
 from .validation import check_props
 
 SESSION_MANAGER_ACTIONS = (
@@ -101,12 +101,9 @@ class NeuronServingLaunchTemplate(Construct):
             ))
             self.role.add_to_principal_policy(iam.PolicyStatement(actions=list(SESSION_MANAGER_ACTIONS),
                                                                   resources=["*"]))
+            acknowledge_any_resource(stack, "Session Manager's ssmmessages channel actions name no resource "
+                                     "type (Service Authorization Reference, Amazon Message Gateway Service)")
             Validations.of(stack).acknowledge(
-                Acknowledgment(
-                    id="AwsSolutions-IAM5[Resource::*]",
-                    reason="Session Manager's ssmmessages channel actions name no resource type (Service "
-                    "Authorization Reference, Amazon Message Gateway Service)",
-                ),
                 Acknowledgment(
                     id=f"AwsSolutions-IAM5[Resource::{nag_arn(stack, 'ec2', 'instance/*')}]",
                     reason="The SSM agent registers the instance it runs on, whose id is assigned at launch",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Acknowledgment, Aws, CfnOutput, Duration, Stack, Token, Validations
+from aws_cdk import Aws, CfnOutput, Duration, Stack, Token
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
@@ -35,7 +35,7 @@ from ..plan.metrics import (
 from ..plan.phases import BOOT_PHASE_METRIC, MEASURED
 from ..render.boot import API_KEYS_UNIT
 from ..settings import limits
-from .scanners import LOG_GROUP_KEY_REASON, skip_checkov
+from .scanners import LOG_GROUP_KEY_REASON, acknowledge_any_resource, skip_checkov
 from .validation import check_props
 
 _THRESHOLD_RANGES = (
@@ -198,11 +198,9 @@ class NeuronServingMonitoring(Construct):
             actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
             resource_arns=[group.log_group_arn for group in self.log_groups.values()],
         )
-        Validations.of(Stack.of(self)).acknowledge(Acknowledgment(
-            id="AwsSolutions-IAM5[Resource::*]",
-            reason="cloudwatch:PutMetricData names no resource type (Service Authorization Reference, Amazon "
-            "CloudWatch): the hosts may put metrics in the monitoring's namespace only (cloudwatch:namespace)",
-        ))
+        acknowledge_any_resource(self, "cloudwatch:PutMetricData names no resource type (Service Authorization "
+                                 "Reference, Amazon CloudWatch): the hosts may put metrics in the monitoring's "
+                                 "namespace only (cloudwatch:namespace)")
         return logs_grant.combine(iam.Grant.add_to_principal(
             grantee=grantee, actions=["cloudwatch:PutMetricData"], resource_arns=["*"],
             conditions={"StringEquals": {"cloudwatch:namespace": self.namespace}},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnResource, Stack, Token
+from aws_cdk import Acknowledgment, CfnResource, Stack, Token, Validations
 
 from constructs import IConstruct
 
@@ -28,6 +28,22 @@ def skip_checkov(scope: IConstruct, check_id: str, reason: str) -> None:
     existing: Any = resource.get_metadata("checkov") or {}
     skips = [s for s in existing.get("skip", []) if s["id"] != check_id]
     resource.add_metadata("checkov", {"skip": [*skips, {"id": check_id, "comment": reason}]})
+
+
+_ANY_RESOURCE_REASONS: dict[str, list[str]] = {}
+"""The reasons given so far for each stack's (by its node address) statements on ``Resource: *``."""
+
+
+def acknowledge_any_resource(scope: IConstruct, reason: str) -> None:
+    """Acknowledge cdk-nag's ``AwsSolutions-IAM5[Resource::*]`` on ``scope``'s stack for one more
+    statement whose actions name no resource type, with ``reason``. cdk-nag has one finding for every
+    such statement of the stack, and an acknowledgment of the same id replaces the one before: the
+    reasons of them all are kept, joined, so that a reviewer reads each."""
+    stack = Stack.of(scope)
+    reasons = _ANY_RESOURCE_REASONS.setdefault(stack.node.addr, [])
+    if reason not in reasons:
+        reasons.append(reason)
+    Validations.of(stack).acknowledge(Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason="; ".join(reasons)))
 
 
 def nag_arn(stack: Stack, service: str, resource: str) -> str:

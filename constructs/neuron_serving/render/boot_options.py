@@ -149,7 +149,7 @@ class BootOptions:
     that calls AWS (an S3 artifact cache or the spec's S3 prebuilt export, API keys, a signal, a warm pool hook
     or monitoring). Such a host already has its region and instance id and an AWS role; one
     without calls no AWS API at all and needs no role, and it would gain one only to report. The
-    instance role then needs ``ec2:CreateTags`` on the instance itself and for the three keys of
+    instance role then needs ``ec2:CreateTags`` on the instance itself and for the four keys of
     :data:`~neuron_serving.plan.phases.PHASE_TAGS` only (``NeuronBootScript.grant_boot`` grants
     exactly that); without it the host logs each refused report and boots all the same.
     """

@@ -1,6 +1,6 @@
 """The phases of a host's boot: what the host reports and what ``neuron-serving status`` reads.
 
-A host reports each phase it enters as three tags on its own EC2 instance (CreateTags, which its
+A host reports each phase it enters as tags on its own EC2 instance (CreateTags, which its
 role may call on that instance only and for these keys only), so that the operator sees the boot
 without logging in, with nothing but ec2:DescribeInstances:
 

@@ -83,11 +83,12 @@ CloudFormation asks of instances and Auto Scaling groups.
 **Warm pool.** See :class:`WarmPoolHook`.
 
 **Boot progress.** A host that reads its instance metadata reports each phase of
-:data:`~neuron_serving.plan.phases.PHASES` it enters as three tags on its own instance
+:data:`~neuron_serving.plan.phases.PHASES` it enters as tags on its own instance
 (:mod:`~neuron_serving.plan.phases`), with one CreateTags call per phase: every step's name as it
 starts; ``download-export`` instead of ``export-model`` once ``export-model`` knows it downloads (a
 prebuilt export, or the artifact cache's), and ``export-model`` again, with the reason, when it
-refuses the download; ``wait-ready`` with ``<n> of <N> ready`` as each replica serves; ``ready``
+refuses the download; when it exports, ``download-checkpoint`` while the checkpoint downloads, then
+``export-model`` again (``compiling``) while the compiler runs; ``wait-ready`` with ``<n> of <N> ready`` as each replica serves; ``ready``
 once ``wait-ready`` passes, on the first boot and after every start of a warm pool's host
 (``neuron-serving-ready.service``); ``warmed`` once prepared for the warm pool; ``failed`` with
 ``<step>: <reason>`` when a step, or the ready service's ``wait-ready``, fails. Without a
@@ -96,6 +97,18 @@ signal or a hook nothing checks that the replicas serve, so such a host ends in 
 refused call is logged and the boot goes on. The phases before the AWS CLI is installed
 (``check-devices``, ``install-tools``) are reported only on images that have it, and
 ``metadata`` never is (``host.env`` does not exist yet).
+
+**Boot times.** ``report-phase`` also ends the phase before the one it reports (``ready``,
+``failed`` and ``warmed`` end a boot and start none): it appends the phase, its start and end and
+its seconds, by ``/proc/uptime``, to ``/var/log/neuron-serving/phases.tsv``
+(:data:`~neuron_serving.plan.phases.PHASES_FILE`), and each report's tags carry every finished
+phase's seconds (:data:`~neuron_serving.plan.phases.SECONDS_TAG`), which ``neuron-serving status``
+shows beside the estimates. A phase that ends a boot, or ``report-phase --end`` at the end of a boot
+that reaches none (a builder's, or one that checks no readiness), then puts the phases finished
+since the last such report, with monitoring, as the CloudWatch metric
+:data:`~neuron_serving.plan.phases.BOOT_PHASE_METRIC` (``Service``, ``Phase``), by PutMetricData:
+before the group stops a warm pool's host, and again for ``wait-ready`` after its start. A metric
+that cannot be put is logged; it never fails the boot.
 
 **Monitoring.** With :class:`~neuron_serving.plan.metrics.MonitoringOptions`, a step right
 after the tools are installed starts the CloudWatch agent, which ships the boot's logs, the

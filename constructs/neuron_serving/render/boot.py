@@ -38,8 +38,8 @@ builds; devices handed to docker stay the real ``/dev/neuronN``):
   with monitoring ``metrics.json``, ``neuron-monitor.json`` and ``cloudwatch-agent.json``;
 - ``/var/lib/neuron-serving/exports/<export key>/`` with its completion marker;
 - ``/etc/haproxy/haproxy.cfg``: the router (:func:`~neuron_serving.render.router.render_router_config`);
-- ``/var/log/neuron-serving/``: ``boot.log``, ``export.log``, ``ready.log`` and ``status`` (the
-  step reached).
+- ``/var/log/neuron-serving/``: ``boot.log``, ``export.log``, ``ready.log``, ``status`` (the
+  step reached) and, when it reports phases, ``phases.tsv`` (see **Boot times** below).
 
 The files travel as the boot bundle (:mod:`~neuron_serving.render.bundle`): a CDK asset the
 user data downloads from S3 and installs only when its manifest's SHA-256 is the one the user data
@@ -88,14 +88,14 @@ CloudFormation asks of instances and Auto Scaling groups.
 starts; ``download-export`` instead of ``export-model`` once ``export-model`` knows it downloads (a
 prebuilt export, or the artifact cache's), and ``export-model`` again, with the reason, when it
 refuses the download; when it exports, ``download-checkpoint`` while the checkpoint downloads, then
-``export-model`` again (``compiling``) while the compiler runs; ``wait-ready`` with ``<n> of <N> ready`` as each replica serves; ``ready``
-once ``wait-ready`` passes, on the first boot and after every start of a warm pool's host
-(``neuron-serving-ready.service``); ``warmed`` once prepared for the warm pool; ``failed`` with
-``<step>: <reason>`` when a step, or the ready service's ``wait-ready``, fails. Without a
-signal or a hook nothing checks that the replicas serve, so such a host ends in ``router`` with
-``boot complete: readiness not checked``, never ``ready``. Reporting never fails a boot: a
-refused call is logged and the boot goes on. The phases before the AWS CLI is installed
-(``check-devices``, ``install-tools``) are reported only on images that have it, and
+``export-model`` again (``compiling``) while the compiler runs; ``wait-ready`` with ``<n> of <N>
+ready`` as each replica serves; ``ready`` once ``wait-ready`` passes, on the first boot and after
+every start of a warm pool's host (``neuron-serving-ready.service``); ``warmed`` once prepared for
+the warm pool; ``failed`` with ``<step>: <reason>`` when a step, or the ready service's
+``wait-ready``, fails. Without a signal or a hook nothing checks that the replicas serve, so such a
+host ends in ``router`` with ``boot complete: readiness not checked``, never ``ready``. Reporting
+never fails a boot: a refused call is logged and the boot goes on. The phases before the AWS CLI is
+installed (``check-devices``, ``install-tools``) are reported only on images that have it, and
 ``metadata`` never is (``host.env`` does not exist yet).
 
 **Boot times.** ``report-phase`` also ends the phase before the one it reports (``ready``,

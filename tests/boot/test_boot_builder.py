@@ -10,6 +10,7 @@ from collections.abc import Callable
 from bootsim import MARKER, SIGNAL, SMALL_MODEL, Host, make_plan
 
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
+from neuron_serving.plan.phases import SECONDS_TAG
 from neuron_serving.render.boot_options import BootOptions
 from tests.harness.aws import AwsEmulator
 from tests.harness.userdata import boot_of
@@ -41,6 +42,9 @@ def test_the_builder_exports_publishes_serves_nothing_and_leaves_its_group(
     assert aws.get_object(BUCKET, f"exports/{KEY}/COMPLETE") is not None
     assert [u for u in builder.started_units() if u.startswith("neuron-replica")] == []
     assert _left_its_group(aws, builder)
+    # Its boot ends in no phase that ends a boot: its end ends the compile, and tags its seconds.
+    assert builder.phase_lines()[-1][0] == "export-model"
+    assert list(builder.tag_reports()[-1]) == [SECONDS_TAG]
 
 
 def test_a_host_that_cannot_compile_waits_for_the_builder_downloads_and_never_compiles(

@@ -312,3 +312,12 @@ def test_plan_json_has_the_time_to_serve_of_the_chosen_layout(capsys):
     warm = document["scenarios"]["warm pool"]
     assert set(warm["phases"]) == {"start", "services", "read", "load", "warm-up"}
     assert warm["total"] == pytest.approx(sum(warm["phases"].values()), abs=0.3)
+
+
+def test_plan_with_the_vllm_engine_chooses_only_batches_vllm_serves(capsys):
+    # optimum-neuron 0.4.5's vLLM serves continuous batching only, batch 2 and above (Engine.min_batch_size).
+    assert main(["plan", "--engine", "vllm", "--objective", "latency", "--no-hub-cache", "--output", "json"]) == 0
+    chosen = json.loads(capsys.readouterr().out)["recommendation"]
+    assert chosen["batch_size"] >= 2
+    assert main(["plan", "--engine", "vllm", "--batch-size", "1", "--no-hub-cache"]) == 2
+    assert "batch_size (1) must be at least 2 with --engine vllm" in capsys.readouterr().err

@@ -144,7 +144,11 @@ class ServingImage:
     def _download(self, argv: list[str], binds: list[Bind]) -> BehaviourResult:
         # huggingface-hub 0.34.4 src/huggingface_hub/commands/download.py: only the files that match
         # an --include pattern and no --exclude pattern (fnmatch, src/huggingface_hub/utils/_paths.py).
-        repo = argv[2]
+        # The repository is the first positional word; an option before it takes one value (--max-workers N).
+        words = argv[2:]
+        while words and words[0].startswith("--"):
+            words = words[2:]
+        repo = words[0]
         if self.knobs.get("STUB_HF_DOWNLOAD_FAIL"):
             return 1, "", f"huggingface_hub.errors.RevisionNotFoundError: 404 Client Error. Invalid rev id for {repo}\n"
         out = host_path(binds, _values(argv, "--local-dir")[0], write=True)

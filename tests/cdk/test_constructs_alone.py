@@ -667,9 +667,9 @@ def monitoring() -> Built:
 def test_monitoring_keeps_four_log_groups_for_two_weeks(monitoring: Built) -> None:
     monitoring.template.resource_properties_count_is("AWS::Logs::LogGroup", {"RetentionInDays": 14}, 4)
     groups = Capture()
-    monitoring.template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": [{
+    monitoring.template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": Match.array_with([{
         "Effect": "Allow", "Action": ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
-        "Resource": groups}]}})
+        "Resource": groups}])}})
     assert sorted(r["Fn::GetAtt"][0] for r in groups.as_array()) == sorted(
         monitoring.logical_id(g) for g in monitoring.construct.log_groups.values())
 

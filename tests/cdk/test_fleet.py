@@ -26,6 +26,7 @@ from neuron_serving.cdk.instance import SESSION_MANAGER_ACTIONS
 from neuron_serving.plan import ServingRequest, plan_serving
 from neuron_serving.plan.host import resolve_host
 from neuron_serving.plan.timing import boot_minutes, longest_generation_seconds
+from neuron_serving.plan.volume import default_throughput
 from neuron_serving.render.boot import render_boot_script
 
 from .conftest import synthesize
@@ -59,8 +60,8 @@ def _fronted_fleet(stack: Stack, vpc: ec2.Vpc, plan, host, **fleet_props) -> Neu
 
 def test_fleet_waits_for_a_signal_from_each_of_min_capacity_hosts(synth):
     logical_id, group = _group(synth(**FLEET))
-    minutes = boot_minutes(plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge")),
-                           throughput=125)
+    plan = plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge"))
+    minutes = boot_minutes(plan, throughput=default_throughput(plan))
     hours, rest = divmod(minutes, 60)
     assert group["CreationPolicy"] == {"ResourceSignal": {"Count": 2, "Timeout": f"PT{hours}H{rest}M"}}
     assert logical_id == "NeuronServingFleet"
@@ -82,8 +83,8 @@ def test_updates_replace_one_host_at_a_time_waiting_for_signals_and_keep_the_res
 
 def test_elb_health_checks_with_grace_for_pull_export_and_load(synth):
     properties = _group(synth(**FLEET))[1]["Properties"]
-    minutes = boot_minutes(plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge")),
-                           throughput=125)
+    plan = plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge"))
+    minutes = boot_minutes(plan, throughput=default_throughput(plan))
     assert properties["HealthCheckType"] == "ELB"
     assert properties["HealthCheckGracePeriod"] == minutes * 60
     assert (properties["MinSize"], properties["MaxSize"]) == ("2", "4")
@@ -101,7 +102,7 @@ def test_fleet_scaling_uses_a_warmup_of_a_cached_boot(synth):
     template = synth(**FLEET)
     plan = plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge"))
     warmup = _group(template)[1]["Properties"]["DefaultInstanceWarmup"]
-    assert warmup == boot_minutes(plan, throughput=125, exports=False) * 60
+    assert warmup == boot_minutes(plan, throughput=default_throughput(plan), exports=False) * 60
 
 
 def test_scale_on_requests_tracks_alb_requests_per_host_sized_by_the_plan():
@@ -221,7 +222,9 @@ def test_host_may_use_only_the_cache_prefix_and_signal_its_own_stack(synth):
                              json.dumps(sorted(COMPILE_CACHE_ACTIONS)), *stack_actions} == {
         json.dumps(["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]),
         json.dumps("s3:GetObject"), json.dumps("ssm:UpdateInstanceInformation"),
-        json.dumps(list(SESSION_MANAGER_ACTIONS)), json.dumps("ec2:CreateTags")}
+        json.dumps(list(SESSION_MANAGER_ACTIONS)), json.dumps("ec2:CreateTags"),
+        # The boot's phase times, in the monitoring's namespace only (tests/cdk/test_monitoring.py).
+        json.dumps("cloudwatch:PutMetricData")}
 
 
 def test_boot_script_gets_the_cache_uri(synth):

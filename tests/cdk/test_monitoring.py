@@ -144,7 +144,7 @@ def test_no_healthy_hosts_counts_only_while_the_fleet_wants_hosts_and_waits_a_ca
     desired = next(m for m in alarm["Metrics"] if m["Id"] == "desired")["MetricStat"]["Metric"]
     assert desired["MetricName"] == "GroupDesiredCapacity"
     # a cached boot: pull, download, then reading the weights and loading them (wait-ready's limit)
-    assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == 52
+    assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == 50
 
 
 def test_the_fleet_scales_on_in_flight_requests_per_replica_with_the_batch_size_as_target(synth):

@@ -41,12 +41,17 @@ def _wait_ready_limit(boot_script: NeuronBootScript) -> int:
     return int(found.group(1))
 
 
-def test_an_8b_host_gets_gp3s_included_throughput_and_iops_set_on_its_volume(synth):
-    synth().template.has_resource_properties("AWS::EC2::LaunchTemplate", _volume(125, 3000))
+def test_an_8b_host_gets_the_throughput_that_moves_its_boot_in_three_minutes_within_the_included_iops(synth):
+    synth().template.has_resource_properties("AWS::EC2::LaunchTemplate", _volume(341, 3000))
 
 
-def test_a_70b_host_reads_its_131_gib_in_five_minutes_at_449_mib_s_with_the_iops_to_carry_it(synth):
-    synth(**LARGE).template.has_resource_properties("AWS::EC2::LaunchTemplate", _volume(449, 3592))
+def test_a_70b_host_moves_its_boot_in_three_minutes_at_1666_mib_s_with_the_iops_to_carry_it(synth):
+    synth(**LARGE).template.has_resource_properties("AWS::EC2::LaunchTemplate", _volume(1666, 13328))
+
+
+def test_boot_disk_minutes_sizes_the_volume(synth):
+    template = synth(boot_disk_minutes="10").template
+    template.has_resource_properties("AWS::EC2::LaunchTemplate", _volume(125, 3000))
 
 
 def test_the_settings_set_the_fleets_volume(synth):
@@ -66,7 +71,7 @@ def test_wait_ready_waits_the_plans_limit_and_within_the_instances_creation_poli
     template = synth(**LARGE)
     boot_script = template.stack.boot_script
     plan = template.stack.plan
-    assert _wait_ready_limit(boot_script) == readiness_seconds(plan, 449) == 76 * 60
+    assert _wait_ready_limit(boot_script) == readiness_seconds(plan, 1666) == 70 * 60
     (instance,) = template.resources("AWS::EC2::Instance").values()
     timeout = _minutes(instance["CreationPolicy"]["ResourceSignal"]["Timeout"])
     assert _wait_ready_limit(boot_script) <= timeout * 60
@@ -91,6 +96,7 @@ def test_a_short_boot_timeout_shortens_wait_ready_to_it(synth):
     ({"root_volume_throughput": "100"}, r"root_volume_throughput \(100\) must be 125 to 2000 MiB/s"),
     ({"root_volume_throughput": "2500"}, r"root_volume_throughput \(2500\) must be 125 to 2000 MiB/s"),
     ({"root_volume_iops": "90000"}, r"root_volume_iops \(90000\) must be 3000 to 80000"),
+    ({"boot_disk_minutes": "0"}, r"boot_disk_minutes \(0.0\) must be a number of minutes above 0"),
     ({"root_volume_throughput": "1000", "root_volume_iops": "3000"},
      r"root_volume_iops \(3000\) must be at least 4000 for a root_volume_throughput of 1000 MiB/s"),
     ({"root_volume_iops": "80000"}, r"root_volume_iops \(80000\) must be at most 75000 on a root volume of 150 GiB"),
@@ -112,5 +118,5 @@ def test_the_launch_template_refuses_iops_its_volume_size_cannot_carry():
                                     root_volume_gib=30)
     template = NeuronServingLaunchTemplate(stack, "Host2", vpc=vpc, boot_script=boot,
                                            machine_image=neuron_dlami("/p"), root_volume_gib=32)
-    Template.from_stack(stack).has_resource_properties("AWS::EC2::LaunchTemplate", _volume(125, 16000))
+    Template.from_stack(stack).has_resource_properties("AWS::EC2::LaunchTemplate", _volume(197, 16000))
     assert template.root_volume_gib == 32

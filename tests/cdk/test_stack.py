@@ -62,7 +62,7 @@ def test_root_volume_is_encrypted_gp3_sized_for_image_weights_and_export(synth):
     (device,) = synth().only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["BlockDeviceMappings"]
     assert device == {"DeviceName": "/dev/sda1", "Ebs": {"DeleteOnTermination": True, "Encrypted": True,
                                                          "VolumeSize": 150, "VolumeType": "gp3",
-                                                         "Throughput": 125, "Iops": 3000}}
+                                                         "Throughput": 341, "Iops": 3000}}
 
 
 def test_trainium_root_volume_is_at_least_512_gib(synth):
@@ -154,7 +154,8 @@ def test_instance_role_has_session_manager_the_cache_and_its_signal_only(synth):
         # The compile cache's graphs, and listing its prefix.
         ["s3:GetObject", "s3:PutObject"], "s3:ListBucket",
         ["cloudformation:DescribeStackResource", "cloudformation:SignalResource"],
-        ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"], "s3:GetObject", "ec2:CreateTags"))
+        ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"], "s3:GetObject", "ec2:CreateTags",
+        "cloudwatch:PutMetricData"))
     assert "secretsmanager" not in json.dumps(template.host_statements())
 
 

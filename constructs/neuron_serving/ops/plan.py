@@ -34,6 +34,7 @@ from ..plan.layout import (
 )
 from ..plan.models import resolve_model
 from ..plan.performance import (
+    BATCH_SIZES,
     DEFAULT_WORKLOAD,
     LOAD_REQUESTS,
     OBJECTIVES,
@@ -274,7 +275,12 @@ def _plan_inputs(args: argparse.Namespace) -> tuple[ServingRequest, Workload, Co
             raise ServingConfigError(["rate (None) is needed by --objective goodput: the requests per second the "
                                       "fleet must serve"])
         goodput = Goodput(args.rate, args.p99_ttft_ms, args.p99_itl_ms)
-    space = LayoutSpace(None if args.batch_size is None else (args.batch_size,),
+    # The batch sizes the engine serves (vLLM's continuous batching: 2 and above).
+    least = engine(args.engine).min_batch_size
+    if args.batch_size is not None and args.batch_size < least:
+        raise ServingConfigError([f"batch_size ({args.batch_size}) must be at least {least} with --engine "
+                                  f"{args.engine}"])
+    space = LayoutSpace(tuple(b for b in BATCH_SIZES if b >= least) if args.batch_size is None else (args.batch_size,),
                         None if args.sequence_length is None else (args.sequence_length,))
     return request, workload, constraints, goodput, space
 

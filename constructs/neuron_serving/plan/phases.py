@@ -79,8 +79,8 @@ PHASES = (
     Phase("monitoring", "starting the CloudWatch agent and neuron-monitor"),
     Phase("hf-token", "reading the Hugging Face token"),
     Phase("pull-image", "pulling the serving image", "pull"),
-    Phase("export-model", "exporting (compiling) the model", "export"),
-    Phase("download-checkpoint", "downloading the model's checkpoint to compile it", "download"),
+    Phase("export-model", "exporting (compiling) the model", "compile"),
+    Phase("download-checkpoint", "downloading the model's checkpoint to compile it", "checkpoint"),
     Phase("wait-export", "waiting for the builder instance's export in the artifact cache", "export"),
     Phase("download-export", "downloading the model's export", "download"),
     Phase("start-replicas", "starting the replicas"),
@@ -139,14 +139,16 @@ def phase_minutes(plan: ServingPlan, throughput: int) -> dict[str, int]:
     - ``install``: installing docker, the AWS CLI and HAProxy;
     - ``pull``: pulling the serving image;
     - ``checkpoint``: downloading the checkpoint from the Hub (the first part of ``export``);
-    - ``export``: the checkpoint and a full compile on the host (``export-model``; a builder's,
-      for ``wait-export``);
+    - ``compile``: a full compile on the host (``export-model``, which the host enters again once
+      it has the checkpoint);
+    - ``compile-cached``: a compile that the public compile cache serves;
+    - ``export``: the checkpoint and a full compile (a builder's, for ``wait-export``);
     - ``export-cached``: the checkpoint and a compile that the public compile cache serves;
     - ``download``: an export from the artifact cache;
     - ``load``: ``wait-ready``: reading the weights from the volume (a cold page cache, as after a
       warm-pool start), loading them onto the NeuronCores and warming up.
 
-    ``status`` shows ``export``, the longer of the two compiles: the host cannot tell which one it
+    ``status`` shows ``compile``, the longer of the two compiles: the host cannot tell which one it
     is in."""
     predicted = time_to_serve(plan, throughput)
     phases = predicted.phases
@@ -158,6 +160,8 @@ def phase_minutes(plan: ServingPlan, throughput: int) -> dict[str, int]:
         "install": up(phases["install"]),
         "pull": up(phases["pull"]),
         "checkpoint": up(phases["checkpoint"]),
+        "compile": up(phases["compile"]),
+        "compile-cached": up(phases["compile-cached"]),
         "export": up(phases["checkpoint"] + phases["compile"]),
         "export-cached": up(phases["checkpoint"] + phases["compile-cached"]),
         "download": up(phases["download"]),

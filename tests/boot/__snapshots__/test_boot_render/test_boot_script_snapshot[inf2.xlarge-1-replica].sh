@@ -34,7 +34,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"01287bafbfac0ecc54cf65c100bc0947ae1ffd235dc846dfab8d1b51ca974ad0  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"aa7cc07c76768304f3b09c19de0d8d7d90ca73369aa17da9b53b48014a0972f8  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -294,6 +294,7 @@ retry() {
 # the export needs are downloaded first.
 model=meta-llama/Llama-3.2-1B-Instruct
 echo "export-model: downloading $model into $final.src; output in $log"
+report download-checkpoint "$model"
 hub "$model" --local-dir "/models/$key.src" \
   --include config.json generation_config.json 'model*.safetensors' model.safetensors.index.json tokenizer.json tokenizer_config.json special_tokens_map.json tokenizer.model --exclude 'original/*' ||
   fail "could not download $model after 5 attempts"
@@ -308,6 +309,7 @@ for d in $(seq 0 0); do args+=(--device "/dev/neuron$d"); done
 # v0.3.0 and v0.4.5). Offline, the proxy cannot be made ("Bypassing Hub cache") and all compiles.
 args+=(-e CUSTOM_CACHE_REPO=aws-neuron/optimum-neuron-cache)
 echo "export-model: exporting into $final; output in $log"
+report export-model "compiling"
 if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -v "$exports:/models" "$IMAGE" \
   export neuron --model "/models/$key.src" --task text-generation --batch_size 4 --sequence_length 4096 --num_cores 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
   tail -n 20 "$log" >&2

@@ -34,7 +34,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"14c43047e40136a462473f13e3832d948f8120988457ab02c0cbd01b82930b19  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"9286833701a25605fb08dd91e612e128e7dfe01786d279fd10d462341226dd44  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -58,6 +58,7 @@ BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef01234567
 # ==> /etc/neuron-serving/bundle.env <==
 IMAGE=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
 SERVICE=NeuronLlamaStack
+METRICS_NAMESPACE=NeuronServing
 LOG_GROUP_BOOT='NeuronLlamaStack-BootLogs#1'
 LOG_GROUP_REPLICAS=/neuron-serving/NeuronLlamaStack/replicas
 LOG_GROUP_ROUTER=/neuron-serving/NeuronLlamaStack/router
@@ -168,6 +169,9 @@ run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; "
 bin=$R/opt/neuron-serving/bin
 on_exit() {
   local rc=$?
+  # A boot that ends well without ready or warmed (a builder's, one that checks no readiness) ends
+  # its last phase here, which puts the phases' times as metrics (report-phase).
+  [ "$rc" != 0 ] || "$bin/report-phase" --end
   if [ "$rc" = 0 ]; then echo "done" >"$logs/status"; return; fi
   echo "failed $step" >"$logs/status"
   log "FAILED in step $step (exit $rc)"
@@ -360,6 +364,7 @@ retry() {
 # the export needs are downloaded first.
 model=meta-llama/Llama-3.2-1B-Instruct
 echo "export-model: downloading $model into $final.src; output in $log"
+report download-checkpoint "$model"
 hub "$model" --local-dir "/models/$key.src" \
   --include config.json generation_config.json 'model*.safetensors' model.safetensors.index.json tokenizer.json tokenizer_config.json special_tokens_map.json tokenizer.model --exclude 'original/*' ||
   fail "could not download $model after 5 attempts"
@@ -374,6 +379,7 @@ for d in $(seq 0 0); do args+=(--device "/dev/neuron$d"); done
 # v0.3.0 and v0.4.5). Offline, the proxy cannot be made ("Bypassing Hub cache") and all compiles.
 args+=(-e CUSTOM_CACHE_REPO=aws-neuron/optimum-neuron-cache)
 echo "export-model: exporting into $final; output in $log"
+report export-model "compiling"
 if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -v "$exports:/models" "$IMAGE" \
   export neuron --model "/models/$key.src" --task text-generation --batch_size 4 --sequence_length 4096 --num_cores 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
   tail -n 20 "$log" >&2
@@ -386,28 +392,92 @@ finish "exported"
 <left out>
 # ==> /opt/neuron-serving/bin/report-phase <==
 #!/bin/bash
-# report-phase PHASE [DETAIL]: tells the operator where the boot is, as three tags on this
+# report-phase PHASE [DETAIL]: tells the operator where the boot is, as four tags on this
 # instance (neuron_serving.plan.phases), which `neuron-serving status` reads with
-# ec2:DescribeInstances: the phase, when it began (UTC) and the detail. One CreateTags call; the
-# host's role may tag this instance only, and with these three keys only.
+# ec2:DescribeInstances: the phase, when it began (UTC), the detail and how long each phase the
+# host has finished took. One CreateTags call; the host's role may tag this instance only, and
+# with these four keys only.
+# report-phase --end: the boot ends without one of the phases that end it (ready, failed, warmed), such
+# as a builder's or a boot that checks no readiness: it ends the phase it is in.
+# Entering a new phase ends the one before: its seconds go to /var/log/neuron-serving/phases.tsv. A phase that
+# ends a boot, and --end, then put each phase finished since the last such report as the
+# CloudWatch metric BootPhaseSeconds.
 # It never fails, so that reporting never stops a boot: a refused or failed call is logged (on
 # stderr: boot.log, or ready.log under neuron-serving-ready.service). Before the metadata step
-# has written host.env (the region and the instance id), it only logs.
+# has written host.env (the region and the instance id), it only records and logs.
 R=${NEURON_SERVING_ROOT:-}
+phases=$R/var/log/neuron-serving/phases.tsv
+running=$phases.running
+mkdir -p "${phases%/*}"
+now=$(date -u +%FT%TZ)
+# Seconds since the kernel started, with two decimals, unmoved by clock adjustments (proc(5),
+# /proc/uptime), and a new random id at each start (proc(5), /proc/sys/kernel/random/boot_id): a
+# phase begun before the instance stopped or rebooted has no end this start can measure.
+read -r up _ </proc/uptime
+up=$((10#${up/./}))
+boot=$(cat /proc/sys/kernel/random/boot_id)
+ended=
+if IFS=$'\t' read -r was began at on 2>/dev/null <"$running" && [ "$was" != "$1" ]; then
+  if [ "$on" = "$boot" ]; then
+    printf '%s\t%s\t%s\t%s\n' "$was" "$began" "$now" $(((up - at + 50) / 100)) >>"$phases"
+    ended=1
+  fi
+  rm -f "$running"
+fi
+case $1 in
+  --end | ready | failed | warmed) ;;
+  *) [ -f "$running" ] || printf '%s\t%s\t%s\t%s\n' "$1" "$now" "$up" "$boot" >"$running" ;;
+esac
 host=$R/etc/neuron-serving/host.env
 [ -f "$host" ] || { echo "report-phase: $1 not reported: no host.env yet" >&2; exit 0; }
 # REGION and INSTANCE_ID, from the boot script's metadata step.
 # shellcheck source=/dev/null
 . "$host"
+# Each phase's seconds, all its times added up (export-model is entered again to compile once
+# the checkpoint is downloaded), in the order first entered: as many pairs as fit in a tag.
+seconds=$(awk -F '\t' -v limit=256 '!($1 in s) {order[n++] = $1} {s[$1] += $4}
+  END {for (i = 0; i < n; i++) {p = order[i] "=" s[order[i]]; if (length(v) + length(p) + (i > 0) > limit) break
+    v = v (i ? " " : "") p}; print v}' "$phases" 2>/dev/null)
 # A tag value holds at most 256 letters, digits, spaces and + - = . _ : / @ (EC2 user
 # guide, "Tag restrictions"): any other character becomes a space. None of those needs quoting
 # in JSON. The phase names are the scripts' own (neuron_serving.plan.phases.PHASES).
-detail=$(printf %s "${2:-}" | LC_ALL=C tr -cs 'A-Za-z0-9 +=._:/@-' ' ' | head -c 256)
-detail=${detail% }
-tags=$(printf '{"Key":"%s","Value":"%s"},' neuron-serving:phase "$1" neuron-serving:phase-since "$(date -u +%FT%TZ)" neuron-serving:detail "$detail")
+tag() { printf '{"Key":"%s","Value":"%s"},' "$@"; }
+tags=
+if [ "$1" != --end ]; then
+  detail=$(printf %s "${2:-}" | LC_ALL=C tr -cs 'A-Za-z0-9 +=._:/@-' ' ' | head -c 256)
+  detail=${detail% }
+  tags=$(tag neuron-serving:phase "$1" neuron-serving:phase-since "$now" neuron-serving:detail "$detail")
+elif [ -z "$ended" ]; then
+  # The boot ended in a phase that ends it: nothing is left to tell.
+  exit 0
+fi
+tags+=$(tag neuron-serving:phase-seconds "$seconds")
 # Short timeouts: an EC2 endpoint out of reach must not hold the boot up for minutes per phase.
 aws ec2 create-tags --cli-connect-timeout 10 --cli-read-timeout 20 --region "$REGION" --resources "$INSTANCE_ID" \
   --tags "[${tags%,}]" >/dev/null || echo "report-phase: $1 not reported (exit $?)" >&2
+case $1 in --end | ready | failed | warmed) ;; *) exit 0 ;; esac
+# The phases finished since the last end: the lines after those already put (their count in
+# $phases.put). Tried once, with the same short timeouts: a metric lost is never a failed boot.
+# The stack's SERVICE and METRICS_NAMESPACE.
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+[ -f "$phases" ] || exit 0
+put=$(cat "$phases.put" 2>/dev/null) || put=0
+total=$(wc -l <"$phases")
+[ "$total" -gt "$put" ] || exit 0
+echo "$total" >"$phases.put"
+service=${SERVICE//\\/\\\\}
+service=${service//\"/\\\"}
+# One datum per phase, its times added up as in the tag, at the time it last ended, with the
+# dimensions Service and Phase (PutMetricData, MetricDatum: Amazon CloudWatch API Reference; up to
+# 1000 per request). The service through the environment: awk -v would undo its escapes.
+data=$(sed -n "$((put + 1)),${total}p" "$phases" | service=$service awk -F '\t' '
+  !($1 in s) {order[n++] = $1} {s[$1] += $4; end[$1] = $3}
+  END {for (i = 0; i < n; i++) {p = order[i]
+    printf "{\"MetricName\":\"BootPhaseSeconds\",\"Dimensions\":[{\"Name\":\"Service\",\"Value\":\"%s\"},{\"Name\":\"Phase\",\"Value\":\"%s\"}],\"Value\":%d,\"Unit\":\"Seconds\",\"Timestamp\":\"%s\"},", ENVIRON["service"], p, s[p], end[p]}}')
+aws cloudwatch put-metric-data --cli-connect-timeout 10 --cli-read-timeout 20 --region "$REGION" \
+  --namespace "$METRICS_NAMESPACE" --metric-data "[${data%,}]" ||
+  echo "report-phase: the boot's phase times not put as metrics (exit $?)" >&2
 exit 0
 # ==> /opt/neuron-serving/bin/run-replica <==
 #!/bin/bash

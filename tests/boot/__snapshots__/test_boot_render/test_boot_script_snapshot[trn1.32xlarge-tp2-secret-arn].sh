@@ -34,7 +34,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"e2f8206319cbf7ec0c0c8983f90f88f0f59bd34c8b08d66bd7609a139fcc7f19  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"68e80877ef9b9039da43dceef0ba8748866d7e249ecf973709729f84d4746989  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -355,6 +355,7 @@ retry() {
 # the export needs are downloaded first.
 model=meta-llama/Llama-3.1-8B-Instruct
 echo "export-model: downloading $model into $final.src; output in $log"
+report download-checkpoint "$model"
 hub "$model" --local-dir "/models/$key.src" \
   --include config.json generation_config.json 'model*.safetensors' model.safetensors.index.json tokenizer.json tokenizer_config.json special_tokens_map.json tokenizer.model --exclude 'original/*' ||
   fail "could not download $model after 5 attempts"
@@ -369,6 +370,7 @@ for d in $(seq 0 0); do args+=(--device "/dev/neuron$d"); done
 # v0.3.0 and v0.4.5). Offline, the proxy cannot be made ("Bypassing Hub cache") and all compiles.
 args+=(-e CUSTOM_CACHE_REPO=aws-neuron/optimum-neuron-cache)
 echo "export-model: exporting into $final; output in $log"
+report export-model "compiling"
 if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -v "$exports:/models" "$IMAGE" \
   export neuron --model "/models/$key.src" --task text-generation --batch_size 4 --sequence_length 4096 --num_cores 2 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
   tail -n 20 "$log" >&2

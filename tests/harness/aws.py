@@ -51,6 +51,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 import urllib.request
 import uuid
@@ -246,6 +247,9 @@ class Call:
     status: int
     error_code: str | None = None
     error_message: str | None = None
+    received: float = field(default_factory=time.time)
+    """When the recorder took the request, in seconds since the epoch (``time.time()``): the same clock
+    as the twin's, whose kernel is the host's, so a boot's own logs can be set against it."""
 
     @property
     def valid(self) -> bool:
@@ -470,7 +474,7 @@ class Recorder:
         line = json.dumps({"service": call.service, "operation": call.operation, "params": call.params,
                            "region": call.region, "valid": call.valid, "errors": call.errors,
                            "status": call.status, "error_code": call.error_code,
-                           "error_message": call.error_message}, default=str)
+                           "error_message": call.error_message, "received": call.received}, default=str)
         with self._lock:
             self._calls.append(call)
             with open(self.log_path, "a", encoding="utf-8") as log:

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -211,6 +212,16 @@ def test_signal_resource_is_recorded(emulator: AwsEmulator) -> None:
                            "Status": "SUCCESS"}
     log = (emulator.workdir / "aws-calls.jsonl").read_text()
     assert '"operation": "SignalResource"' in log
+
+
+def test_each_call_is_recorded_with_the_wall_clock_time_it_arrived(emulator: AwsEmulator) -> None:
+    before = time.time()
+    assert sh(emulator, signal()).returncode == 0
+    after = time.time()
+    [call] = emulator.recorder.calls("SignalResource")
+    assert before <= call.received <= after
+    [line] = [json.loads(s) for s in (emulator.workdir / "aws-calls.jsonl").read_text().splitlines()]
+    assert line["received"] == call.received
 
 
 def test_signal_resource_unique_id_longer_than_the_model_allows_is_refused(emulator: AwsEmulator) -> None:

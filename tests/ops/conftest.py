@@ -102,7 +102,8 @@ class Deployment:
         values = {
             "EndpointUrl": "https://llm.example.com", "Engine": "tgi", "TargetGroupArn": self.target_group,
             "RouterPort": "8080", "ReplicaCount": "6",
-            "BootPhaseMinutes": json.dumps({"download": 9, "export": 53, "load": 15, "pull": 12}),
+            "BootPhaseMinutes": json.dumps({"checkpoint": 5, "compile": 53, "download": 9, "export": 58, "install": 5,
+                                            "load": 15, "pull": 12}),
             "DashboardUrl": f"https://console.aws.amazon.com/cloudwatch/home?region={REGION}#dashboards:name=d",
             "BootLogGroup": "boot-logs", "ReplicasLogGroup": "replica-logs", "RouterLogGroup": "router-logs",
             "MetricsLogGroup": "metrics-logs", **values,

@@ -59,7 +59,8 @@ def test_every_phase_is_shown_with_its_title_time_and_estimate(deployment, phase
     code, out = run("--output", "json")
     (host,) = json.loads(out)["hosts"]
     assert host["phase"] == phase and host["title"] == known.title
-    estimate = {"pull": 12, "export": 53, "download": 9, "load": 15}.get(known.estimate or "")
+    estimate = {"checkpoint": 5, "compile": 53, "download": 9, "export": 58, "install": 5, "load": 15,
+                "pull": 12}.get(known.estimate or "")
     if phase in ("ready", "failed", "warmed"):  # phases a host stays in: no clock runs
         assert host["elapsed_seconds"] is None
     else:
@@ -226,7 +227,7 @@ def test_a_stack_being_created_shows_its_hosts_from_its_resources(emulator, hook
     stack, and the estimates come from its template."""
     template = {"Resources": {"Host": {"Type": "AWS::EC2::Instance",
                                        "Properties": {"ImageId": "ami-12c6146b", "InstanceType": "inf2.48xlarge"}}},
-                "Outputs": {"BootPhaseMinutes": {"Value": json.dumps({"export": 53, "load": 15})},
+                "Outputs": {"BootPhaseMinutes": {"Value": json.dumps({"compile": 53, "load": 15})},
                             "InstanceId": {"Value": {"Ref": "Host"}}}}
     emulator.client("cloudformation").create_stack(StackName=STACK, TemplateBody=json.dumps(template))
 
@@ -350,8 +351,9 @@ def test_each_finished_phase_shows_how_long_it_took_beside_its_estimate(deployme
         "metadata=1 install-tools=41 pull-image=212 export-model=3 download-export=720 start-replicas=2")})
     code, text = run()
     assert code == 0
-    # The estimates are the stack's (BootPhaseMinutes): pull 12, download 9; a phase without one, its time alone.
-    for phase, took in (("install-tools", "0m41s of ~12m"), ("pull-image", "3m32s of ~12m"),
+    # The estimates are the stack's (BootPhaseMinutes): install 5, pull 12, compile 53, download 9; a phase without
+    # one, its time alone.
+    for phase, took in (("install-tools", "0m41s of ~5m"), ("pull-image", "3m32s of ~12m"),
                         ("export-model", "0m03s of ~53m"), ("download-export", "12m00s of ~9m OVER"),
                         ("start-replicas", "0m02s")):
         assert any(phase in line and line.rstrip().endswith(took) and instance_id in line

@@ -35,14 +35,14 @@ def test_by_default_the_export_uses_the_public_hub_cache_and_the_buckets_compile
 
 
 def test_without_the_compile_cache_the_host_gets_neither_its_url_nor_its_grant(synth):
-    template = synth(compile_cache="false")
+    template = synth(compile_cache="false", boot_disk_minutes="10")  # one synthesis, test_root_volume.py too
     assert template.stack.boot_script.options.compile_cache is None
     assert _compile_cache_statements(template) == []
     assert "COMPILE_CACHE" not in json.dumps(template.json)
 
 
 def test_a_prebuilt_export_has_no_compile_cache(synth):
-    template = synth(prebuilt_export="s3://my-exports/llama")
+    template = synth(prebuilt_export="s3://team-exports/llama3-8b/tp2")  # test_fleet.py synthesizes it too
     assert template.stack.boot_script.options.compile_cache is None
     assert _compile_cache_statements(template) == []
 

@@ -50,7 +50,7 @@ def test_a_70b_host_moves_its_boot_in_three_minutes_at_1666_mib_s_with_the_iops_
 
 
 def test_boot_disk_minutes_sizes_the_volume(synth):
-    template = synth(boot_disk_minutes="10").template
+    template = synth(compile_cache="false", boot_disk_minutes="10").template  # test_compile_cache.py too
     template.has_resource_properties("AWS::EC2::LaunchTemplate", _volume(125, 3000))
 
 

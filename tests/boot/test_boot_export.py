@@ -267,6 +267,17 @@ def test_the_engine_receives_each_replica_with_its_devices_loopback_port_read_on
     assert "HF_TOKEN=" not in " ".join(export["Env"])
 
 
+def _tiny_checkpoint_mounted(argv: list[str], key: str, tmp_path: Path) -> Path:
+    """A tiny llama checkpoint where the export of ``key`` reads it, and the docker argv's ``-v`` mount
+    of the exports pointed at it (the runner has no mounts): the exports directory."""
+    exports = tmp_path / "exports"
+    (exports / f"{key}.src").mkdir(parents=True)
+    (exports / f"{key}.src" / "config.json").write_text(json.dumps(TINY_LLAMA))
+    mount = argv.index("-v") + 1
+    argv[mount] = f"{exports}:{argv[mount].split(':')[1]}"
+    return exports
+
+
 def test_the_export_command_the_script_issues_reaches_optimum_neuron_030s_exporter_as_the_plan(
     make_host: MakeHost, tmp_path: Path,
 ) -> None:
@@ -278,11 +289,7 @@ def test_the_export_command_the_script_issues_reaches_optimum_neuron_030s_export
     assert host.boot(boot_of(plan)).returncode == 0
     [argv] = host.exports()
     key = TGI.export_key(plan, TGI_3_3_5)
-    exports = tmp_path / "exports"
-    (exports / f"{key}.src").mkdir(parents=True)
-    (exports / f"{key}.src" / "config.json").write_text(json.dumps(TINY_LLAMA))
-    mount = argv.index("-v") + 1
-    argv[mount] = f"{exports}:{argv[mount].split(':')[1]}"
+    exports = _tiny_checkpoint_mounted(argv, key, tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "NEURON_RT_"))}
     done = subprocess.run([str(runner_python), str(ROOT / "tests" / "harness" / "optimum_neuron.py"), "--docker-run",
                            "--json", json.dumps(argv)], capture_output=True, text=True, check=False, timeout=600,
@@ -510,12 +517,7 @@ def test_the_export_the_script_issues_fetches_what_the_public_hub_cache_holds_an
         seed = run_against(hub, "0.3.0", tmp_path / "seed")
     assert seed.result["exit_code"] == 0 and len(seed.compiled()) == 2
     graphs = [module_files(seed, seed.graph(part)) for part in ("context_encoding", "token_generation")]
-    key = TGI.export_key(plan, TGI_3_3_5)
-    exports = tmp_path / "exports"
-    (exports / f"{key}.src").mkdir(parents=True)
-    (exports / f"{key}.src" / "config.json").write_text(json.dumps(TINY_LLAMA))
-    mount = argv.index("-v") + 1
-    argv[mount] = f"{exports}:{argv[mount].split(':')[1]}"
+    _tiny_checkpoint_mounted(argv, TGI.export_key(plan, TGI_3_3_5), tmp_path)
     with FakeHub([hub_cache_repo(PUBLIC, *graphs)]) as hub:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "NEURON_", "CUSTOM_CACHE"))}
         done = subprocess.run(

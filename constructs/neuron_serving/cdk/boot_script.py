@@ -253,17 +253,15 @@ class NeuronBootScript(Construct):
             )
         if self.artifact_cache is not None:
             self.artifact_cache.grant_cache(grantee)
-            bucket = stack.get_logical_id(self.artifact_cache.bucket.node.default_child)  # type: ignore[arg-type]
-            _acknowledge_prefix(
-                stack, f"<{bucket}.Arn>/{EXPORTS_PREFIX}/*",
+            _acknowledge_cache_prefix(
+                self.artifact_cache, EXPORTS_PREFIX,
                 "exports are keyed at boot by a hash of model, image and shapes; the host may read and "
                 "write only below the cache prefix",
             )
         if self.compile_cache is not None:
             self.compile_cache.grant_compile_cache(grantee)
-            bucket = stack.get_logical_id(self.compile_cache.bucket.node.default_child)  # type: ignore[arg-type]
-            _acknowledge_prefix(
-                stack, f"<{bucket}.Arn>/{COMPILE_CACHE_PREFIX}/*",
+            _acknowledge_cache_prefix(
+                self.compile_cache, COMPILE_CACHE_PREFIX,
                 "compiled graphs are keyed by the compiler by a hash of each graph; the host may read and add "
                 "them only below the compile cache prefix",
             )
@@ -415,3 +413,10 @@ def _acknowledge_prefix(stack: Stack, resource: str, reason: str) -> None:
     Validations.of(stack).acknowledge(
         Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{resource}]", reason=reason)
     )
+
+
+def _acknowledge_cache_prefix(cache: NeuronArtifactCache, prefix: str, reason: str) -> None:
+    """:func:`_acknowledge_prefix` for the objects below ``prefix`` of ``cache``'s bucket."""
+    stack = Stack.of(cache)
+    bucket = stack.get_logical_id(cache.bucket.node.default_child)  # type: ignore[arg-type]
+    _acknowledge_prefix(stack, f"<{bucket}.Arn>/{prefix}/*", reason)

@@ -30,20 +30,21 @@ def skip_checkov(scope: IConstruct, check_id: str, reason: str) -> None:
     resource.add_metadata("checkov", {"skip": [*skips, {"id": check_id, "comment": reason}]})
 
 
-_ANY_RESOURCE_REASONS: dict[str, list[str]] = {}
-"""The reasons given so far for each stack's (by its node address) statements on ``Resource: *``."""
-
-
 def acknowledge_any_resource(scope: IConstruct, reason: str) -> None:
     """Acknowledge cdk-nag's ``AwsSolutions-IAM5[Resource::*]`` on ``scope``'s stack for one more
     statement whose actions name no resource type, with ``reason``. cdk-nag has one finding for every
     such statement of the stack, and an acknowledgment of the same id replaces the one before: the
     reasons of them all are kept, joined, so that a reviewer reads each."""
     stack = Stack.of(scope)
-    reasons = _ANY_RESOURCE_REASONS.setdefault(stack.node.addr, [])
-    if reason not in reasons:
-        reasons.append(reason)
-    Validations.of(stack).acknowledge(Acknowledgment(id="AwsSolutions-IAM5[Resource::*]", reason="; ".join(reasons)))
+    rule = "AwsSolutions-IAM5[Resource::*]"
+    # The reasons so far are the stack's own acknowledgment (its metadata), never state kept beside it: a
+    # process may synthesize many stacks of the same path (an app's tests do), each with its own grants.
+    joined = next((str(value) for entry in reversed(stack.node.metadata)
+                   if entry.type == "aws:cdk:acknowledged-rules" and isinstance(entry.data, dict)
+                   for key, value in entry.data.items() if str(key).endswith(rule)), "")
+    if reason in joined.split("; "):
+        return
+    Validations.of(stack).acknowledge(Acknowledgment(id=rule, reason=f"{joined}; {reason}" if joined else reason))
 
 
 def nag_arn(stack: Stack, service: str, resource: str) -> str:

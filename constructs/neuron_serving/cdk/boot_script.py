@@ -129,9 +129,8 @@ class NeuronBootScript(Construct):
         """The host's engine, image, registry and export, resolved."""
         self.hf_token_secret = hf_token_secret
         self.artifact_cache = artifact_cache
-        compiles = self.spec.exports and self.spec.export_role != "wait"
         self.compile_cache: NeuronArtifactCache | None = (
-            artifact_cache if compile_cache and artifact_cache is not None and compiles else None)
+            artifact_cache if compile_cache and self.spec.compiles else None)
         """The artifact cache whose bucket keeps the compiled graphs, when the host compiles and uses it."""
         self.signal = signal
         self.warm_pool_hook = warm_pool_hook

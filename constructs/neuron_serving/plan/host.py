@@ -87,6 +87,11 @@ class HostSpec:
         """Whether the model is exported for this host (by it or a builder), not served as prebuilt."""
         return self.prebuilt_export is None
 
+    @property
+    def compiles(self) -> bool:
+        """Whether this host may compile: it exports, and does not wait for a builder's export."""
+        return self.exports and self.export_role != "wait"
+
     def for_builder(self) -> HostSpec:
         """The spec of the builder that exports for hosts of this spec: the same engine, image,
         registry and revision (so the same export key), exporting and serving nothing."""

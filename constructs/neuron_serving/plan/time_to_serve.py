@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from .layout import GIB, ServingPlan
 from .timing import EXPORT_BASE_MINUTES, EXPORT_MINUTES_PER_BILLION, read_minutes
-from .transfer import HUB_DOWNLOAD_WORKERS, NETWORK_GBPS
+from .transfer import HUB_DOWNLOAD_WORKERS, network_gbps
 from .volume import IMAGE_UNPACKED_BYTES, MIB
 
 GB = 10**9
@@ -200,8 +200,8 @@ def internet_bytes_per_second(plan: ServingPlan) -> float:
     its share through the internet gateway, at most the NAT gateway's."""
     instance = plan.instance
     share = (SMALL_INSTANCE_INTERNET_GBPS if instance.vcpus < SMALL_INSTANCE_VCPUS
-             else INTERNET_SHARE * NETWORK_GBPS[instance.name])
-    return min(share, NAT_GATEWAY_GBPS, NETWORK_GBPS[instance.name]) * GBPS
+             else INTERNET_SHARE * network_gbps(plan))
+    return min(share, NAT_GATEWAY_GBPS, network_gbps(plan)) * GBPS
 
 
 def hub_bytes_per_second(plan: ServingPlan) -> float:
@@ -214,7 +214,7 @@ def s3_bytes_per_second(plan: ServingPlan) -> float:
     """How fast an export comes from the artifact cache: through the VPC's S3 gateway endpoint
     (the stack's VPC has one; an imported VPC should), so at the instance's own bandwidth, not
     through the NAT gateway."""
-    return S3_LINK_EFFICIENCY * NETWORK_GBPS[plan.instance.name] * GBPS
+    return S3_LINK_EFFICIENCY * network_gbps(plan) * GBPS
 
 
 def time_to_serve(plan: ServingPlan, throughput: int) -> TimeToServe:

@@ -257,8 +257,7 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
         prebuilt = f"hf://{prebuilt_hf}"
     cache = s3_parts(options.artifact_cache) if prebuilt is None else None
     # Only a host that may compile consults the compile caches.
-    compiles = prebuilt is None and spec.export_role != "wait"
-    compile_cache = s3_parts(options.compile_cache) if compiles else None
+    compile_cache = options.compile_cache if spec.compiles else None
     signal, hook, monitoring = options.signal, options.warm_pool_hook, options.monitoring
     s3 = cache is not None or prebuilt_s3 is not None or compile_cache is not None
     api_keys = options.api_keys_secret is not None
@@ -273,8 +272,7 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
         "PREBUILT": prebuilt,
         "CACHE_BUCKET": cache[0] if cache else None,
         "CACHE_PREFIX": (f"{cache[1]}/" if cache[1] else "") if cache else None,
-        "COMPILE_CACHE": (f"s3://{compile_cache[0]}/{compile_cache[1]}" if compile_cache[1]
-                          else f"s3://{compile_cache[0]}") if compile_cache else None,
+        "COMPILE_CACHE": compile_cache,
         "GROUP_NAME": hook.group_name if hook else None,
         "HOOK_NAME": hook.hook_name if hook else None,
         "SERVICE": monitoring.service if monitoring else None,
@@ -305,7 +303,7 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
             prebuilt=prebuilt,
             prebuilt_s3=prebuilt_s3,
             cache_bucket=cache[0] if cache else None,
-            hub_cache=spec.hub_cache if compiles else None,
+            hub_cache=spec.hub_cache if spec.compiles else None,
             compile_cache=compile_cache is not None,
             public_hub_cache=PUBLIC_HUB_CACHE,
             hub_workers=HUB_DOWNLOAD_WORKERS,

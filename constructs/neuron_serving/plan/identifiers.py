@@ -8,6 +8,7 @@ Shape only: whether the thing exists, and may be used, is for the deployment to 
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Callable
 
@@ -128,6 +129,42 @@ def export_location(value: str) -> str | None:
     if s3_uri(value) is None:
         return None
     return "must be s3://<bucket>/<prefix> or hf://<namespace>/<repository>"
+
+
+_CAPACITY_RESERVATION = re.compile(r"cr-[0-9a-f]{17}")
+_RESOURCE_GROUP = re.compile(rf"{_PARTITION}:resource-groups:{_REGION}:{_ACCOUNT}:group/"
+                             r"(?:[a-zA-Z0-9_.-]{1,300}|[a-zA-Z0-9_.-]{1,150}/[a-z0-9]{26})")
+"""A Capacity Reservation's id (``cr-`` and 17 hex digits, as EC2 prints them) and a resource group's ARN
+(GroupArn's pattern in the Resource Groups API model, botocore/data/resource-groups/2017-11-27/service-2.json
+of awscli 1.46.3)."""
+
+_UTC_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2})?Z")
+
+
+def capacity_reservation(value: str) -> str | None:
+    """A Capacity Reservation the fleet targets: its id, or a resource group of reservations."""
+    if _CAPACITY_RESERVATION.fullmatch(value) or _RESOURCE_GROUP.fullmatch(value):
+        return None
+    return ("must be a Capacity Reservation id (cr- and 17 hex digits) or the ARN of a resource group of "
+            "reservations (arn:aws:resource-groups:<region>:<account>:group/<name>)")
+
+
+def capacity_block(value: str) -> str | None:
+    """A Capacity Block for ML, which is a Capacity Reservation: its id."""
+    if _CAPACITY_RESERVATION.fullmatch(value):
+        return None
+    return "must be the Capacity Block's reservation id (cr- and 17 hex digits)"
+
+
+def utc_time(value: str) -> str | None:
+    """A moment in UTC, ``YYYY-MM-DDTHH:MM[:SS]Z`` (ISO 8601), as EC2 and Auto Scaling print times."""
+    if _UTC_TIME.fullmatch(value):
+        try:
+            datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            return None
+        except ValueError:
+            pass
+    return "must be a time in UTC, YYYY-MM-DDTHH:MMZ (such as 2026-12-01T11:30Z)"
 
 
 _CRON_FIELDS = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -316,6 +316,46 @@ def builder_plan(plan: ServingPlan, instance_type: str | None = None) -> Serving
     dtype, so the same export and export key, on the builder's devices."""
     builder = builder_instance(plan, instance_type)
     return plan_serving(dataclasses.replace(plan.request, instance_type=builder.name, tensor_parallel=plan.degree))
+
+
+def fleet_layouts(plan: ServingPlan, instance_types: Sequence[str]) -> tuple[ServingPlan, ...]:
+    """``plan`` laid out on each of ``instance_types``, a fleet's types in order of preference, of
+    which ``plan``'s own is the first: the same model, degree, shapes and dtype, so one export and one
+    export key serve them all (an export is compiled for one replica's devices, not for the instance),
+    with as many replicas as each type's devices hold.
+
+    Every type must be of ``plan``'s family: the export is compiled with that family's devices, and
+    its builder is of the family (:func:`builder_instance`). Raises :class:`ServingConfigError`
+    naming ``instance_types`` and each type that cannot serve the layout, with why."""
+    problems = Problems()
+    if not instance_types or instance_types[0] != plan.instance.name:
+        problems.add("instance_types", list(instance_types), f"must start with the layout's instance type, "
+                     f"{plan.instance.name}")
+    layouts = [plan]
+    for name in instance_types[1:]:
+        if name in instance_types[:instance_types.index(name)] or name == plan.instance.name:
+            problems.add("instance_types", name, "is listed twice")
+            continue
+        spec = INSTANCES.get(name)
+        if spec is None:
+            problems.add("instance_types", name, f"must be one of {', '.join(INSTANCES)}")
+            continue
+        if spec.family != plan.instance.family:
+            problems.add("instance_types", name, f"is a {spec.family} type, but the fleet's export is compiled "
+                         f"for {plan.instance.family} devices ({plan.instance.name}): every type of a fleet is of "
+                         "one family")
+            continue
+        if plan.degree not in spec.allowed_degrees():
+            problems.add("instance_types", name, f"cannot hold a replica of tensor_parallel {plan.degree} "
+                         f"({plan.model.name} on {plan.instance.name}): it {spec.allowed_degrees_text()}")
+            continue
+        try:
+            layouts.append(plan_serving(dataclasses.replace(plan.request, instance_type=name,
+                                                            tensor_parallel=plan.degree)))
+        except ServingConfigError as error:
+            problems.add_all(f"instance_types ({name}) cannot serve the layout: {p}" for p in error.problems)
+    problems.raise_if_any()
+    return tuple(layouts)
 
 
 def _is_int(value: object) -> bool:

@@ -5,6 +5,7 @@ problem reported at once."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -23,7 +24,14 @@ from ..plan.host import (
     pull_waits_seconds,
     resolve_host,
 )
-from ..plan.layout import ServingPlan, ServingRequest, builder_plan, compile_memory_problem, plan_serving
+from ..plan.layout import (
+    ServingPlan,
+    ServingRequest,
+    builder_plan,
+    compile_memory_problem,
+    fleet_layouts,
+    plan_serving,
+)
 from ..plan.performance import (
     BATCH_SIZES,
     DEFAULT_WORKLOAD,
@@ -62,7 +70,26 @@ OIDC_KEYS = ("oidc_issuer", "oidc_client_id", "oidc_client_secret", "oidc_author
 
 FLEET_KINDS = ("instance", "asg")
 FLEET_ONLY_KEYS = ("min_capacity", "max_capacity", "desired_capacity", "warm_pool", "scale_down_schedule",
-                   "scale_up_schedule", "target_requests_per_minute", "target_in_flight_requests")
+                   "scale_up_schedule", "target_requests_per_minute", "target_in_flight_requests", "instance_types",
+                   "spot_percent", "on_demand_base_capacity", "capacity_reservations",
+                   "capacity_reservation_preference", "capacity_block", "capacity_block_zone", "capacity_block_end")
+
+CAPACITY_RESERVATION_PREFERENCES = ("capacity-reservations-first", "capacity-reservations-only", "none")
+"""The Auto Scaling group's CapacityReservationPreference values a fleet may set (Auto Scaling API model,
+CapacityReservationSpecification; ``default`` is what leaving it unset gives)."""
+CAPACITY_BLOCK_KEYS = ("capacity_block", "capacity_block_zone", "capacity_block_end")
+CAPACITY_BLOCK_TYPES = ("trn1.32xlarge",)
+"""The catalog's instance types offered as Capacity Blocks for ML (Amazon EC2 User Guide, "Capacity Blocks
+for ML", supported instance types: trn1.32xlarge in some regions, no Inf2 size)."""
+CAPACITY_BLOCK_LEAD_MINUTES = 60
+"""How long before its block ends the fleet scales to zero. EC2 begins terminating a block's instances 30
+minutes before the end (Amazon EC2 User Guide, Capacity Blocks for ML); the fleet's own scale-in, an hour
+before, lets the load balancer drain every host first."""
+
+
+def _utc(text: str) -> datetime.datetime:
+    """``YYYY-MM-DDTHH:MM[:SS]Z`` (:func:`~neuron_serving.plan.identifiers.utc_time`) as an aware time."""
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 _ROLE_PATH = re.compile(r"/(?:[\x21-\x7e]{0,510}/)?")
 """IAM's pattern for a path: / alone, or /.../ of printable ASCII, at most 512 characters."""
@@ -141,8 +168,9 @@ class StackSettings:
         architecture must be one the engine's image exports and serves (see
         [Choosing a serving engine](engines.md)); anything else stops synthesis naming
         `model_id`.""")
-    instance_type: str = setting(DEFAULT_INSTANCE_TYPE, """inf2.xlarge, inf2.8xlarge, inf2.24xlarge,
-        inf2.48xlarge, trn1.2xlarge, trn1.32xlarge or trn1n.32xlarge.""")
+    instance_type: str | None = setting(None, """inf2.xlarge, inf2.8xlarge, inf2.24xlarge, inf2.48xlarge, trn1.2xlarge,
+        trn1.32xlarge or trn1n.32xlarge. The layout (degree, shapes) is planned on it.""",
+        shown=f"`{DEFAULT_INSTANCE_TYPE}`, or the first of `instance_types`")
     tensor_parallel: int | None = setting(None, """NeuronCores per replica. `auto` picks the smallest valid
         degree whose memory estimate fits, which gives the most replicas, unless `objective` is set.""",
                                           shown="`auto`", kind="degree")
@@ -322,6 +350,37 @@ class StackSettings:
         zero. Give both schedules or neither.""", check=identifiers.cron)
     scale_up_schedule: str | None = setting(None, """Cron expression (5 fields, UTC) that scales the fleet back
         to `min_capacity`.""", check=identifiers.cron)
+    instance_types: tuple[str, ...] = setting((), """The instance types the fleet may launch, in order of
+        preference (`fleet=asg`): `instance_type` first (the layout is planned on it; leave it out or give it
+        first), then types of its family that hold a replica of the same degree, tried when it has no capacity.
+        They serve one export; each host lays out as many replicas as its type holds. With more than one, the
+        group counts replicas: each host weighs its replicas, and the capacities are hosts of `instance_type`
+        (`min_capacity` 2 of inf2.24xlarge is 12 replicas: two inf2.24xlarge, one inf2.48xlarge or twelve
+        inf2.8xlarge). Not with `warm_pool` (Auto Scaling keeps no warm pool for several types) or
+        `target_requests_per_minute` (which counts per host).""", shown="`instance_type` alone")
+    spot_percent: int = setting(0, """The share of the fleet above `on_demand_base_capacity` that runs on Spot,
+        0 to 100 (`fleet=asg`), allocated capacity-optimized across `instance_types` in their order. A host told
+        of its interruption (or of a rebalance recommendation) stops taking requests and lets those in flight
+        finish before it goes; capacity rebalancing launches its replacement. Not with `warm_pool`.""",
+        check=_between(0, 100, "percent"))
+    on_demand_base_capacity: int | None = setting(None, """With `spot_percent`: the fleet's size, in hosts of
+        `instance_type`, that is always On-Demand.""", shown="`min_capacity`")
+    capacity_reservations: tuple[str, ...] = setting((), """On-Demand Capacity Reservations the fleet launches
+        into (`fleet=asg`): ids (`cr-...`) or ARNs of resource groups of reservations, of the fleet's types and
+        zones.""", check=identifiers.capacity_reservation)
+    capacity_reservation_preference: str | None = setting(None, """`capacity-reservations-first` (the
+        reservations, then On-Demand capacity), `capacity-reservations-only` (the reservations or nothing) or
+        `none` (never a reservation, not even an open one) (`fleet=asg`).""",
+        shown="`capacity-reservations-first` with `capacity_reservations`, else open reservations that match",
+        check=_choice(*CAPACITY_RESERVATION_PREFERENCES))
+    capacity_block: str | None = setting(None, """A Capacity Block for ML (its reservation id) the fleet runs in
+        (`fleet=asg`): one instance type (`instance_type`, which must be the block's), in the block's
+        `capacity_block_zone`, until `capacity_block_end`.""", check=identifiers.capacity_block)
+    capacity_block_zone: str | None = setting(None, "With `capacity_block`: the block's Availability Zone.",
+                                              check=identifiers.availability_zone)
+    capacity_block_end: str | None = setting(None, """With `capacity_block`: when the block ends, in UTC
+        (`2026-12-01T11:30Z`). A scheduled action scales the fleet to zero before then.""",
+        check=identifiers.utc_time)
 
     # Logs and alarms
     log_retention_days: int = setting(limits.DEFAULT_LOG_RETENTION_DAYS, f"""Retention of the hosts' log groups: one of
@@ -340,6 +399,7 @@ class StackSettings:
         problems = Problems()
         typed = self._check_types(problems)
         if typed:
+            self._resolve_instance_type(problems)
             if self.api_keys is None:
                 object.__setattr__(self, "api_keys", self.internet_facing)
             self._check_values(problems)
@@ -365,7 +425,7 @@ class StackSettings:
     def request(self) -> ServingRequest:
         """The serving request the planner takes."""
         return ServingRequest(
-            model_id=self.model_id, instance_type=self.instance_type,
+            model_id=self.model_id, instance_type=self.instance_type or DEFAULT_INSTANCE_TYPE,
             batch_size=ServingRequest.batch_size if self.batch_size is None else self.batch_size,
             sequence_length=ServingRequest.sequence_length if self.sequence_length is None else self.sequence_length,
             max_input_tokens=self.max_input_tokens, dtype=self.dtype,
@@ -461,6 +521,28 @@ class StackSettings:
         return dataclasses.replace(self, **changes)
 
     # -- checks ---------------------------------------------------------------------------------
+
+    def _resolve_instance_type(self, problems: Problems) -> None:
+        """``instance_type`` is the first of ``instance_types`` when only they are given, else its default."""
+        if self.instance_types and self.instance_type is not None and self.instance_type != self.instance_types[0]:
+            problems.add("instance_types", list(self.instance_types), f"must start with instance_type "
+                         f"({self.instance_type}), on which the layout is planned: list it first, or leave "
+                         "instance_type out")
+        if self.instance_type is None:
+            object.__setattr__(self, "instance_type", self.instance_types[0] if self.instance_types
+                               else DEFAULT_INSTANCE_TYPE)
+
+    @property
+    def fleet_types(self) -> tuple[str, ...]:
+        """The instance types the hosts may be, in order of preference: ``instance_types``, else
+        ``instance_type`` alone."""
+        return tuple(self.instance_types) or (self.request.instance_type,)
+
+    def layouts(self) -> tuple[ServingPlan, ...]:
+        """The layout (:meth:`plan`) on each of :attr:`fleet_types`, its own first
+        (:func:`~neuron_serving.plan.layout.fleet_layouts`)."""
+        layouts: tuple[ServingPlan, ...] = self.__dict__["_layouts"]
+        return layouts
 
     def _check_types(self, problems: Problems) -> bool:
         before = len(problems)
@@ -615,6 +697,63 @@ class StackSettings:
         if self.target_in_flight_requests is not None and (
                 wrong := limits.in_flight_requests(self.target_in_flight_requests)) is not None:
             problems.add("target_in_flight_requests", self.target_in_flight_requests, wrong)
+        self._check_capacity(problems)
+
+    def _check_capacity(self, problems: Problems) -> None:
+        """Where the fleet's hosts come from: several types, Spot, reservations, a Capacity Block."""
+        several = len(self.fleet_types) > 1
+        if self.warm_pool and (several or self.spot_percent):
+            problems.add("warm_pool", True, "cannot be combined with " + (
+                "several instance_types" if several else f"spot_percent {self.spot_percent}") + ": Auto Scaling "
+                "keeps no warm pool for a group with a mixed instances policy or Spot Instances (Amazon EC2 Auto "
+                "Scaling User Guide, warm pools, limitations)")
+        if several and self.target_requests_per_minute is not None:
+            problems.add("target_requests_per_minute", self.target_requests_per_minute, "counts requests per host, "
+                         "and hosts of several instance_types serve different numbers of replicas: scale with "
+                         "target_in_flight_requests, which counts per replica")
+        base = self.on_demand_base_capacity
+        if base is not None:
+            if not self.spot_percent:
+                problems.add("on_demand_base_capacity", base, "applies only with spot_percent above 0")
+            elif not 0 <= base <= self.max_capacity:
+                problems.add("on_demand_base_capacity", base, f"must be 0 to max_capacity ({self.max_capacity})")
+        preference = self.capacity_reservation_preference
+        if preference == "none" and self.capacity_reservations:
+            problems.add("capacity_reservation_preference", preference, "contradicts capacity_reservations: give "
+                         "capacity-reservations-first or -only, or leave the reservations out")
+        if preference == "capacity-reservations-only" and self.spot_percent:
+            problems.add("capacity_reservation_preference", preference, f"puts every host in a reservation, which "
+                         f"a Spot host never is: set spot_percent 0 (it is {self.spot_percent})")
+        given = [k for k in CAPACITY_BLOCK_KEYS if getattr(self, k) is not None]
+        if not given:
+            return
+        for key in CAPACITY_BLOCK_KEYS:
+            if key not in given:
+                problems.add(key, None, f"is required with {', '.join(given)}: a Capacity Block is one reservation "
+                             "in one zone, ending at a set time")
+        block = self.capacity_block
+        if block is None:
+            return
+        if self.request.instance_type not in CAPACITY_BLOCK_TYPES:
+            problems.add("instance_type", self.request.instance_type, "is not offered as a Capacity Block for ML; "
+                         f"of the catalog only {', '.join(CAPACITY_BLOCK_TYPES)} is (Amazon EC2 User Guide, "
+                         "Capacity Blocks for ML, supported instance types)")
+        if several:
+            problems.add("instance_types", list(self.instance_types), f"must be one type with capacity_block "
+                         f"{block}: a block reserves one instance type")
+        for key in ("spot_percent", "capacity_reservations", "capacity_reservation_preference"):
+            if getattr(self, key) != _DEFAULTS[key]:
+                problems.add(key, getattr(self, key), f"does not apply with capacity_block {block}: its hosts run "
+                             "in the block")
+        zone = self.capacity_block_zone
+        if zone is not None and self.vpc_id is not None and zone not in self.availability_zones:
+            problems.add("capacity_block_zone", zone, f"must be one of availability_zones "
+                         f"({', '.join(self.availability_zones)}): the hosts launch in the block's zone")
+        end = self.capacity_block_end
+        if end is not None and identifiers.utc_time(end) is None and (
+                _utc(end) - datetime.datetime.now(datetime.UTC)).total_seconds() < CAPACITY_BLOCK_LEAD_MINUTES * 60:
+            problems.add("capacity_block_end", end, f"must be more than {CAPACITY_BLOCK_LEAD_MINUTES} minutes "
+                         "from now: the fleet stops serving that long before the block ends")
 
     def _check_alarms(self, problems: Problems) -> None:
         for key, (low, high) in (("alarm_5xx_percent", limits.PERCENT_RANGE),
@@ -646,11 +785,14 @@ class StackSettings:
         object.__setattr__(self, "_load", None if self.objective is None else chosen.load)
         # Only a host that compiles needs the compiler's memory: one that cannot waits for a builder's export.
         builder = None
+        layouts = fleet_layouts(plan, self.fleet_types) if self.fleet == "asg" else (plan,)
+        object.__setattr__(self, "_layouts", layouts)
         if self.prebuilt_export is not None:
             if self.builder_instance_type is not None:
                 raise ServingConfigError([problem("builder_instance_type", self.builder_instance_type,
                                                   "does not apply with prebuilt_export: nothing is compiled")])
-        elif self.builder_instance_type is not None or compile_memory_problem(plan) is not None:
+        elif self.builder_instance_type is not None or any(compile_memory_problem(p) for p in layouts):
+            # A fleet with a type too small to compile has a builder: every host then waits for its export.
             builder = builder_plan(plan, self.builder_instance_type)
         object.__setattr__(self, "_builder", builder)
         self._check_volume(plan, builder)

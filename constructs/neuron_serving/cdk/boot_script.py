@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import jsii
@@ -28,12 +29,12 @@ from constructs import Construct, IValidation
 from ..plan.engines import Engine, ServingImage
 from ..plan.errors import ServingConfigError, problem
 from ..plan.host import HostSpec, resolve_host, s3_parts
-from ..plan.layout import ServingPlan
+from ..plan.layout import ServingPlan, fleet_layouts
 from ..plan.phases import PHASE_TAGS
 from ..plan.registry import EcrRegistry
 from ..plan.timing import boot_minutes, boot_timeout_problem, readiness_seconds
 from ..plan.volume import DEFAULT_DISK_MINUTES, VolumePerformance, volume_performance
-from ..render.boot import HostBoot, check_user_data_size, render_boot_script
+from ..render.boot import HostBoot, check_user_data_size, render_fleet_boot
 from ..render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook, reports_phases
 from ..render.bundle import write_bundle
 from .artifact_cache import COMPILE_CACHE_PREFIX, EXPORTS_PREFIX, NeuronArtifactCache
@@ -57,6 +58,10 @@ class NeuronBootScript(Construct):
     constructed.
 
     :param plan: the serving plan to realise on the host.
+    :param instance_types: the instance types the host may be, in order of preference, ``plan``'s own
+        first: a fleet of several types (:class:`NeuronServingFleet` launches each). The boot holds ``plan``
+        laid out on each (:attr:`layouts`, one export for all) and runs the one of the type the host is.
+        Default: ``plan``'s instance type alone.
     :param spec: the host's engine, image (pinned or not), private registry, export source and role
         and model revision, resolved once for ``plan``
         (:func:`~neuron_serving.plan.host.resolve_host`; ``NeuronLlamaStack`` takes the settings'
@@ -109,6 +114,7 @@ class NeuronBootScript(Construct):
         construct_id: str,
         *,
         plan: ServingPlan,
+        instance_types: Sequence[str] | None = None,
         spec: HostSpec | None = None,
         hf_token_secret: secretsmanager.ISecret | None = None,
         artifact_cache: NeuronArtifactCache | None = None,
@@ -125,6 +131,10 @@ class NeuronBootScript(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.plan = plan
+        self.layouts: tuple[ServingPlan, ...] = (
+            fleet_layouts(plan, instance_types) if instance_types is not None else (plan,))
+        """``plan`` on each instance type the host may be, its own first
+        (:func:`~neuron_serving.plan.layout.fleet_layouts`)."""
         self.spec: HostSpec = spec or resolve_host(plan)
         """The host's engine, image, registry and export, resolved."""
         self.hf_token_secret = hf_token_secret
@@ -163,7 +173,7 @@ class NeuronBootScript(Construct):
             export_wait_minutes=int(self.boot_timeout.to_minutes()),
             ready_seconds=self.ready_seconds,
         )
-        self.boot: HostBoot = render_boot_script(plan, self.spec, self.options)
+        self.boot: HostBoot = render_fleet_boot(self.layouts, self.spec, self.options)
         """The host's files (the bundle) and the stack's values."""
         # The bundle is an asset: a directory of the host's files and their manifest, which the
         # CDK zips and publishes to the bootstrap bucket and the user data downloads and checks.

@@ -156,11 +156,16 @@ def capacity_block(value: str) -> str | None:
     return "must be the Capacity Block's reservation id (cr- and 17 hex digits)"
 
 
+def utc_time_value(value: str) -> datetime.datetime:
+    """A time :func:`utc_time` accepts, as an aware ``datetime``."""
+    return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
 def utc_time(value: str) -> str | None:
     """A moment in UTC, ``YYYY-MM-DDTHH:MM[:SS]Z`` (ISO 8601), as EC2 and Auto Scaling print times."""
     if _UTC_TIME.fullmatch(value):
         try:
-            datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            utc_time_value(value)
             return None
         except ValueError:
             pass

@@ -120,7 +120,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -221,6 +221,40 @@ METADATA_KEY = "NeuronServing"
 (:meth:`HostBoot.metadata`)."""
 
 
+LAYOUTS = "/etc/neuron-serving/layouts"
+"""Where a fleet of several instance types keeps each type's own files in its bundle:
+``<LAYOUTS>/<instance type>/<host path>`` (:func:`render_fleet_boot`)."""
+
+
+def render_fleet_boot(plans: Sequence[ServingPlan], spec: HostSpec, options: BootOptions | None = None) -> HostBoot:
+    r"""The boot of a host that may be any of ``plans``' instance types: the same layout on each
+    (:func:`~neuron_serving.plan.layout.fleet_layouts`, the first being the plan ``spec`` was resolved for), so
+    the same export, with each type's own replicas, router, readiness count and metrics.
+
+    Each type's boot is rendered at synth (:func:`render_boot_script`); the bundle holds once the files all
+    types share, and the others below ``<LAYOUTS>/<type>``. Its boot's steps are then a selector
+    (``userdata/select-layout.sh.j2``) that reads the host's instance type from the instance metadata and
+    runs that type's steps, which put that type's files in their places; a host of a type the fleet has no
+    layout for fails its boot, naming its type and the fleet's. One type is :func:`render_boot_script`'s
+    boot itself."""
+    if not plans:
+        raise ValueError("render_fleet_boot needs at least one plan")
+    if len(plans) == 1:
+        return render_boot_script(plans[0], spec, options)
+    boots = {plan.instance.name: _render(plan, spec, options, in_fleet=True) for plan in plans}
+    first = boots[plans[0].instance.name]
+    if any(b.deploy_env != first.deploy_env or b.bootstrap_env != first.bootstrap_env for b in boots.values()):
+        raise ValueError("the layouts of a fleet must share the stack's values")
+    paths = {path for boot in boots.values() for path in boot.files}
+    shared = {path for path in paths if len({boot.files.get(path) for boot in boots.values()}) == 1}
+    files = {path: first.files[path] for path in sorted(shared)}
+    for name, boot in boots.items():
+        files.update({f"{LAYOUTS}/{name}{path}": text for path, text in boot.files.items() if path not in shared})
+    files[BOOT_STEPS] = render("select-layout.sh.j2", layouts=LAYOUTS, boot_steps=BOOT_STEPS,
+                               types=" ".join(boots)) + "\n"
+    return HostBoot(files=files, deploy_env=first.deploy_env, bootstrap_env=first.bootstrap_env)
+
+
 def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions | None = None) -> HostBoot:
     """The user data for ``plan``: a bash script that checks the Neuron devices, installs what is
     missing, reads the Hugging Face token (when configured), pulls the image, exports the model
@@ -236,6 +270,12 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
 
     The result is not checked against the user data limit: see :func:`check_user_data_size`.
     """
+    return _render(plan, spec, options, in_fleet=False)
+
+
+def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, in_fleet: bool) -> HostBoot:
+    """:func:`render_boot_script`; ``in_fleet``: one of a fleet's layouts (:func:`render_fleet_boot`), whose
+    steps install their own type's files from :data:`LAYOUTS`."""
     options = options or BootOptions()
     check_boot(spec, options)
     if (spec.exports and spec.export_role != "wait"
@@ -366,6 +406,8 @@ def render_boot_script(plan: ServingPlan, spec: HostSpec, options: BootOptions |
         # A host of a warm pool is stopped, which empties the instance store.
         instance_store=plan.instance.has_instance_store and hook is None,
         instance_type=plan.instance.name,
+        layout=f"{LAYOUTS}/{plan.instance.name}".lstrip("/") if in_fleet else None,
+        boot_steps=BOOT_STEPS,
         hf_token_secret=options.hf_token_secret is not None,
         token_file=TOKEN_FILE,
         replica_unit=REPLICA_UNIT,

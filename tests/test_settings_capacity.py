@@ -101,8 +101,12 @@ def test_capacity_reservations_by_id_or_resource_group_with_a_preference():
 
 def test_a_capacity_block_is_one_trn1_type_in_one_zone_until_its_end():
     settings = _settings(fleet="asg", instance_type="trn1.32xlarge", model_id="llama-3.1-8b", capacity_block=BLOCK,
-                         capacity_block_zone="us-east-1a", capacity_block_end=FUTURE)
+                         capacity_block_zone="us-east-1a", capacity_block_end=FUTURE,
+                         availability_zones="us-east-1a,us-east-1b")
     assert (settings.capacity_block, settings.capacity_block_zone) == (BLOCK, "us-east-1a")
+    assert "capacity_block_zone ('us-east-1a') needs availability_zones that include it" in _problems(
+        fleet="asg", instance_type="trn1.32xlarge", model_id="llama-3.1-8b", capacity_block=BLOCK,
+        capacity_block_zone="us-east-1a", capacity_block_end=FUTURE)
     text = _problems(fleet="asg", capacity_block=BLOCK, spot_percent="10")
     assert "capacity_block_zone (None) is required with capacity_block" in text
     assert "capacity_block_end (None) is required with capacity_block" in text
@@ -124,3 +128,12 @@ def test_a_capacity_block_that_ends_within_the_hour_or_outside_the_vpcs_zones_is
                      private_subnet_ids="subnet-0123456789abcdef0,subnet-0123456789abcdef1",
                      allowed_cidrs="10.0.0.0/16")
     assert "capacity_block_zone ('us-east-1c') must be one of availability_zones (us-east-1a, us-east-1b)" in text
+
+
+def test_availability_zones_choose_the_new_vpcs_zones_two_or_more_of_one_region():
+    assert _settings(availability_zones="us-east-1a,us-east-1c,us-east-1d").availability_zones == (
+        "us-east-1a", "us-east-1c", "us-east-1d")
+    assert "availability_zones (['us-east-1a']) must name at least two different zones" in _problems(
+        availability_zones="us-east-1a")
+    assert "availability_zones (['us-east-1a', 'us-west-2a']) must all be zones of one region" in _problems(
+        availability_zones="us-east-1a,us-west-2a")

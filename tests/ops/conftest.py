@@ -72,11 +72,13 @@ class Deployment:
             Name="routers", Protocol="HTTP", Port=8080, VpcId=self.vpc, TargetType="instance",
             HealthCheckPath="/health")["TargetGroups"][0]["TargetGroupArn"]
 
-    def instance(self, tags: dict[str, str] | None = None, *, register: bool = True) -> str:
+    def instance(self, tags: dict[str, str] | None = None, *, register: bool = True,
+                 instance_type: str = "inf2.48xlarge", spot: bool = False) -> str:
         ec2 = self.emulator.client("ec2")
         spec = [{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in (tags or {}).items()]}]
-        instance_id = str(ec2.run_instances(ImageId=AMI, InstanceType="inf2.48xlarge", MinCount=1, MaxCount=1,
-                                            SubnetId=self.subnet, **({"TagSpecifications": spec} if tags else {}))
+        instance_id = str(ec2.run_instances(ImageId=AMI, InstanceType=instance_type, MinCount=1, MaxCount=1,
+                                            SubnetId=self.subnet, **({"TagSpecifications": spec} if tags else {}),
+                                            **({"InstanceMarketOptions": {"MarketType": "spot"}} if spot else {}))
                           ["Instances"][0]["InstanceId"])
         if register:
             self.emulator.client("elbv2").register_targets(TargetGroupArn=self.target_group,

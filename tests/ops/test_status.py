@@ -381,3 +381,33 @@ def test_a_host_without_phase_times_shows_none(deployment):
     assert code == 0 and "finished phase" not in text
     (host,) = json.loads(run("--output", "json")[1])["hosts"]
     assert host["phase_times"] == []
+
+
+def test_a_mixed_fleet_shows_each_hosts_type_zone_and_capacity_and_counts_them(deployment, emulator, hooks):
+    """moto 5.2.5 marks a Spot launch's InstanceLifecycle but never places an instance in a Capacity
+    Reservation: a ``after-call`` hook adds the CapacityReservationId AWS would return (EC2 API reference,
+    Instance) to one On-Demand instance."""
+    group = {"aws:autoscaling:groupName": "fleet"}
+    large = deployment.instance({**group, **phase_tags("ready", 3)})
+    spot = deployment.instance({**group, **phase_tags("ready", 2)}, instance_type="inf2.24xlarge", spot=True)
+    reserved = deployment.instance({**group, **phase_tags("ready", 1)}, instance_type="inf2.24xlarge")
+
+    def in_reservation(parsed: dict[str, Any], **_: Any) -> None:
+        for reservation in parsed.get("Reservations", []):
+            for instance in reservation["Instances"]:
+                if instance["InstanceId"] == reserved:
+                    instance["CapacityReservationId"] = "cr-0123456789abcdef0"
+
+    hooks["after-call.ec2.DescribeInstances"] = in_reservation
+    # The group lists none of them yet: they are found by its tag.
+    assert deployment.group("fleet", 0) == []
+    deployment.stack("fleet", AutoScalingGroupName="fleet")
+    code, text = run()
+    assert code == 0, text
+    zone = f"{REGION}a"
+    hosts = {h["instance_id"]: h for h in json.loads(run("--output", "json")[1])["hosts"]}
+    assert {i: (h["instance_type"], h["availability_zone"], h["capacity"]) for i, h in hosts.items()} == {
+        large: ("inf2.48xlarge", zone, "on-demand"), spot: ("inf2.24xlarge", zone, "spot"),
+        reserved: ("inf2.24xlarge", zone, "reservation cr-0123456789abcdef0")}
+    assert (f"hosts: 1 inf2.24xlarge in {zone} (reservation cr-0123456789abcdef0), 1 inf2.24xlarge in {zone} "
+            f"(spot), 1 inf2.48xlarge in {zone} (on-demand)") in text

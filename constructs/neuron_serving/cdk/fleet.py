@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import jsii
-from aws_cdk import CfnResource, Duration, IStableNumberProducer, Lazy, Stack, Token
+from aws_cdk import Acknowledgment, CfnResource, Duration, IStableNumberProducer, Lazy, Stack, Token, Validations
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
@@ -13,6 +17,7 @@ from aws_cdk import aws_sns as sns
 
 from constructs import Construct
 
+from ..plan import identifiers
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.identifiers import cron
 from ..plan.timing import boot_minutes
@@ -52,6 +57,27 @@ class NeuronServingFleet(Construct):
     :param notifications_topic: receives every launch, termination and their failures.
         Default: a new topic, encrypted with a new customer-managed key (AWS-managed SNS keys
         cannot be granted to the Auto Scaling service), SSL only.
+    :param spot_percent: the share of the fleet above ``on_demand_base_capacity`` that runs on Spot
+        (0 to 100), allocated capacity-optimized across the instance types in their order, with capacity
+        rebalancing (a host at elevated risk of interruption is replaced before it is interrupted).
+        Default: 0 (On-Demand only).
+    :param on_demand_base_capacity: with ``spot_percent``, the size (in hosts of the first instance type)
+        that is always On-Demand. Default: ``min_capacity``.
+    :param capacity_reservations: On-Demand Capacity Reservations to launch into: ids (``cr-...``) or
+        ARNs of resource groups of reservations. Default: none.
+    :param capacity_reservation_preference: ``capacity-reservations-first``, ``capacity-reservations-only``
+        or ``none`` (the group's CapacityReservationSpecification). Default: ``capacity-reservations-first``
+        with ``capacity_reservations``, else the launch template's (open reservations that match).
+    :param capacity_block: a Capacity Block for ML the fleet runs in: the hosts launch into it, in its zone
+        only, and a scheduled action scales the fleet to zero an hour before it ends. Default: none.
+
+    **Several instance types.** When the boot script lays the plan out on several instance types
+    (``NeuronBootScript(instance_types=...)``), the group launches any of them through a mixed instances
+    policy, in their order of preference, and counts capacity in replicas: each type weighs its replica
+    count (WeightedCapacity), and ``min_capacity``, ``max_capacity`` and ``desired_capacity`` are hosts of
+    the first type, so the group holds ``min_capacity`` times its replicas whichever types it gets. The
+    group may go above its maximum by up to the largest weight (Auto Scaling API reference, MaxSize).
+    Creation waits for as many signals as the fewest hosts that hold the minimum.
     """
 
     def __init__(
@@ -68,11 +94,41 @@ class NeuronServingFleet(Construct):
         health_check_grace: Duration | None = None,
         instance_warmup: Duration | None = None,
         notifications_topic: sns.ITopic | None = None,
+        spot_percent: int = 0,
+        on_demand_base_capacity: int | None = None,
+        capacity_reservations: Sequence[str] = (),
+        capacity_reservation_preference: str | None = None,
+        capacity_block: CapacityBlock | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         boot_script = launch_template.boot_script
         hook = boot_script.warm_pool_hook
+        layouts = boot_script.layouts
         problems = Problems()
+        for name, value, allowed in limits.capacity_source_problems(
+                several_types=len(layouts) > 1, spot_percent=spot_percent, on_demand_base=on_demand_base_capacity,
+                max_capacity=None if Token.is_unresolved(max_capacity) else max_capacity,
+                reservations=tuple(capacity_reservations), preference=capacity_reservation_preference,
+                warm_pool=hook is not None, block=capacity_block.reservation_id if capacity_block else None):
+            problems.add("launch_template" if name == "warm_pool" else name, value, allowed)
+        if not 0 <= spot_percent <= 100:
+            problems.add("spot_percent", spot_percent, "must be 0 to 100 percent")
+        if capacity_reservation_preference not in (None, *limits.CAPACITY_RESERVATION_PREFERENCES):
+            problems.add("capacity_reservation_preference", capacity_reservation_preference,
+                         f"must be one of {', '.join(limits.CAPACITY_RESERVATION_PREFERENCES)}")
+        for reservation in capacity_reservations:
+            if (wrong := identifiers.capacity_reservation(reservation)) is not None:
+                problems.add("capacity_reservations", reservation, wrong)
+        if capacity_block is not None and (wrong := identifiers.capacity_block(capacity_block.reservation_id)):
+            problems.add("capacity_block", capacity_block.reservation_id, wrong)
+        self.weights: dict[str, int] | None = (
+            {plan.instance.name: len(plan.replicas) for plan in layouts} if len(layouts) > 1 else None)
+        """Each instance type's replicas, which it weighs in the group, with several types; else ``None``
+        (the group counts hosts)."""
+        unit = len(layouts[0].replicas) if self.weights else 1
+        if self.weights and any(Token.is_unresolved(v) for v in (min_capacity, max_capacity, desired_capacity)):
+            problems.add("min_capacity", min_capacity, "and max_capacity and desired_capacity must be known at "
+                         "synth with several instance types: the group counts them in replicas")
         problems.add_all(check_props(self, [min_capacity, max_capacity, desired_capacity], _capacity_problems))
         if hook is not None:
             problems.add_all(check_props(
@@ -87,33 +143,53 @@ class NeuronServingFleet(Construct):
         assert boot_script.signal is not None
 
         timeout = boot_script.boot_timeout
+        self.unit = unit
+        """The group's capacity units per host of the first instance type: its replicas with several
+        types, else 1."""
         self.launch_template = launch_template
         self.plan = launch_template.plan
         self.role = launch_template.role
         self.connections = launch_template.connections
         self.notifications_topic = notifications_topic or self._new_topic()
+        mixed = self.weights is not None or spot_percent > 0
+        units = (min_capacity * unit, max_capacity * unit,
+                 None if desired_capacity is None else desired_capacity * unit)
+        if capacity_block is not None:
+            launch_template.launch_into_capacity_block(capacity_block.reservation_id)
+            vpc_subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
+                                              availability_zones=[capacity_block.zone])
+        # Creation waits for the fewest hosts that hold the minimum (each host signals once).
+        heaviest = max(self.weights.values()) if self.weights else 1
         self.auto_scaling_group = autoscaling.AutoScalingGroup(
             self,
             "Group",
             vpc=vpc,
-            launch_template=launch_template.launch_template,
+            launch_template=None if mixed else launch_template.launch_template,
+            mixed_instances_policy=self._mixed_policy(
+                launch_template, spot_percent,
+                None if on_demand_base_capacity is None and not spot_percent
+                else (min_capacity if on_demand_base_capacity is None else on_demand_base_capacity) * unit,
+            ) if mixed else None,
+            capacity_rebalance=True if spot_percent > 0 else None,
             # The boot script completes the warm pool's lifecycle hook on this group by name, so
             # the name must be known before the group exists.
             auto_scaling_group_name=hook.group_name if hook else None,
-            min_capacity=min_capacity,
-            max_capacity=max_capacity,
-            desired_capacity=desired_capacity,
+            min_capacity=units[0],
+            max_capacity=units[1],
+            desired_capacity=units[2],
             vpc_subnets=vpc_subnets or ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             health_checks=autoscaling.HealthChecks.with_additional_checks(
                 additional_types=[autoscaling.AdditionalHealthCheckType.ELB],
                 grace_period=health_check_grace or timeout,
             ),
-            signals=autoscaling.Signals.wait_for_min_capacity(timeout=timeout),
+            signals=(autoscaling.Signals.wait_for_count(-(-units[0] // heaviest), timeout=timeout) if self.weights
+                     else autoscaling.Signals.wait_for_min_capacity(timeout=timeout)),
             update_policy=autoscaling.UpdatePolicy.rolling_update(
                 max_batch_size=1,
-                min_instances_in_service=_from_min_capacity(
-                    self, min_capacity, less=1, at_least=0,
-                    why="a rolling update keeps min_capacity - 1 hosts in service"),
+                min_instances_in_service=(
+                    max(-(-units[0] // heaviest) - 1, 0) if self.weights else _from_min_capacity(
+                        self, min_capacity, less=1, at_least=0,
+                        why="a rolling update keeps min_capacity - 1 hosts in service")),
                 wait_on_resource_signals=True,
                 pause_time=timeout,
             ),
@@ -124,8 +200,35 @@ class NeuronServingFleet(Construct):
         )
         cfn_group = self.auto_scaling_group.node.default_child
         assert isinstance(cfn_group, autoscaling.CfnAutoScalingGroup)
+        if mixed:
+            Validations.of(self.auto_scaling_group).acknowledge(Acknowledgment(
+                id="AwsSolutions::AwsSolutions-EC26",
+                reason="The mixed instances policy launches the launch template, whose one EBS volume, the root "
+                "volume, is encrypted (NeuronServingLaunchTemplate); the rule cannot follow the policy's reference "
+                "to it and stops with an error instead of a finding"))
         # The boot script signals this logical id.
         cfn_group.override_logical_id(boot_script.signal.logical_id)
+        if capacity_reservations or capacity_reservation_preference is not None:
+            ids = [r for r in capacity_reservations if r.startswith("cr-")]
+            groups = [r for r in capacity_reservations if not r.startswith("cr-")]
+            cfn_group.capacity_reservation_specification = \
+                autoscaling.CfnAutoScalingGroup.CapacityReservationSpecificationProperty(
+                    capacity_reservation_preference=capacity_reservation_preference or "capacity-reservations-first",
+                    capacity_reservation_target=autoscaling.CfnAutoScalingGroup.CapacityReservationTargetProperty(
+                        capacity_reservation_ids=ids or None,
+                        capacity_reservation_resource_group_arns=groups or None,
+                    ) if capacity_reservations else None,
+                )
+        self.capacity_block = capacity_block
+        if capacity_block is not None:
+            # EC2 terminates a block's instances 30 minutes before its end (Amazon EC2 User Guide, Capacity
+            # Blocks for ML): the fleet scales to zero before then, which drains each host from the load
+            # balancer first.
+            autoscaling.CfnScheduledAction(
+                self, "CapacityBlockEnd",
+                auto_scaling_group_name=self.auto_scaling_group.auto_scaling_group_name,
+                start_time=capacity_block.scale_in_time, min_size=0, max_size=0, desired_capacity=0,
+            )
         self.min_capacity = min_capacity
         if hook is not None:
             self.auto_scaling_group.add_lifecycle_hook(
@@ -142,6 +245,27 @@ class NeuronServingFleet(Construct):
                 pool_state=autoscaling.PoolState.STOPPED,
                 reuse_on_scale_in=True,
             )
+
+    def _mixed_policy(self, launch_template: NeuronServingLaunchTemplate, spot_percent: int,
+                      on_demand_base: int | None) -> autoscaling.MixedInstancesPolicy:
+        """The launch template with an override per instance type (its replicas as its weight, with several
+        types), On-Demand in their order (``prioritized``) and Spot capacity-optimized with their order as
+        priorities (``capacity-optimized-prioritized``: Auto Scaling API reference, InstancesDistribution)."""
+        return autoscaling.MixedInstancesPolicy(
+            launch_template=launch_template.launch_template,
+            launch_template_overrides=[
+                autoscaling.LaunchTemplateOverrides(
+                    instance_type=ec2.InstanceType(plan.instance.name),
+                    weighted_capacity=self.weights[plan.instance.name] if self.weights else None)
+                for plan in launch_template.boot_script.layouts],
+            instances_distribution=autoscaling.InstancesDistribution(
+                on_demand_allocation_strategy=autoscaling.OnDemandAllocationStrategy.PRIORITIZED,
+                on_demand_base_capacity=on_demand_base,
+                on_demand_percentage_above_base_capacity=100 - spot_percent,
+                spot_allocation_strategy=(autoscaling.SpotAllocationStrategy.CAPACITY_OPTIMIZED_PRIORITIZED
+                                          if spot_percent else None),
+            ),
+        )
 
     def _new_topic(self) -> sns.Topic:
         key = kms.Key(
@@ -170,6 +294,11 @@ class NeuronServingFleet(Construct):
         :param target_requests_per_minute: Default: every batch slot of every replica busy with
             requests of about 20 seconds.
         """
+        if self.weights is not None:
+            raise ServingConfigError([problem(
+                "target_requests_per_minute", target_requests_per_minute, "counts requests per host, and hosts of "
+                f"this fleet's types serve different numbers of replicas ({_weights_text(self.weights)}): use "
+                "scale_on_in_flight_requests, which counts per replica")])
         plan = self.plan
         target = (
             target_requests_per_minute
@@ -240,10 +369,37 @@ class NeuronServingFleet(Construct):
         self.auto_scaling_group.scale_on_schedule(
             "ScaleBack",
             schedule=autoscaling.Schedule.expression(scale_up.strip()),
-            min_capacity=self.min_capacity,
-            desired_capacity=_from_min_capacity(self, self.min_capacity, less=0, at_least=1,
-                                                why="scaling back starts at least one host"),
+            min_capacity=self.min_capacity * self.unit if self.weights else self.min_capacity,
+            desired_capacity=max(self.min_capacity * self.unit, 1) if self.weights else _from_min_capacity(
+                self, self.min_capacity, less=0, at_least=1, why="scaling back starts at least one host"),
         )
+
+
+@dataclass(frozen=True)
+class CapacityBlock:
+    """A Capacity Block for ML: a reservation of one instance type in one zone, from a start to an end.
+
+    :param reservation_id: its Capacity Reservation id (``cr-...``).
+    :param zone: its Availability Zone.
+    :param end: when it ends (UTC).
+    """
+
+    reservation_id: str
+    zone: str
+    end: datetime.datetime
+
+    @property
+    def scale_in_time(self) -> str:
+        """When the fleet scales to zero: ``limits.CAPACITY_BLOCK_LEAD_MINUTES`` before the end, as a
+        scheduled action's StartTime (``YYYY-MM-DDThh:mm:ssZ``, UTC)."""
+        end = self.end if self.end.tzinfo else self.end.replace(tzinfo=datetime.UTC)
+        lead = datetime.timedelta(minutes=limits.CAPACITY_BLOCK_LEAD_MINUTES)
+        return (end.astimezone(datetime.UTC) - lead).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+
+def _weights_text(weights: dict[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in weights.items())
 
 
 def _capacity_problems(min_capacity: int, max_capacity: int, desired_capacity: int | None) -> list[str]:

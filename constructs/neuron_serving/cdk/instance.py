@@ -151,6 +151,19 @@ class NeuronServingLaunchTemplate(Construct):
     def grant_principal(self) -> iam.IPrincipal:
         return self.role
 
+    def launch_into_capacity_block(self, reservation_id: str) -> None:
+        """Launch every host into the Capacity Block for ML ``reservation_id``: the launch template's market
+        type ``capacity-block`` and its reservation as the target, as the Auto Scaling user guide asks of a
+        group that uses a Capacity Block ("Use Capacity Blocks for machine learning workloads";
+        LaunchTemplateData InstanceMarketOptions.MarketType and CapacityReservationSpecification, CloudFormation
+        resource reference, AWS::EC2::LaunchTemplate)."""
+        cfn = self.launch_template.node.default_child
+        assert isinstance(cfn, ec2.CfnLaunchTemplate)
+        cfn.add_property_override("LaunchTemplateData.InstanceMarketOptions.MarketType", "capacity-block")
+        cfn.add_property_override(
+            "LaunchTemplateData.CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId",
+            reservation_id)
+
 
 @jsii.implements(ec2.IConnectable, iam.IGrantable)
 class NeuronServingInstance(Construct):
@@ -188,6 +201,11 @@ class NeuronServingInstance(Construct):
             raise ServingConfigError(
                 [problem("vpc_subnets", vpc_subnets, "selects no subnet to launch the Neuron instance into")]
             )
+        if len(launch_template.boot_script.layouts) > 1:
+            raise ServingConfigError([problem(
+                "launch_template", launch_template.node.path, "has a boot script for several instance types ("
+                + ", ".join(p.instance.name for p in launch_template.boot_script.layouts)
+                + "): a single instance is of one type; launch several types with NeuronServingFleet")])
         self.launch_template = launch_template
         self.plan = launch_template.plan
         self.role = launch_template.role

@@ -32,6 +32,7 @@ from constructs import Construct, IConstruct
 
 from ..plan.engines import check_dlami_parameter
 from ..plan.errors import ServingConfigError, problem
+from ..plan.identifiers import utc_time_value
 from ..plan.layout import ServingPlan, layout_document
 from ..plan.performance import predict, prediction_document
 from ..plan.phases import phase_minutes
@@ -45,7 +46,7 @@ from .boot_script import NeuronBootScript
 from .buckets import LOG_BUCKET_REASON, log_bucket
 from .builder import NeuronExportBuilder
 from .endpoint import NeuronServingEndpoint, OidcSignIn
-from .fleet import NeuronServingFleet
+from .fleet import CapacityBlock, NeuronServingFleet
 from .instance import NeuronServingInstance, NeuronServingLaunchTemplate
 from .machine_image import PinnedLinuxImage, neuron_dlami
 from .monitoring import AlarmThresholds, NeuronServingMonitoring
@@ -145,6 +146,7 @@ class NeuronLlamaStack(Stack):
             self,
             "BootScript",
             plan=self.plan,
+            instance_types=settings.fleet_types if fleet else None,
             spec=settings.host(),
             hf_token_secret=secret,
             api_keys_secret=self.api_keys_secret,
@@ -219,6 +221,14 @@ class NeuronLlamaStack(Stack):
                 min_capacity=capacity[0],
                 max_capacity=capacity[1],
                 desired_capacity=capacity[2],
+                spot_percent=settings.spot_percent,
+                on_demand_base_capacity=settings.on_demand_base_capacity,
+                capacity_reservations=settings.capacity_reservations,
+                capacity_reservation_preference=settings.capacity_reservation_preference,
+                capacity_block=CapacityBlock(
+                    settings.capacity_block, settings.capacity_block_zone or "",
+                    utc_time_value(settings.capacity_block_end),
+                ) if settings.capacity_block and settings.capacity_block_end else None,
             )
             self.endpoint.add_target(self.fleet.auto_scaling_group, self.fleet)
             if settings.target_requests_per_minute is not None:
@@ -303,7 +313,9 @@ class NeuronLlamaStack(Stack):
             self,
             "Vpc",
             ip_addresses=ec2.IpAddresses.cidr(VPC_CIDR),
-            max_azs=2,
+            # The zones given (those that offer the fleet's types, or a Capacity Block's), else two.
+            availability_zones=list(self.settings.availability_zones) or None,
+            max_azs=None if self.settings.availability_zones else 2,
             nat_gateways=1,
             # S3 (the artifact and compile caches, the boot bundle, ECR's layers) at the instance's
             # bandwidth instead of the NAT gateway's 5 Gbps, and without its per-gigabyte charge:

@@ -74,6 +74,20 @@ def describe_stack(aws: Aws, name: str) -> StackInfo:
     )
 
 
+ON_DEMAND, SPOT, CAPACITY_BLOCK = "on-demand", "spot", "capacity-block"
+
+
+def capacity_kind(instance: dict[str, Any]) -> str:
+    """Where an instance of ec2:DescribeInstances runs: ``InstanceLifecycle`` is ``spot`` or ``capacity-block``
+    for those, absent for On-Demand (EC2 API reference, Instance), and an On-Demand instance in a Capacity
+    Reservation names it (``CapacityReservationId``)."""
+    lifecycle = str(instance.get("InstanceLifecycle") or "")
+    if lifecycle in (SPOT, CAPACITY_BLOCK):
+        return lifecycle
+    reservation = instance.get("CapacityReservationId")
+    return f"reservation {reservation}" if reservation else ON_DEMAND
+
+
 @dataclass(frozen=True)
 class Host:
     """One serving instance, with the phase its boot last reported in its tags.
@@ -94,6 +108,10 @@ class Host:
     private_ip: str | None = None
     lifecycle_state: str | None = None
     seconds: tuple[tuple[str, int], ...] = ()
+    instance_type: str = ""
+    capacity: str = ON_DEMAND
+    """Where its capacity comes from: :data:`ON_DEMAND`, :data:`SPOT`, :data:`CAPACITY_BLOCK`, or
+    ``reservation cr-...`` (an On-Demand Capacity Reservation)."""
 
     @classmethod
     def from_instance(cls, instance: dict[str, Any], lifecycle_state: str | None = None) -> Host:
@@ -111,6 +129,8 @@ class Host:
             private_ip=instance.get("PrivateIpAddress"),
             lifecycle_state=lifecycle_state,
             seconds=tuple(parse_seconds(tags.get(SECONDS_TAG, "")).items()),
+            instance_type=str(instance.get("InstanceType", "")),
+            capacity=capacity_kind(instance),
         )
 
     @property

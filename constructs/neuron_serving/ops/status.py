@@ -14,6 +14,7 @@ import datetime as dt
 import re
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,7 +108,8 @@ class HostStatus:
     def document(self) -> dict[str, Any]:
         host = self.host
         return {
-            "instance_id": host.instance_id, "state": host.state, "availability_zone": host.availability_zone,
+            "instance_id": host.instance_id, "instance_type": host.instance_type, "capacity": host.capacity,
+            "state": host.state, "availability_zone": host.availability_zone,
             "lifecycle_state": host.lifecycle_state, "warm_pool": host.warm, "phase": host.phase,
             "title": self.title, "since": host.since.isoformat() if host.since else None,
             "elapsed_seconds": int(self.elapsed.total_seconds()) if self.elapsed is not None else None,
@@ -248,12 +250,14 @@ def render(printer: Printer, snapshot: Snapshot) -> Group:
         value = stack.output(name)
         if value:
             lines.append(f"{label}: {value}")
-    rows = [(_host_label(s), s.host.availability_zone, _phase_cell(s), _timing_cell(s), s.host.detail,
-             s.replicas_healthy, _health_cell(s)) for s in snapshot.hosts]
+    rows = [(_host_label(s), s.host.instance_type, s.host.availability_zone, s.host.capacity, _phase_cell(s),
+             _timing_cell(s), s.host.detail, s.replicas_healthy, _health_cell(s)) for s in snapshot.hosts]
+    if len(snapshot.hosts) > 1:
+        lines.append("hosts: " + mix(snapshot))
     parts: list[Any] = [*lines]
     if rows:
-        parts.append(printer.table(("host", "zone", "phase", "in phase", "detail", "replicas healthy", "target"),
-                                   rows, outcome_column=6))
+        parts.append(printer.table(("host", "type", "zone", "capacity", "phase", "in phase", "detail",
+                                    "replicas healthy", "target"), rows, outcome_column=8))
     else:
         parts.append("no hosts yet" + (" (the stack is still being created)"
                                        if stack.status.endswith("_IN_PROGRESS") else ""))
@@ -264,6 +268,14 @@ def render(printer: Printer, snapshot: Snapshot) -> Group:
                                    title="boot phases finished, as each host measured them, against the plan's "
                                    "estimate"))
     return Group(*parts)
+
+
+def mix(snapshot: Snapshot) -> str:
+    """The hosts counted by instance type, zone and capacity, most first: ``2 inf2.24xlarge in us-east-1a
+    (spot), 1 inf2.8xlarge in us-east-1b (on-demand)``."""
+    counts = Counter((s.host.instance_type, s.host.availability_zone, s.host.capacity) for s in snapshot.hosts)
+    return ", ".join(f"{n} {kind} in {zone} ({capacity})"
+                     for (kind, zone, capacity), n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def _line(snapshot: Snapshot, status: HostStatus) -> str:

@@ -83,3 +83,50 @@ def requests_per_minute(value: float) -> str | None:
 
 def in_flight_requests(value: float) -> str | None:
     return None if value > 0 else "must be above 0"
+
+
+CAPACITY_RESERVATION_PREFERENCES = ("capacity-reservations-first", "capacity-reservations-only", "none")
+"""The Auto Scaling group's CapacityReservationPreference values a fleet may set (Auto Scaling API model,
+CapacityReservationSpecification, botocore/data/autoscaling/2011-01-01/service-2.json of awscli 1.46.3;
+``default``, the launch template's preference, is what leaving it unset gives)."""
+
+CAPACITY_BLOCK_LEAD_MINUTES = 60
+"""How long before its Capacity Block ends the fleet scales to zero. EC2 begins terminating a block's
+instances 30 minutes before the end (Amazon EC2 User Guide, Capacity Blocks for ML); the fleet's own
+scale-in, an hour before, lets the load balancer drain every host first."""
+
+
+def capacity_source_problems(*, several_types: bool, spot_percent: int, on_demand_base: int | None,
+                             max_capacity: int | None, reservations: tuple[str, ...] | list[str],
+                             preference: str | None, warm_pool: bool,
+                             block: str | None) -> list[tuple[str, object, str]]:
+    """Where a fleet's hosts come from, as ``(name, value, allowed)`` (the settings' keys, which the fleet's
+    props share): several instance types, Spot, Capacity Reservations, a Capacity Block. ``max_capacity``
+    is ``None`` when only CloudFormation knows it."""
+    problems: list[tuple[str, object, str]] = []
+    if warm_pool and (several_types or spot_percent):
+        problems.append(("warm_pool", True, "cannot be combined with " + (
+            "several instance_types" if several_types else f"spot_percent {spot_percent}") + ": Auto Scaling "
+            "keeps no warm pool for a group with a mixed instances policy or Spot Instances (Amazon EC2 Auto "
+            "Scaling User Guide, warm pools, limitations)"))
+    if on_demand_base is not None:
+        if not spot_percent:
+            problems.append(("on_demand_base_capacity", on_demand_base, "applies only with spot_percent above 0"))
+        elif max_capacity is not None and not 0 <= on_demand_base <= max_capacity:
+            problems.append(("on_demand_base_capacity", on_demand_base, f"must be 0 to max_capacity ({max_capacity})"))
+    if preference == "none" and reservations:
+        problems.append(("capacity_reservation_preference", preference, "contradicts capacity_reservations: give "
+                         "capacity-reservations-first or -only, or leave the reservations out"))
+    if preference == "capacity-reservations-only" and spot_percent:
+        problems.append(("capacity_reservation_preference", preference, "puts every host in a reservation, which "
+                         f"a Spot host never is: set spot_percent 0 (it is {spot_percent})"))
+    if block is not None:
+        if several_types:
+            problems.append(("instance_types", "several", f"must be one type with capacity_block {block}: a block "
+                             "reserves one instance type"))
+        for name, value in (("spot_percent", spot_percent), ("capacity_reservations", reservations),
+                            ("capacity_reservation_preference", preference)):
+            if value:
+                problems.append((name, value, f"does not apply with capacity_block {block}: its hosts run in the "
+                                 "block"))
+    return problems

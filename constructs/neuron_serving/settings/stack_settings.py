@@ -74,23 +74,10 @@ FLEET_ONLY_KEYS = ("min_capacity", "max_capacity", "desired_capacity", "warm_poo
                    "spot_percent", "on_demand_base_capacity", "capacity_reservations",
                    "capacity_reservation_preference", "capacity_block", "capacity_block_zone", "capacity_block_end")
 
-CAPACITY_RESERVATION_PREFERENCES = ("capacity-reservations-first", "capacity-reservations-only", "none")
-"""The Auto Scaling group's CapacityReservationPreference values a fleet may set (Auto Scaling API model,
-CapacityReservationSpecification; ``default`` is what leaving it unset gives)."""
 CAPACITY_BLOCK_KEYS = ("capacity_block", "capacity_block_zone", "capacity_block_end")
 CAPACITY_BLOCK_TYPES = ("trn1.32xlarge",)
 """The catalog's instance types offered as Capacity Blocks for ML (Amazon EC2 User Guide, "Capacity Blocks
 for ML", supported instance types: trn1.32xlarge in some regions, no Inf2 size)."""
-CAPACITY_BLOCK_LEAD_MINUTES = 60
-"""How long before its block ends the fleet scales to zero. EC2 begins terminating a block's instances 30
-minutes before the end (Amazon EC2 User Guide, Capacity Blocks for ML); the fleet's own scale-in, an hour
-before, lets the load balancer drain every host first."""
-
-
-def _utc(text: str) -> datetime.datetime:
-    """``YYYY-MM-DDTHH:MM[:SS]Z`` (:func:`~neuron_serving.plan.identifiers.utc_time`) as an aware time."""
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-
 _ROLE_PATH = re.compile(r"/(?:[\x21-\x7e]{0,510}/)?")
 """IAM's pattern for a path: / alone, or /.../ of printable ASCII, at most 512 characters."""
 
@@ -318,7 +305,10 @@ class StackSettings:
         `private_subnet_ids` and their `availability_zones`, and `allowed_cidrs`).""", shown="a new VPC",
         check=identifiers.vpc_id)
     availability_zones: tuple[str, ...] = setting((), """With `vpc_id`: the Availability Zones of the subnets, in
-        the order of `private_subnet_ids` (and of `public_subnet_ids`).""", check=identifiers.availability_zone)
+        the order of `private_subnet_ids` (and of `public_subnet_ids`). Without it: the new VPC's zones, two or
+        more of the stack's region (those that offer the fleet's instance types: `neuron-serving preflight`
+        shows which), each with a public and a private subnet; the fleet launches in all of them.""",
+        shown="with a new VPC, two zones chosen at deploy", check=identifiers.availability_zone)
     private_subnet_ids: tuple[str, ...] = setting((), """With `vpc_id`: subnets with egress for the hosts (and an
         internal load balancer).""", check=identifiers.subnet_id)
     public_subnet_ids: tuple[str, ...] = setting((), """With `vpc_id` and `internet_facing`: subnets for the
@@ -372,7 +362,7 @@ class StackSettings:
         reservations, then On-Demand capacity), `capacity-reservations-only` (the reservations or nothing) or
         `none` (never a reservation, not even an open one) (`fleet=asg`).""",
         shown="`capacity-reservations-first` with `capacity_reservations`, else open reservations that match",
-        check=_choice(*CAPACITY_RESERVATION_PREFERENCES))
+        check=_choice(*limits.CAPACITY_RESERVATION_PREFERENCES))
     capacity_block: str | None = setting(None, """A Capacity Block for ML (its reservation id) the fleet runs in
         (`fleet=asg`): one instance type (`instance_type`, which must be the block's), in the block's
         `capacity_block_zone`, until `capacity_block_end`.""", check=identifiers.capacity_block)
@@ -650,11 +640,17 @@ class StackSettings:
             problems.add("rate_limit", self.rate_limit, wrong)
 
     def _check_network(self, problems: Problems) -> None:
-        attached = ("availability_zones", "private_subnet_ids", "public_subnet_ids")
+        attached = ("private_subnet_ids", "public_subnet_ids")
         if self.vpc_id is None:
             for key in attached:
                 if getattr(self, key):
                     problems.add(key, list(getattr(self, key)), "applies only with vpc_id")
+            zones = self.availability_zones
+            if zones and (len(set(zones)) < 2 or len(set(zones)) < len(zones)):
+                problems.add("availability_zones", list(zones), "must name at least two different zones for the new "
+                             "VPC: the load balancer needs two")
+            elif zones and len({z[:-1] for z in zones}) > 1:
+                problems.add("availability_zones", list(zones), "must all be zones of one region, the stack's")
             return
         zones = self.availability_zones
         for key in ("availability_zones", "private_subnet_ids"):
@@ -702,28 +698,15 @@ class StackSettings:
     def _check_capacity(self, problems: Problems) -> None:
         """Where the fleet's hosts come from: several types, Spot, reservations, a Capacity Block."""
         several = len(self.fleet_types) > 1
-        if self.warm_pool and (several or self.spot_percent):
-            problems.add("warm_pool", True, "cannot be combined with " + (
-                "several instance_types" if several else f"spot_percent {self.spot_percent}") + ": Auto Scaling "
-                "keeps no warm pool for a group with a mixed instances policy or Spot Instances (Amazon EC2 Auto "
-                "Scaling User Guide, warm pools, limitations)")
         if several and self.target_requests_per_minute is not None:
             problems.add("target_requests_per_minute", self.target_requests_per_minute, "counts requests per host, "
                          "and hosts of several instance_types serve different numbers of replicas: scale with "
                          "target_in_flight_requests, which counts per replica")
-        base = self.on_demand_base_capacity
-        if base is not None:
-            if not self.spot_percent:
-                problems.add("on_demand_base_capacity", base, "applies only with spot_percent above 0")
-            elif not 0 <= base <= self.max_capacity:
-                problems.add("on_demand_base_capacity", base, f"must be 0 to max_capacity ({self.max_capacity})")
-        preference = self.capacity_reservation_preference
-        if preference == "none" and self.capacity_reservations:
-            problems.add("capacity_reservation_preference", preference, "contradicts capacity_reservations: give "
-                         "capacity-reservations-first or -only, or leave the reservations out")
-        if preference == "capacity-reservations-only" and self.spot_percent:
-            problems.add("capacity_reservation_preference", preference, f"puts every host in a reservation, which "
-                         f"a Spot host never is: set spot_percent 0 (it is {self.spot_percent})")
+        for key, value, allowed in limits.capacity_source_problems(
+                several_types=several, spot_percent=self.spot_percent, on_demand_base=self.on_demand_base_capacity,
+                max_capacity=self.max_capacity, reservations=self.capacity_reservations,
+                preference=self.capacity_reservation_preference, warm_pool=self.warm_pool, block=self.capacity_block):
+            problems.add(key, list(self.instance_types) if key == "instance_types" else value, allowed)
         given = [k for k in CAPACITY_BLOCK_KEYS if getattr(self, k) is not None]
         if not given:
             return
@@ -738,21 +721,17 @@ class StackSettings:
             problems.add("instance_type", self.request.instance_type, "is not offered as a Capacity Block for ML; "
                          f"of the catalog only {', '.join(CAPACITY_BLOCK_TYPES)} is (Amazon EC2 User Guide, "
                          "Capacity Blocks for ML, supported instance types)")
-        if several:
-            problems.add("instance_types", list(self.instance_types), f"must be one type with capacity_block "
-                         f"{block}: a block reserves one instance type")
-        for key in ("spot_percent", "capacity_reservations", "capacity_reservation_preference"):
-            if getattr(self, key) != _DEFAULTS[key]:
-                problems.add(key, getattr(self, key), f"does not apply with capacity_block {block}: its hosts run "
-                             "in the block")
         zone = self.capacity_block_zone
-        if zone is not None and self.vpc_id is not None and zone not in self.availability_zones:
+        if zone is not None and zone not in self.availability_zones:
             problems.add("capacity_block_zone", zone, f"must be one of availability_zones "
-                         f"({', '.join(self.availability_zones)}): the hosts launch in the block's zone")
+                         f"({', '.join(self.availability_zones)}): the hosts launch in the block's zone" if
+                         self.availability_zones else "needs availability_zones that include it: the hosts launch "
+                         "in the block's zone, and the new VPC's zones are otherwise chosen at deploy")
         end = self.capacity_block_end
-        if end is not None and identifiers.utc_time(end) is None and (
-                _utc(end) - datetime.datetime.now(datetime.UTC)).total_seconds() < CAPACITY_BLOCK_LEAD_MINUTES * 60:
-            problems.add("capacity_block_end", end, f"must be more than {CAPACITY_BLOCK_LEAD_MINUTES} minutes "
+        lead = datetime.timedelta(minutes=limits.CAPACITY_BLOCK_LEAD_MINUTES)
+        now = datetime.datetime.now(datetime.UTC)
+        if end is not None and identifiers.utc_time(end) is None and identifiers.utc_time_value(end) - now < lead:
+            problems.add("capacity_block_end", end, f"must be more than {limits.CAPACITY_BLOCK_LEAD_MINUTES} minutes "
                          "from now: the fleet stops serving that long before the block ends")
 
     def _check_alarms(self, problems: Problems) -> None:

@@ -1,7 +1,9 @@
 """``neuron-serving preflight``: will this stack deploy here? Checks, with read-only AWS calls, what
-synth cannot: that the region offers the instance type in the AZs the hosts launch in, that the
-account's vCPU quota covers the fleet, that the machine image resolves, that the secrets exist, that
-the CDK bootstrap stack is new enough, and which capacity reservations the hosts could use.
+synth cannot: that the region offers each of the fleet's instance types in the AZs the hosts launch
+in, that the account's On-Demand (and, with ``spot_percent``, Spot) vCPU quota covers the fleet, that
+the machine image resolves, that the secrets exist, that the CDK bootstrap stack is new enough, which
+capacity reservations the hosts could use, and that the reservations and the Capacity Block the
+settings name exist, are of the fleet's types and zones, and are usable.
 
 The settings are the stack's own: the ``context`` of the app's cdk.json, then cdk.context.json,
 then ``-c key=value``, validated by :meth:`StackSettings.from_context` and planned as synth plans
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -54,6 +57,18 @@ catalog (trn1n counts against Trn). Codes and names as listed by ListServiceQuot
 brennerm/aws-quota-checker aws_quota/check/ec2.py (Inf) and scttfrdmn/mycelium
 truffle/pkg/quotas/quotas.go (QuotaCodeInf, QuotaCodeTrn)."""
 
+SPOT_VCPU_QUOTAS = {
+    "inf2": ("L-B5D1601B", "All Inf Spot Instance Requests"),
+    "trn1": ("L-6B0D517C", "All Trn Spot Instance Requests"),
+}
+"""Service Quotas codes (service code ``ec2``) of the Spot vCPU quota of each family in the catalog,
+counting the vCPUs of open and active Spot requests. Codes as zuul lists them, ``INSTANCE_QUOTA_CODES``
+``'inf': ['L-1945791B', 'L-B5D1601B']`` and ``'trn': ['L-2C3B7624', 'L-6B0D517C']`` ([on-demand, spot],
+zuul/driver/aws/const.py, read in the fork pythonerdog/zuul at 04c4541); the Inf one also in
+brennerm/aws-quota-checker aws_quota/check/ec2.py (SpotInfRequestCountCheck). scttfrdmn/mycelium
+truffle/pkg/quotas/quotas.go gives L-5480EFD2 for Trn Spot, which zuul's HOST_QUOTA_CODES lists as
+the Dedicated Hosts quota of ``inf``: not used."""
+
 QUOTA_TYPE_PREFIXES = {"inf2": "inf", "trn1": "trn"}
 """The instance types counting against the same quota: every Inf (or Trn) generation shares it, as
 the quota's name says. Matched here rather than with an EC2 filter wildcard."""
@@ -87,6 +102,49 @@ class Target:
     @property
     def max_hosts(self) -> int:
         return self.settings.capacity()[1] if self.fleet else 1
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        """The instance types the hosts may be, in order of preference (a single instance: its own)."""
+        return self.settings.fleet_types if self.fleet else (self.spec.name,)
+
+    @property
+    def replicas(self) -> dict[str, int]:
+        """Each type's replicas per host: its weight in the group when there are several types."""
+        plans = self.settings.layouts() if self.fleet else (self.settings.plan(),)
+        return {kind: len(plan.replicas) for kind, plan in zip(self.types, plans, strict=True)}
+
+    @property
+    def max_units(self) -> int:
+        """The group's maximum in replicas: hosts of ``instance_type`` times its replicas per host."""
+        return self.max_hosts * self.replicas[self.spec.name]
+
+    def split(self) -> tuple[int, int]:
+        """The replicas the group may run On-Demand and on Spot at its maximum: the base (in hosts of
+        ``instance_type``, default the group's minimum) and ``100 - spot_percent`` % of the rest On-Demand,
+        ``spot_percent`` % of the rest on Spot (Auto Scaling's InstancesDistribution,
+        OnDemandBaseCapacity and OnDemandPercentageAboveBaseCapacity). Both shares are rounded up, so
+        each quota is checked against the most its share could be, whichever way Auto Scaling rounds."""
+        total = self.max_units
+        percent = self.settings.spot_percent if self.fleet else 0
+        if not percent:
+            return total, 0
+        base = self.settings.on_demand_base_capacity
+        base_hosts = self.settings.capacity()[0] if base is None else base
+        base_units = min(base_hosts, self.max_hosts) * self.replicas[self.spec.name]
+        rest = total - base_units
+        return base_units + math.ceil(rest * (100 - percent) / 100), math.ceil(rest * percent / 100)
+
+    def worst_hosts(self, units: int) -> tuple[str, int, int]:
+        """``(type, hosts, vCPUs)``: of the fleet's types, the one whose hosts for ``units`` replicas take
+        the most vCPUs (the group could launch ``ceil(units / replicas)`` of any one type), earliest first."""
+        best = ("", 0, -1)
+        for kind in self.types:
+            hosts = math.ceil(units / self.replicas[kind])
+            vcpus = hosts * INSTANCES[kind].vcpus
+            if vcpus > best[2]:
+                best = (kind, hosts, vcpus)
+        return best
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -155,10 +213,11 @@ def _denied_row(name: str, fix: str = "") -> Callable[[OpsError], Check]:
 
 
 def check_zones(aws: Aws, target: Target) -> tuple[Check, list[str]]:
-    """The AZs offering the type, against the AZs of the subnets the hosts launch in."""
+    """The AZs offering each of the fleet's types, against the AZs of the subnets the hosts launch in."""
     name = "availability zones"
     kind = target.spec.name
-    offered = _offered(aws, kind)
+    offerings = {t: _offered(aws, t) for t in target.types}
+    offered = offerings[kind]
     if target.vpc_id is None:
         zones, where = _new_vpc_zones(aws, target)
     else:
@@ -168,16 +227,36 @@ def check_zones(aws: Aws, target: Target) -> tuple[Check, list[str]]:
                          "through a NAT or transit gateway, no route to an internet gateway), which is where the "
                          "hosts launch", "add private subnets with a NAT gateway, or pass another --vpc-id"), []
     used = zones[:1] if not target.fleet else zones
-    missing = [z for z in used if z not in offered]
-    detail = (f"{kind} is offered in {', '.join(offered) or 'no AZ of ' + target.region}; the hosts launch in "
-              f"{', '.join(used)} ({where})")
-    if not offered:
-        return Check(name, FAIL, detail, f"pick a region that offers {kind} (`aws ec2 describe-instance-type-"
-                     f"offerings --filters Name=instance-type,Values={kind}` per region), or another type"), used
-    if missing:
-        fix = (f"choose a region whose {'first AZ' if not target.fleet else 'first two AZs'} offer {kind}, or pass a "
-               f"VPC (--vpc-id, and the same VPC to the stack) whose private subnets are in {', '.join(offered)}")
-        return Check(name, FAIL, f"{detail}: not offered in {', '.join(missing)}", fix), used
+    if len(target.types) == 1:
+        missing = [z for z in used if z not in offered]
+        detail = (f"{kind} is offered in {', '.join(offered) or 'no AZ of ' + target.region}; the hosts launch in "
+                  f"{', '.join(used)} ({where})")
+        if not offered:
+            return Check(name, FAIL, detail, f"pick a region that offers {kind} (`aws ec2 describe-instance-type-"
+                         f"offerings --filters Name=instance-type,Values={kind}` per region), or another type"), used
+        if missing:
+            fix = (f"choose a region whose {'first AZ' if not target.fleet else 'first two AZs'} offer {kind}, or pass "
+                   f"a VPC (--vpc-id, and the same VPC to the stack) whose private subnets are in {', '.join(offered)}")
+            return Check(name, FAIL, f"{detail}: not offered in {', '.join(missing)}", fix), used
+        result, fix = PASS, ""
+    else:
+        # Several types: the group launches, in each of its AZs, whichever of them that AZ offers. A type no AZ of
+        # the hosts offers is never launched; an AZ offering none of them launches nothing.
+        there = {t: [z for z in used if z in offerings[t]] for t in target.types}
+        detail = f"the hosts launch in {', '.join(used)} ({where}); " + "; ".join(
+            f"{t} is offered in {', '.join(there[t]) or 'none of them'}"
+            + (f" (in the region: {', '.join(offerings[t]) or 'nowhere'})" if there[t] != offerings[t] else "")
+            for t in target.types)
+        nowhere = [t for t in target.types if not there[t]]
+        bare = [z for z in used if not any(z in offerings[t] for t in target.types)]
+        if nowhere:
+            return Check(name, FAIL, f"{detail}: the group can never launch {', '.join(nowhere)}",
+                         f"drop {', '.join(nowhere)} from instance_types, or launch the hosts in AZs that offer it "
+                         "(--vpc-id, and the same VPC to the stack)"), used
+        result, fix = PASS, ""
+        if bare:
+            detail += f": {', '.join(bare)} offers none of the fleet's types, so the group launches no host there"
+            result, fix = WARN, "add a type offered there to instance_types, or launch the hosts in other AZs"
     builder = target.settings.builder
     if builder is not None:
         # The builder's group launches in any of the private subnets: one AZ offering it is enough.
@@ -185,7 +264,7 @@ def check_zones(aws: Aws, target: Target) -> tuple[Check, list[str]]:
         detail += f"; the export builder, {builder.instance.name}, in {', '.join(for_builder) or 'none of them'}"
         if not for_builder:
             return Check(name, FAIL, detail, f"choose a builder_instance_type offered in {', '.join(zones)}"), used
-    return Check(name, PASS, detail), used
+    return Check(name, result, detail, fix), used
 
 
 def _offered(aws: Aws, kind: str) -> list[str]:
@@ -258,14 +337,25 @@ def subnet_type(subnet: Mapping[str, Any], tables: Sequence[Mapping[str, Any]]) 
     return "Isolated"
 
 
-def check_quota(aws: Aws, target: Target) -> Check:
-    """The family's on-demand vCPU quota against the fleet's maximum, and what already runs."""
-    name = "vCPU quota"
-    code, title = VCPU_QUOTAS[target.spec.family]
-    need = target.max_hosts * target.spec.vcpus
-    hosts = f"{target.max_hosts} x {target.spec.name} ({target.spec.vcpus} vCPUs each)"
+def check_quota(aws: Aws, target: Target, *, spot: bool = False) -> Check:
+    """The family's On-Demand (or Spot) vCPU quota against the most vCPUs the group could run in that
+    market, and what already runs there. With several types the group counts replicas, so the worst
+    case is, over the fleet's types, the vCPUs of the hosts of one type holding the market's share."""
+    name = "Spot vCPU quota" if spot else "vCPU quota"
+    code, title = (SPOT_VCPU_QUOTAS if spot else VCPU_QUOTAS)[target.spec.family]
+    on_demand, on_spot = target.split()
+    units = on_spot if spot else on_demand
+    kind, count, need = target.worst_hosts(units)
+    hosts = f"{count} x {kind} ({INSTANCES[kind].vcpus} vCPUs each)"
+    if len(target.types) > 1:
+        hosts += f", the most vCPUs of the fleet's types for {units} replicas"
+    if on_spot:
+        percent = target.settings.spot_percent
+        share = (f"{percent}% of the replicas above the On-Demand base" if spot else
+                 f"the On-Demand base and {100 - percent}% of the replicas above it")
+        hosts = f"{share} ({units} of {target.max_units} replicas): {hosts}"
     builder = target.settings.builder
-    if builder is not None:
+    if builder is not None and not spot:
         # The export builder runs beside the first hosts, which wait for its export; same family, same quota.
         need += builder.instance.vcpus
         hosts += f" and the export builder, 1 x {builder.instance.name} ({builder.instance.vcpus} vCPUs)"
@@ -279,13 +369,14 @@ def check_quota(aws: Aws, target: Target) -> Check:
     if quota < need:
         return Check(name, FAIL, detail, increase(need))
     try:
-        used = _running_vcpus(aws, target.spec.family)
+        used = _running_vcpus(aws, target.spec.family, spot=spot)
     except OpsError as err:
         return Check(name, WARN, f"{detail}; could not count the running instances using it: {err}")
+    running = "running Spot instances" if spot else "running instances"
     if used and used + need > quota:
-        return Check(name, WARN, f"{detail}, but running instances of the quota already use {used} vCPUs, "
+        return Check(name, WARN, f"{detail}, but {running} of the quota already use {used} vCPUs, "
                      f"leaving {quota - used:g}", f"stop some of them, or {increase(used + need)}")
-    return Check(name, PASS, detail + (f"; running instances use {used}" if used else ""))
+    return Check(name, PASS, detail + (f"; {running} use {used}" if used else ""))
 
 
 def _quota_value(aws: Aws, code: str) -> float:
@@ -309,15 +400,15 @@ def _quota_value(aws: Aws, code: str) -> float:
     return float(answer["Quota"]["Value"])
 
 
-def _running_vcpus(aws: Aws, family: str) -> int:
-    """vCPUs of the pending and running on-demand instances of the family's quota (spot instances
-    count against the spot quota instead)."""
+def _running_vcpus(aws: Aws, family: str, *, spot: bool = False) -> int:
+    """vCPUs of the pending and running On-Demand instances of the family's quota (Spot instances
+    count against the Spot quota instead), or with ``spot`` of its running Spot instances."""
     reservations = aws.pages("ec2", "describe_instances", f"{family} instances", "Reservations",
                              Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
     total = 0
     for instance in (i for r in reservations for i in r.get("Instances", [])):
         kind = str(instance.get("InstanceType", ""))
-        if instance.get("InstanceLifecycle") == "spot" or not kind.startswith(QUOTA_TYPE_PREFIXES[family]):
+        if (instance.get("InstanceLifecycle") == "spot") != spot or not kind.startswith(QUOTA_TYPE_PREFIXES[family]):
             continue
         known = INSTANCES.get(kind)
         cpu = instance.get("CpuOptions") or {}
@@ -417,25 +508,36 @@ def check_bootstrap(aws: Aws, target: Target, account: str) -> Check:
 
 
 def check_reservations(aws: Aws, target: Target, zones: Iterable[str]) -> Check:
-    """Active capacity reservations of the type: open ones in the hosts' AZs are used by any matching
-    launch; targeted ones only by launches naming them, which this stack's never do (EC2 user guide,
-    capacity reservations, instance eligibility: "open" and "targeted")."""
+    """Active capacity reservations of the fleet's types: open ones in the hosts' AZs are used by any
+    matching launch; targeted ones only by launches naming them (EC2 user guide, capacity reservations,
+    instance eligibility: "open" and "targeted"), which are those of ``capacity_reservations``."""
     name = "capacity reservations"
-    kind = target.spec.name
-    found = aws.pages("ec2", "describe_capacity_reservations", kind, "CapacityReservations",
-                      Filters=[{"Name": "instance-type", "Values": [kind]}, {"Name": "state", "Values": ["active"]}])
+    kinds = ", ".join(target.types)
+    found = aws.pages("ec2", "describe_capacity_reservations", kinds, "CapacityReservations",
+                      Filters=[{"Name": "instance-type", "Values": list(target.types)},
+                               {"Name": "state", "Values": ["active"]}])
     if not found:
-        return Check(name, PASS, f"none active for {kind}: the hosts launch on regular on-demand capacity")
+        return Check(name, PASS, f"none active for {kinds}: the hosts launch on regular on-demand capacity")
     zones = set(zones)
-    usable = [r for r in found if r.get("AvailabilityZone") in zones and r.get("InstanceMatchCriteria") == "open"]
-    listing = "; ".join(f"{r.get('CapacityReservationId')} in {r.get('AvailabilityZone')}: "
+    named = set(target.settings.capacity_reservations)
+    usable = [r for r in found if r.get("AvailabilityZone") in zones
+              and (r.get("InstanceMatchCriteria") == "open" or r.get("CapacityReservationId") in named)]
+    listing = "; ".join(f"{r.get('CapacityReservationId')}{_of_type(r, target)} in {r.get('AvailabilityZone')}: "
                         f"{r.get('AvailableInstanceCount', 0)} of {r.get('TotalInstanceCount', 0)} free "
                         f"({r.get('InstanceMatchCriteria')})" for r in found)
     if usable:
         free = sum(int(r.get("AvailableInstanceCount", 0)) for r in usable)
-        return Check(name, PASS, f"{free} {kind} free in open reservations in the hosts' AZs: {listing}")
+        what = target.spec.name if len(target.types) == 1 else "hosts"
+        return Check(name, PASS, f"{free} {what} free in reservations they use (open, or named in "
+                     f"capacity_reservations) in the hosts' AZs: {listing}")
     return Check(name, WARN, f"active reservations the hosts cannot use (another AZ, or targeted): {listing}",
-                 "reservations are billed whether used or not: make them open in the hosts' AZs, or cancel them")
+                 "reservations are billed whether used or not: make them open in the hosts' AZs, name them in "
+                 "capacity_reservations, or cancel them")
+
+
+def _of_type(reservation: Mapping[str, Any], target: Target) -> str:
+    """`` (type)`` after a reservation's id when the fleet has several types."""
+    return f" ({reservation.get('InstanceType')})" if len(target.types) > 1 else ""
 
 
 def run_checks(aws: Aws, target: Target, account: str) -> list[Check]:
@@ -449,6 +551,7 @@ def run_checks(aws: Aws, target: Target, account: str) -> list[Check]:
         rows.append(_denied_row("availability zones")(err))
     steps: list[tuple[str, Callable[[], Check | list[Check]]]] = [
         ("vCPU quota", lambda: check_quota(aws, target)),
+        *([("Spot vCPU quota", lambda: check_quota(aws, target, spot=True))] if target.split()[1] else []),
         ("machine image", lambda: check_image(aws, target)),
         ("secrets", lambda: check_secrets(aws, target)),
         ("CDK bootstrap", lambda: check_bootstrap(aws, target, account)),

@@ -30,6 +30,8 @@ if not (TOOLS / "bin" / "python").exists() and importlib.util.find_spec("moto") 
 REGION = "us-east-1"
 INF = "L-1945791B"
 TRN = "L-2C3B7624"
+INF_SPOT = "L-B5D1601B"
+TRN_SPOT = "L-6B0D517C"
 DLAMI = "/neuron-serving-test/dlami/latest/image_id"
 """moto refuses parameter names starting with aws, so the default /aws/service/neuron/... parameter cannot be
 created there: tests of a resolving parameter name this one with -c dlami_parameter."""
@@ -39,7 +41,8 @@ created there: tests of a resolving parameter name this one with -c dlami_parame
 def recorder(moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[QuotaRecorder]:
     """moto (reset) for everything, but the recorder for EC2 and Service Quotas; fake credentials only."""
     moto_server.reset()
-    with QuotaRecorder(moto_server.url, quotas={INF: 192.0, TRN: 256.0}, defaults={INF: 0.0, TRN: 0.0}) as rec:
+    with QuotaRecorder(moto_server.url, quotas={INF: 192.0, TRN: 256.0, INF_SPOT: 192.0, TRN_SPOT: 256.0},
+                       defaults={INF: 0.0, TRN: 0.0, INF_SPOT: 0.0, TRN_SPOT: 0.0}) as rec:
         for name in [n for n in os.environ if n.startswith("AWS_")]:
             monkeypatch.delenv(name)
         for name, value in {
@@ -185,6 +188,40 @@ def test_an_unknown_vpc_fails_its_row_and_the_other_checks_still_run(account, ap
     assert row(document, "vCPU quota")["result"] == "pass"
 
 
+def test_several_types_show_each_types_zones_and_pass_when_each_is_offered(account, app, capsys):
+    status, document, _ = preflight(capsys, "-c", "fleet=asg", "-c", "instance_types=inf2.24xlarge,inf2.48xlarge")
+    zones = row(document, "availability zones")
+    assert zones["result"] == "pass", zones
+    assert "the hosts launch in us-east-1a, us-east-1b" in zones["detail"]
+    assert "inf2.24xlarge is offered in us-east-1a, us-east-1b (in the region: us-east-1a, us-east-1b, us-east-1c, " \
+        "us-east-1f)" in zones["detail"]
+    assert "inf2.48xlarge is offered in us-east-1a, us-east-1b" in zones["detail"]
+    assert status == 0
+
+
+def test_a_type_no_zone_of_the_hosts_offers_fails_naming_it(account, app, capsys):
+    vpc = private_vpc(account, ["us-east-1b"])
+    status, document, _ = preflight(capsys, "-c", "fleet=asg", "-c", "instance_types=trn1.32xlarge,trn1n.32xlarge",
+                                    "--vpc-id", vpc)
+    zones = row(document, "availability zones")
+    assert status == 1 and zones["result"] == "fail", zones
+    assert "trn1.32xlarge is offered in us-east-1b" in zones["detail"]
+    assert "trn1n.32xlarge is offered in none of them (in the region: us-east-1c)" in zones["detail"]
+    assert zones["detail"].endswith("the group can never launch trn1n.32xlarge")
+    assert "drop trn1n.32xlarge from instance_types" in zones["fix"]
+
+
+def test_a_zone_offering_none_of_the_types_warns(account, app, capsys):
+    vpc = private_vpc(account, ["us-east-1a", "us-east-1c"])
+    status, document, _ = preflight(capsys, "-c", "fleet=asg", "-c", "instance_types=trn1.32xlarge,trn1n.32xlarge",
+                                    "--vpc-id", vpc)
+    zones = row(document, "availability zones")
+    assert zones["result"] == "warn", zones
+    assert "us-east-1a offers none of the fleet's types" in zones["detail"]
+    assert "trn1.32xlarge is offered in us-east-1c" in zones["detail"] and zones["fix"]
+    assert status == 0
+
+
 # --- vCPU quota -------------------------------------------------------------------------------------------------
 
 def test_a_zero_quota_fails_and_names_the_quota_code_and_the_increase(account, app, recorder, capsys):
@@ -234,6 +271,69 @@ def test_running_instances_of_the_family_that_leave_too_little_warn(account, app
     quota = row(document, "vCPU quota")
     assert quota["result"] == "warn" and "already use 32 vCPUs" in quota["detail"], quota
     assert status == 0
+
+
+def test_several_types_take_the_worst_case_over_the_types(account, app, recorder, capsys):
+    # 2 hosts of inf2.24xlarge are 12 replicas; inf2.8xlarge holds 1, so the group could run 12 of them.
+    recorder.quotas[INF] = 383.0
+    _, document, _ = preflight(capsys, "-c", "fleet=asg", "-c", "max_capacity=2",
+                               "-c", "instance_types=inf2.24xlarge,inf2.48xlarge,inf2.8xlarge")
+    quota = row(document, "vCPU quota")
+    assert quota["result"] == "fail", quota
+    assert ("12 x inf2.8xlarge (32 vCPUs each), the most vCPUs of the fleet's types for 12 replicas need 384"
+            in quota["detail"])
+    assert f"--quota-code {INF} --desired-value 384" in quota["fix"]
+    recorder.quotas[INF] = 384.0
+    _, document, _ = preflight(capsys, "-c", "fleet=asg", "-c", "max_capacity=2",
+                               "-c", "instance_types=inf2.24xlarge,inf2.48xlarge,inf2.8xlarge")
+    assert row(document, "vCPU quota")["result"] == "pass"
+
+
+def test_spot_splits_the_fleet_between_the_on_demand_and_the_spot_quota(account, app, recorder, capsys):
+    # 4 hosts of inf2.24xlarge are 24 replicas; the base (min_capacity 1) is 6, half the other 18 on Spot.
+    recorder.quotas[INF] = 288.0
+    recorder.quotas[INF_SPOT] = 191.0
+    args = ("-c", "fleet=asg", "-c", "max_capacity=4", "-c", "spot_percent=50")
+    status, document, _ = preflight(capsys, *args)
+    on_demand, spot = row(document, "vCPU quota"), row(document, "Spot vCPU quota")
+    assert on_demand["result"] == "pass", on_demand
+    assert ("the On-Demand base and 50% of the replicas above it (15 of 24 replicas): 3 x inf2.24xlarge "
+            "(96 vCPUs each) need 288") in on_demand["detail"]
+    assert status == 1 and spot["result"] == "fail", spot
+    assert ("All Inf Spot Instance Requests (L-B5D1601B) is 191 vCPUs; 50% of the replicas above the On-Demand "
+            "base (9 of 24 replicas): 2 x inf2.24xlarge (96 vCPUs each) need 192") in spot["detail"]
+    assert f"--quota-code {INF_SPOT} --desired-value 192" in spot["fix"]
+    recorder.quotas[INF] = 287.0
+    recorder.quotas[INF_SPOT] = 192.0
+    _, document, _ = preflight(capsys, *args)
+    assert row(document, "vCPU quota")["result"] == "fail"
+    assert row(document, "Spot vCPU quota")["result"] == "pass"
+
+
+def test_an_on_demand_base_of_zero_puts_the_share_above_it_on_spot(account, app, recorder, capsys):
+    del recorder.quotas[TRN_SPOT]
+    recorder.defaults[TRN_SPOT] = 256.0
+    _, document, _ = preflight(capsys, "-c", "fleet=asg", "-c", "instance_type=trn1.32xlarge", "-c", "max_capacity=2",
+                               "-c", "spot_percent=100", "-c", "on_demand_base_capacity=0",
+                               "--vpc-id", private_vpc(account, ["us-east-1b"]))
+    assert "(0 of 32 replicas): 0 x trn1.32xlarge" in row(document, "vCPU quota")["detail"]
+    spot = row(document, "Spot vCPU quota")
+    assert spot["result"] == "pass" and "All Trn Spot Instance Requests (L-6B0D517C) is 256 vCPUs" in spot["detail"]
+    assert "(32 of 32 replicas): 2 x trn1.32xlarge (128 vCPUs each) need 256" in spot["detail"]
+
+
+def test_running_spot_instances_count_against_the_spot_quota_only(account, app, recorder, capsys):
+    recorder.quotas[INF_SPOT] = 200.0
+    ec2 = moto(account, "ec2")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ec2.run_instances(ImageId=image, InstanceType="inf2.8xlarge", MinCount=1, MaxCount=1,
+                      InstanceMarketOptions={"MarketType": "spot"})
+    status, document, _ = preflight(capsys, "-c", "fleet=asg", "-c", "max_capacity=4", "-c", "spot_percent=50")
+    spot = row(document, "Spot vCPU quota")
+    assert spot["result"] == "warn" and "running Spot instances of the quota already use 32 vCPUs" in spot["detail"]
+    on_demand = row(document, "vCPU quota")
+    assert on_demand["result"] == "fail" and "running" not in on_demand["detail"]  # 288 needed, 192 applied
+    assert status == 1
 
 
 # --- machine image ----------------------------------------------------------------------------------------------

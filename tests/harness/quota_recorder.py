@@ -6,8 +6,15 @@
   protocol, ``X-Amz-Target: ServiceQuotasV20190624.<Operation>``), from values a test sets.
 - EC2 ``DescribeCapacityReservations``: moto 5.2.5 has no capacity reservations (nothing in
   ``moto/ec2/responses``). Answered here from reservations a test sets, filtered by the request's
-  ``instance-type`` and ``state`` filters (any other filter name is refused, so a filter the recorder
-  would silently ignore cannot pass).
+  ``CapacityReservationIds`` (an unknown one is refused with ``InvalidCapacityReservationId.NotFound``,
+  as EC2 refuses it) and its ``instance-type`` and ``state`` filters (any other filter name is refused,
+  so a filter the recorder would silently ignore cannot pass).
+- Resource Groups ``ListGroupResources``: moto 5.2.5's ``moto/resourcegroups/responses.py`` raises
+  NotImplementedError for it. Answered here (REST-JSON, ``POST /list-group-resources``) from the groups a
+  test sets, in the output shape of awscli 1.46.3's botocore 1.44.5 model
+  (``botocore/data/resource-groups/2017-11-27/service-2.json``: ``ListGroupResourcesOutput``, whose
+  ``Resources`` items hold ``Identifier.ResourceArn`` and ``Identifier.ResourceType``); an unknown group is
+  refused with ``NotFoundException`` (HTTP 404), one of the operation's errors in that model.
 
 Every other EC2 request is forwarded unchanged (its Host header kept, so a SigV4 signature still verifies
 when moto enforces IAM) to moto's server: point ``AWS_ENDPOINT_URL_EC2`` and
@@ -60,6 +67,7 @@ class QuotaRecorder:
     quotas: dict[str, float] = field(default_factory=dict)
     defaults: dict[str, float] = field(default_factory=dict)
     reservations: list[dict[str, Any]] = field(default_factory=list)
+    groups: dict[str, list[str]] = field(default_factory=dict)
     deny: set[str] = field(default_factory=set)
     calls: list[Recorded] = field(default_factory=list)
 
@@ -67,6 +75,7 @@ class QuotaRecorder:
         session = botocore.session.get_session()
         self.quotas_model = session.get_service_model("service-quotas")
         self.ec2_model = session.get_service_model("ec2")
+        self.groups_model = session.get_service_model("resource-groups")
         self._server: http.server.ThreadingHTTPServer | None = None
         self._lock = threading.Lock()
 
@@ -116,6 +125,8 @@ class QuotaRecorder:
         target = next((v for k, v in headers.items() if k.lower() == "x-amz-target"), "")
         if target.startswith(QUOTAS_TARGET):
             return self._quotas(target.removeprefix(QUOTAS_TARGET), body)
+        if path.split("?")[0] == "/list-group-resources":
+            return self._group_resources(body)
         form = dict(urllib.parse.parse_qsl(body.decode(), keep_blank_values=True))
         if form.get("Action") == "DescribeCapacityReservations":
             return self._reservations(form)
@@ -175,21 +186,62 @@ class QuotaRecorder:
         filters = {f.get("Name"): f.get("Values", []) for f in params.get("Filters", [])}
         errors += [f"filter {name!r} is not answered by this recorder" for name in filters
                    if name not in ("instance-type", "state")]
-        if errors or operation in self.deny:
+        ids = params.get("CapacityReservationIds", [])
+        known = {str(r.get("CapacityReservationId")) for r in self.reservations}
+        unknown = [i for i in ids if i not in known]
+        if errors or operation in self.deny or unknown:
             self._record(Recorded("ec2", operation, params, errors, 400))
             code, message = (("InvalidParameterValue", "; ".join(errors)) if errors else
-                             ("UnauthorizedOperation", "You are not authorized to perform this operation."))
+                             ("UnauthorizedOperation", "You are not authorized to perform this operation.")
+                             if operation in self.deny else
+                             ("InvalidCapacityReservationId.NotFound",
+                              f"The capacity reservation ID '{', '.join(unknown)}' does not exist"))
             xml = (f"<Response><Errors><Error><Code>{code}</Code><Message>{escape(message)}</Message></Error>"
                    f"</Errors><RequestID>{uuid.uuid4()}</RequestID></Response>")
             return 400, {"Content-Type": "text/xml"}, xml.encode()
         self._record(Recorded("ec2", operation, params, [], 200))
         items = [r for r in self.reservations
-                 if all(not values or str(r.get(_FILTER_FIELDS[name])) in values for name, values in filters.items())]
+                 if (not ids or r.get("CapacityReservationId") in ids)
+                 and all(not values or str(r.get(_FILTER_FIELDS[name])) in values for name, values in filters.items())]
         output = self.ec2_model.operation_model(operation).output_shape.members["CapacityReservations"].member
         body = "".join(f"<item>{_xml_members(output, item)}</item>" for item in items)
         xml = (f'<DescribeCapacityReservationsResponse xmlns="{EC2_NAMESPACE}"><requestId>{uuid.uuid4()}</requestId>'
                f"<capacityReservationSet>{body}</capacityReservationSet></DescribeCapacityReservationsResponse>")
         return 200, {"Content-Type": "text/xml"}, xml.encode()
+
+
+    # --- Resource Groups ListGroupResources (rest-json protocol) -------------------------------------------------
+
+    def _group_resources(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        operation = "ListGroupResources"
+        params = json.loads(body or b"{}")
+        errors: list[str] = []
+        _check(self.groups_model.operation_model(operation).input_shape, params, "", errors)
+        group = str(params.get("Group", ""))
+
+        def refuse(status: int, code: str, message: str) -> tuple[int, dict[str, str], bytes]:
+            self._record(Recorded("resource-groups", operation, params, errors, status))
+            return status, {"Content-Type": "application/json", "X-Amzn-ErrorType": code}, \
+                json.dumps({"Message": message}).encode()
+
+        if errors:
+            return refuse(400, "BadRequestException", "; ".join(errors))
+        if operation in self.deny:
+            return refuse(403, "ForbiddenException", f"not authorized to perform resource-groups:{operation}")
+        if group not in self.groups:
+            return refuse(404, "NotFoundException", f"Cannot find group {group}.")
+        self._record(Recorded("resource-groups", operation, params, [], 200))
+        document = {"Resources": [{"Identifier": {"ResourceArn": arn, "ResourceType": arn_type(arn)}}
+                                  for arn in self.groups[group]], "QueryErrors": []}
+        return 200, {"Content-Type": "application/json"}, json.dumps(document).encode()
+
+
+def arn_type(arn: str) -> str:
+    """The CloudFormation-style resource type Resource Groups names a member by (``AWS::EC2::CapacityReservation``
+    for ``arn:aws:ec2:...:capacity-reservation/cr-...``)."""
+    kind = arn.split(":")[5].split("/")[0]
+    return {"capacity-reservation": "AWS::EC2::CapacityReservation", "instance": "AWS::EC2::Instance"}.get(
+        kind, f"AWS::EC2::{kind}")
 
 
 _FILTER_FIELDS = {"instance-type": "InstanceType", "state": "State"}

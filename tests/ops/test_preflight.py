@@ -1,7 +1,7 @@
 """``neuron-serving preflight``: each check passing and failing, against moto's server on loopback
 (``tests/harness/aws.py``) for EC2, SSM, Secrets Manager, CloudFormation and STS, and against the recorder
 ``tests/harness/quota_recorder.py`` for what moto 5.2.5 lacks (Service Quotas for ec2, EC2
-DescribeCapacityReservations), which forwards every other EC2 call to moto.
+DescribeCapacityReservations, Resource Groups ListGroupResources), which forwards every other EC2 call to moto.
 
 Region us-east-1: moto 5.2.5's offerings data (moto/ec2/resources/instance_type_offerings/availability-zone/
 us-east-1.json.gz) offers inf2.24xlarge in us-east-1a, b, c and f, trn1.32xlarge in b, c and f only; moto's
@@ -10,6 +10,7 @@ default VPC has a default subnet in each of us-east-1a to f, so Fn::GetAZs's fir
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
 import json
 import os
@@ -51,7 +52,7 @@ def recorder(moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Iterat
             "AWS_EC2_METADATA_DISABLED": "true", "AWS_DEFAULT_REGION": REGION,
             "NO_PROXY": LOOPBACK, "no_proxy": LOOPBACK,
             "AWS_ENDPOINT_URL": moto_server.url, "AWS_ENDPOINT_URL_EC2": rec.url,
-            "AWS_ENDPOINT_URL_SERVICE_QUOTAS": rec.url,
+            "AWS_ENDPOINT_URL_SERVICE_QUOTAS": rec.url, "AWS_ENDPOINT_URL_RESOURCE_GROUPS": rec.url,
         }.items():
             monkeypatch.setenv(name, value)
         yield rec
@@ -435,6 +436,145 @@ def test_a_denied_reservation_lookup_is_one_fail_row(account, app, recorder, cap
     found = row(document, "capacity reservations")
     assert status == 1 and found["result"] == "fail" and "ec2:DescribeCapacityReservations" in found["detail"]
     assert row(document, "vCPU quota")["result"] == "pass"
+
+
+# --- capacity_reservations -------------------------------------------------------------------------------------
+
+ACCOUNT = "123456789012"
+GROUP = f"arn:aws:resource-groups:{REGION}:{ACCOUNT}:group/serving-reservations"
+
+
+def named(rid: str, zone: str = "us-east-1a", kind: str = "inf2.24xlarge", state: str = "active",
+          free: int = 2, **extra: Any) -> dict[str, Any]:
+    """A targeted reservation, as DescribeCapacityReservations items hold it."""
+    return {"CapacityReservationId": rid, "InstanceType": kind, "AvailabilityZone": zone, "State": state,
+            "AvailableInstanceCount": free, "TotalInstanceCount": 2, "InstanceMatchCriteria": "targeted",
+            "InstancePlatform": "Linux/UNIX", "Tenancy": "default", **extra}
+
+
+def cr_arn(rid: str) -> str:
+    return f"arn:aws:ec2:{REGION}:{ACCOUNT}:capacity-reservation/{rid}"
+
+
+CR1, CR2, CR3 = "cr-0aaaaaaaaaaaaaaa1", "cr-0aaaaaaaaaaaaaaa2", "cr-0aaaaaaaaaaaaaaa3"
+
+
+def test_a_named_reservation_of_the_fleet_in_the_hosts_az_passes(account, app, recorder, capsys):
+    recorder.reservations.append(named(CR1))
+    status, document, _ = preflight(capsys, "-c", "fleet=asg", "-c", f"capacity_reservations={CR1}")
+    found = row(document, f"reservation {CR1}")
+    assert found["result"] == "pass" and found["detail"] == f"{CR1}: active, inf2.24xlarge in us-east-1a, 2 of 2 free"
+    # Targeted, but named: the hosts use it.
+    assert row(document, "capacity reservations")["result"] == "pass"
+    described = [c for c in recorder.calls if c.operation == "DescribeCapacityReservations"]
+    assert any(c.params.get("CapacityReservationIds") == [CR1] for c in described)
+    assert all(not c.errors for c in recorder.calls) and status == 0
+
+
+@pytest.mark.parametrize(("reservation", "wrong"), [
+    (named(CR1, kind="inf2.xlarge"), f"{CR1} is of inf2.xlarge, not of the fleet's types (inf2.24xlarge)"),
+    (named(CR1, zone="us-east-1c"), f"{CR1} is in us-east-1c, not in the hosts' AZs (us-east-1a, us-east-1b)"),
+    (named(CR1, state="expired"), f"{CR1} is expired, not active"),
+])
+def test_a_named_reservation_of_another_type_zone_or_state_fails(account, app, recorder, capsys, reservation, wrong):
+    recorder.reservations.append(reservation)
+    status, document, _ = preflight(capsys, "-c", "fleet=asg", "-c", f"capacity_reservations={CR1}")
+    found = row(document, f"reservation {CR1}")
+    assert status == 1 and found["result"] == "fail", found
+    assert found["detail"].endswith(wrong) and found["fix"]
+
+
+def test_a_named_reservation_that_does_not_exist_fails_and_one_full_warns(account, app, recorder, capsys):
+    recorder.reservations.append(named(CR2, free=0))
+    status, document, _ = preflight(capsys, "-c", "fleet=asg", "-c", f"capacity_reservations={CR1},{CR2}")
+    missing, full = row(document, f"reservation {CR1}"), row(document, f"reservation {CR2}")
+    assert status == 1 and missing["result"] == "fail", missing
+    assert "not found in us-east-1 (InvalidCapacityReservationId.NotFound)" in missing["detail"]
+    assert full["result"] == "warn" and "0 of 2 free: no instance free" in full["detail"]
+
+
+def test_a_resource_group_is_listed_then_each_reservation_described(account, app, recorder, capsys):
+    recorder.reservations += [named(CR1), named(CR2, zone="us-east-1b", kind="inf2.48xlarge")]
+    recorder.groups[GROUP] = [cr_arn(CR1), cr_arn(CR2)]
+    args = ("-c", "fleet=asg", "-c", "instance_types=inf2.24xlarge,inf2.48xlarge",
+            "-c", f"capacity_reservations={GROUP}")
+    status, document, _ = preflight(capsys, *args)
+    found = row(document, "reservation group serving-reservations")
+    assert found["result"] == "pass", found
+    assert f"{CR1}: active, inf2.24xlarge in us-east-1a" in found["detail"]
+    assert f"{CR2}: active, inf2.48xlarge in us-east-1b" in found["detail"]
+    (listed,) = [c for c in recorder.calls if c.operation == "ListGroupResources"]
+    assert listed.params["Group"] == GROUP and listed.errors == [] and status == 0
+    recorder.reservations.append(named(CR3, state="cancelled"))
+    recorder.groups[GROUP].append(cr_arn(CR3))
+    _, document, _ = preflight(capsys, *args)
+    found = row(document, "reservation group serving-reservations")
+    assert found["result"] == "fail" and found["detail"].endswith(f"{CR3} is cancelled, not active")
+
+
+def test_an_unknown_or_denied_resource_group_fails(account, app, recorder, capsys):
+    status, document, _ = preflight(capsys, "-c", "fleet=asg", "-c", f"capacity_reservations={GROUP}")
+    found = row(document, "reservation group serving-reservations")
+    assert status == 1 and found["result"] == "fail" and f"resource group {GROUP} not found" in found["detail"]
+    recorder.groups[GROUP] = []
+    recorder.deny.add("ListGroupResources")
+    _, document, _ = preflight(capsys, "-c", "fleet=asg", "-c", f"capacity_reservations={GROUP}")
+    found = row(document, "reservation group serving-reservations")
+    assert found["result"] == "fail" and "resource-groups:ListGroupResources" in found["detail"]
+    recorder.deny.clear()
+    _, document, _ = preflight(capsys, "-c", "fleet=asg", "-c", f"capacity_reservations={GROUP}")
+    assert "holds no capacity reservation" in row(document, "reservation group serving-reservations")["detail"]
+
+
+# --- capacity_block -----------------------------------------------------------------------------------------------
+
+BLOCK = "cr-0b10c000000000001"
+
+
+def block_settings() -> tuple[dt.datetime, tuple[str, ...]]:
+    end = (dt.datetime.now(dt.UTC) + dt.timedelta(days=2)).replace(second=0, microsecond=0)
+    return end, ("-c", "fleet=asg", "-c", "instance_type=trn1.32xlarge", "-c", f"capacity_block={BLOCK}",
+                 "-c", "capacity_block_zone=us-east-1b", "-c", f"capacity_block_end={end:%Y-%m-%dT%H:%MZ}")
+
+
+def block(end: dt.datetime, **changes: Any) -> dict[str, Any]:
+    start = end - dt.timedelta(days=1)
+    return {**named(BLOCK, zone="us-east-1b", kind="trn1.32xlarge", state="scheduled", ReservationType="capacity-block",
+                    StartDate=f"{start:%Y-%m-%dT%H:%M:%S.000Z}", EndDate=f"{end:%Y-%m-%dT%H:%M:%S.000Z}"), **changes}
+
+
+def test_a_scheduled_capacity_block_of_the_type_zone_and_end_passes(account, app, recorder, capsys):
+    end, args = block_settings()
+    recorder.reservations.append(block(end + dt.timedelta(seconds=30)))
+    _, document, _ = preflight(capsys, *args, "--vpc-id", private_vpc(account, ["us-east-1b"]))
+    found = row(document, "capacity block")
+    assert found["result"] == "pass", found
+    start = end - dt.timedelta(days=1)
+    assert found["detail"] == (f"{BLOCK}: capacity-block, scheduled, 2 x trn1.32xlarge in us-east-1b, from "
+                               f"{start:%Y-%m-%dT%H:%MZ} to {end:%Y-%m-%dT%H:%MZ}")
+
+
+@pytest.mark.parametrize(("changes", "wrong"), [
+    ({"EndDate": "2099-01-01T00:00:00.000Z"}, "it ends at 2099-01-01T00:00Z, not capacity_block_end"),
+    ({"State": "payment-pending"}, "its state is payment-pending, not scheduled or active"),
+    ({"ReservationType": "default"}, "it is a default reservation, not a Capacity Block"),
+    ({"AvailabilityZone": "us-east-1c"}, "its zone is us-east-1c, not capacity_block_zone us-east-1b"),
+    ({"InstanceType": "trn1n.32xlarge"}, "its type is trn1n.32xlarge, not instance_type trn1.32xlarge"),
+])
+def test_a_capacity_block_not_as_the_settings_say_fails(account, app, recorder, capsys, changes, wrong):
+    end, args = block_settings()
+    recorder.reservations.append(block(end, **changes))
+    status, document, _ = preflight(capsys, *args)
+    found = row(document, "capacity block")
+    assert status == 1 and found["result"] == "fail", found
+    assert wrong in found["detail"] and found["fix"]
+
+
+def test_a_missing_capacity_block_fails(account, app, recorder, capsys):
+    _, args = block_settings()
+    _, document, _ = preflight(capsys, *args)
+    found = row(document, "capacity block")
+    assert found["result"] == "fail" and f"{BLOCK}: not found in us-east-1" in found["detail"]
 
 
 # --- settings and the session -----------------------------------------------------------------------------------

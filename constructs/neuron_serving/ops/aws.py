@@ -24,9 +24,11 @@ CREDENTIAL_CODES = frozenset({
 """Error codes with which AWS refuses the credentials themselves rather than an action."""
 
 ACCESS_DENIED_CODES = frozenset({
-    "AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "AuthorizationError",
+    "AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "AuthorizationError", "ForbiddenException",
 })
-"""Error codes with which AWS refuses an action to the caller (EC2 says UnauthorizedOperation)."""
+"""Error codes with which AWS refuses an action to the caller (EC2 says UnauthorizedOperation; Resource
+Groups ForbiddenException, "The caller isn't authorized to make the request", botocore 1.44.5
+data/resource-groups/2017-11-27/service-2.json)."""
 
 CREDENTIALS_HELP = ("configure them (`aws configure`, `aws sso login`, AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
                     "AWS_SECRET_ACCESS_KEY)")

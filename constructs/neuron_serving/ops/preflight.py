@@ -18,6 +18,7 @@ credentials, no region), 2 for bad settings.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import sys
@@ -540,6 +541,139 @@ def _of_type(reservation: Mapping[str, Any], target: Target) -> str:
     return f" ({reservation.get('InstanceType')})" if len(target.types) > 1 else ""
 
 
+RESERVATION_TYPE = "AWS::EC2::CapacityReservation"
+"""How Resource Groups names a capacity reservation member (ListGroupResources ``ResourceType``; EC2 user
+guide, "Work with Capacity Reservation groups")."""
+
+CAPACITY_BLOCK_STATES = ("scheduled", "active")
+"""The states of a Capacity Block the fleet can still run in: paid and not yet begun, or running. The
+others (``payment-pending``, ``payment-failed``, ``expired``, ``cancelled``, ...) are the
+``CapacityReservationState`` enum of botocore 1.44.5's EC2 model (data/ec2/2016-11-15/service-2.json)."""
+
+BLOCK_END_TOLERANCE = datetime.timedelta(minutes=1)
+"""How far the block's EndDate may be from ``capacity_block_end``, which has minutes only."""
+
+
+def check_named_reservations(aws: Aws, target: Target, zones: Sequence[str]) -> list[Check]:
+    """Each of ``capacity_reservations``: a reservation id described, a resource group's reservations
+    listed then described, each judged by :func:`_judge_reservation`. One row per entry."""
+    rows = []
+    for entry in target.settings.capacity_reservations:
+        group = entry.startswith("arn:")
+        name = f"reservation group {entry.rsplit('/', 1)[-1]}" if group else f"reservation {entry}"
+        try:
+            ids = _group_reservations(aws, entry) if group else [entry]
+            if not ids:
+                rows.append(Check(name, FAIL, f"resource group {entry} holds no capacity reservation",
+                                  "add the reservations to the group, or drop it from capacity_reservations"))
+                continue
+            found = _describe_reservations(aws, ids, target.region)
+        except OpsError as err:
+            missing = "not found" in str(err) or "does not exist" in str(err)
+            rows.append(Check(name, FAIL, str(err), "fix capacity_reservations, or create the reservation in "
+                              f"{target.region}" if missing else "grant the action named, or run as an identity "
+                              "that has it"))
+            continue
+        judged = [_judge_reservation(r, target, zones) for r in found]
+        problems = [p for _, p in judged if p]
+        detail = "; ".join(d for d, _ in judged)
+        if group:
+            detail = f"{entry}: {detail}"
+        if problems:
+            rows.append(Check(name, FAIL, f"{detail}: {'; '.join(problems)}",
+                              "name reservations that are active, of the fleet's types and in the hosts' AZs"))
+        elif all(int(r.get("AvailableInstanceCount", 0)) == 0 for r in found):
+            rows.append(Check(name, WARN, f"{detail}: no instance free", "the hosts launch on regular On-Demand "
+                              "capacity (with capacity-reservations-only, not at all) until one is free"))
+        else:
+            rows.append(Check(name, PASS, detail))
+    return rows
+
+
+def _group_reservations(aws: Aws, arn: str) -> list[str]:
+    """The reservation ids of a resource group's members (ListGroupResources, ``Group`` and ``Resources``,
+    the deprecated ``GroupName`` and ``ResourceIdentifiers`` aside: botocore 1.44.5
+    data/resource-groups/2017-11-27/service-2.json)."""
+    def missing(code: str, message: str) -> str | None:
+        if code == "NotFoundException":
+            return f"resource group {arn} not found ({message})"
+        return None
+
+    members = aws.pages("resource-groups", "list_group_resources", arn, "Resources", explain=missing, Group=arn,
+                        Filters=[{"Name": "resource-type", "Values": [RESERVATION_TYPE]}])
+    arns = [str(m.get("Identifier", {}).get("ResourceArn", "")) for m in members
+            if m.get("Identifier", {}).get("ResourceType") == RESERVATION_TYPE]
+    return [a.rsplit("/", 1)[-1] for a in arns]
+
+
+def _describe_reservations(aws: Aws, ids: Sequence[str], region: str) -> list[Any]:
+    def missing(code: str, message: str) -> str | None:
+        if code.startswith("InvalidCapacityReservationId"):
+            return f"{', '.join(ids)}: not found in {region} ({code})"
+        return None
+
+    found: list[Any] = aws.pages("ec2", "describe_capacity_reservations", ", ".join(ids), "CapacityReservations",
+                                 explain=missing, CapacityReservationIds=list(ids))
+    return found
+
+
+def _judge_reservation(reservation: Mapping[str, Any], target: Target, zones: Sequence[str]) -> tuple[str, str]:
+    """A reservation's line (id: state, type, zone, free count) and what is wrong with it, if anything."""
+    rid, state = reservation.get("CapacityReservationId"), reservation.get("State")
+    kind, zone = reservation.get("InstanceType"), reservation.get("AvailabilityZone")
+    line = (f"{rid}: {state}, {kind} in {zone}, {reservation.get('AvailableInstanceCount', 0)} of "
+            f"{reservation.get('TotalInstanceCount', 0)} free")
+    wrong = []
+    if state != "active":
+        wrong.append(f"{rid} is {state}, not active")
+    if kind not in target.types:
+        wrong.append(f"{rid} is of {kind}, not of the fleet's types ({', '.join(target.types)})")
+    if zones and zone not in zones:
+        wrong.append(f"{rid} is in {zone}, not in the hosts' AZs ({', '.join(zones)})")
+    return line, "; ".join(wrong)
+
+
+def check_capacity_block(aws: Aws, target: Target) -> Check:
+    """The Capacity Block for ML the settings name: a ``capacity-block`` reservation of ``instance_type``
+    in ``capacity_block_zone``, scheduled or active, ending at ``capacity_block_end`` (EC2
+    DescribeCapacityReservations: ``ReservationType``, ``State``, ``StartDate``, ``EndDate``)."""
+    settings = target.settings
+    block = str(settings.capacity_block)
+    name = "capacity block"
+    try:
+        (found,) = _describe_reservations(aws, [block], target.region)
+    except OpsError as err:
+        missing = "not found" in str(err)
+        return Check(name, FAIL, str(err), f"fix capacity_block, or purchase the block in {target.region}"
+                     if missing else "grant the action named, or run as an identity that has it")
+    kind, zone, state = found.get("InstanceType"), found.get("AvailabilityZone"), found.get("State")
+    start, end = found.get("StartDate"), found.get("EndDate")
+    detail = (f"{block}: {found.get('ReservationType', 'default')}, {state}, {found.get('TotalInstanceCount', 0)} x "
+              f"{kind} in {zone}, from {_minute(start)} to {_minute(end)}")
+    wrong = []
+    if found.get("ReservationType") != "capacity-block":
+        wrong.append(f"it is a {found.get('ReservationType', 'default')} reservation, not a Capacity Block")
+    if kind != target.spec.name:
+        wrong.append(f"its type is {kind}, not instance_type {target.spec.name}")
+    if zone != settings.capacity_block_zone:
+        wrong.append(f"its zone is {zone}, not capacity_block_zone {settings.capacity_block_zone}")
+    if state not in CAPACITY_BLOCK_STATES:
+        wrong.append(f"its state is {state}, not {' or '.join(CAPACITY_BLOCK_STATES)}")
+    wanted = datetime.datetime.fromisoformat(str(settings.capacity_block_end).replace("Z", "+00:00"))
+    if not isinstance(end, datetime.datetime) or abs(end - wanted) > BLOCK_END_TOLERANCE:
+        wrong.append(f"it ends at {_minute(end)}, not capacity_block_end {settings.capacity_block_end}")
+    if wrong:
+        return Check(name, FAIL, f"{detail}: {'; '.join(wrong)}",
+                     "set capacity_block_zone and capacity_block_end to the block's, or name another block")
+    return Check(name, PASS, detail)
+
+
+def _minute(moment: object) -> str:
+    if isinstance(moment, datetime.datetime):
+        return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%MZ")
+    return "?" if moment is None else str(moment)
+
+
 def run_checks(aws: Aws, target: Target, account: str) -> list[Check]:
     """Every check; a refusal of one becomes its fail row and the next one runs."""
     rows: list[Check] = []
@@ -557,6 +691,10 @@ def run_checks(aws: Aws, target: Target, account: str) -> list[Check]:
         ("CDK bootstrap", lambda: check_bootstrap(aws, target, account)),
         ("capacity reservations", lambda: check_reservations(aws, target, zones)),
     ]
+    if target.fleet and target.settings.capacity_reservations:
+        steps.append(("capacity_reservations", lambda: check_named_reservations(aws, target, zones)))
+    if target.fleet and target.settings.capacity_block:
+        steps.append(("capacity block", lambda: check_capacity_block(aws, target)))
     for name, step in steps:
         try:
             result = step()
@@ -593,7 +731,8 @@ ec2:DescribeInstanceTypeOfferings, ec2:DescribeAvailabilityZones, ec2:DescribeSu
 ec2:DescribeVpcs and ec2:DescribeRouteTables (with --vpc-id), servicequotas:GetServiceQuota and
 servicequotas:GetAWSDefaultServiceQuota, ec2:DescribeInstances, ssm:GetParameter or
 ec2:DescribeImages (with ami_id), secretsmanager:DescribeSecret (for configured secrets),
-cloudformation:DescribeStacks and ec2:DescribeCapacityReservations.
+cloudformation:DescribeStacks, ec2:DescribeCapacityReservations, and
+resource-groups:ListGroupResources (for resource groups in capacity_reservations).
 
 Exit status: 0 nothing failed (warnings allowed), 1 a check failed or AWS was unreachable,
 2 bad settings.
@@ -629,6 +768,7 @@ def _print(printer: Printer, target: Target, account: str, rows: Sequence[Check]
     if printer.json:
         printer.document({
             "region": target.region, "account": account, "instance_type": target.spec.name,
+            "instance_types": list(target.types),
             "fleet": target.settings.fleet, "max_hosts": target.max_hosts, "vpc_id": target.vpc_id,
             "ok": not failed, "checks": [asdict(r) for r in rows],
         })

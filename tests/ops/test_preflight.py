@@ -138,6 +138,14 @@ def test_a_fleet_needs_the_type_in_both_azs(account, app, capsys):
     assert "not offered in us-east-1a" in zones["detail"]
 
 
+def test_a_new_vpc_in_the_zones_given_is_judged_by_them(account, app, capsys):
+    _, document, _ = preflight(capsys, "-c", "instance_type=trn1.32xlarge", "-c", "fleet=asg",
+                               "-c", "availability_zones=us-east-1b,us-east-1c")
+    zones = row(document, "availability zones")
+    assert "availability_zones" in zones["detail"] and "us-east-1b, us-east-1c" in zones["detail"]
+    assert "us-east-1a" not in zones["detail"].split("offered in")[0]
+
+
 def private_vpc(moto_server: MotoServer, zones: list[str]) -> str:
     """A VPC with a public subnet (route to an internet gateway) in us-east-1a and private subnets (a NAT
     route) in ``zones``; one more subnet with no route out (isolated) in us-east-1d."""
@@ -533,7 +541,8 @@ BLOCK = "cr-0b10c000000000001"
 
 def block_settings() -> tuple[dt.datetime, tuple[str, ...]]:
     end = (dt.datetime.now(dt.UTC) + dt.timedelta(days=2)).replace(second=0, microsecond=0)
-    return end, ("-c", "fleet=asg", "-c", "instance_type=trn1.32xlarge", "-c", f"capacity_block={BLOCK}",
+    return end, ("-c", "fleet=asg", "-c", "availability_zones=us-east-1a,us-east-1b", "-c",
+                 "instance_type=trn1.32xlarge", "-c", f"capacity_block={BLOCK}",
                  "-c", "capacity_block_zone=us-east-1b", "-c", f"capacity_block_end={end:%Y-%m-%dT%H:%MZ}")
 
 

@@ -219,7 +219,13 @@ def check_zones(aws: Aws, target: Target) -> tuple[Check, list[str]]:
     kind = target.spec.name
     offerings = {t: _offered(aws, t) for t in target.types}
     offered = offerings[kind]
-    if target.vpc_id is None:
+    settings = target.settings
+    if settings.capacity_block_zone is not None:
+        # A Capacity Block's hosts launch in its zone only (cdk/fleet.py).
+        zones, where = [settings.capacity_block_zone], "the Capacity Block's zone (capacity_block_zone)"
+    elif target.vpc_id is None and settings.availability_zones:
+        zones, where = list(settings.availability_zones), "the stack's new VPC: availability_zones"
+    elif target.vpc_id is None:
         zones, where = _new_vpc_zones(aws, target)
     else:
         zones, where = _private_subnet_zones(aws, target)

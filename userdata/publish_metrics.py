@@ -2,7 +2,9 @@
 """Publishes a Neuron serving host's metrics as CloudWatch embedded metric format (EMF) lines.
 
 Run by systemd as ``publish_metrics.py CONFIG_JSON`` with ``SERVICE`` and ``INSTANCE_ID`` in the
-environment (the ``Service`` and ``InstanceId`` dimension values). ``NEURON_SERVING_ROOT``, empty
+environment (the ``Service`` and ``InstanceId`` dimension values), and ``INSTANCE_TYPE``,
+``AVAILABILITY_ZONE`` and ``CAPACITY`` (the boot's metadata step writes them to host.env from the
+instance metadata), by which each round counts the host in ``Hosts``. ``NEURON_SERVING_ROOT``, empty
 on a host, prefixes every file read or written (the config, the output, the disk measured), so
 tests can run the script against a directory; the neuron-monitor command line is not prefixed.
 
@@ -69,6 +71,10 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 _SAMPLE = re.compile(r'([a-zA-Z_:][\w:]*)\s*(?:\{((?:[^"}]|"(?:[^"\\]|\\.)*")*)\})?\s+(\S+)(?:\s+-?\d+)?\s*$')
 _LABEL = re.compile(r'\s*([a-zA-Z_]\w*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 _ESCAPE = re.compile(r"\\(.)")
+
+
+HOST_DIMENSIONS = {"InstanceType": "INSTANCE_TYPE", "AvailabilityZone": "AVAILABILITY_ZONE", "Capacity": "CAPACITY"}
+"""The dimensions ``Hosts`` counts a host by, and the variables of host.env that hold its values."""
 
 
 def log(message: str) -> None:
@@ -158,9 +164,12 @@ class Publisher:
         ``router_backend``, ``router_frontend`` and ``metrics`` are read here).
     :param service: the ``Service`` dimension's value.
     :param instance_id: the ``InstanceId`` dimension's value.
+    :param host: the host's ``InstanceType``, ``AvailabilityZone`` and ``Capacity`` (its purchasing option),
+        by which it counts itself in ``Hosts`` each round; none are counted without all three.
     """
 
-    def __init__(self, config: dict[str, Any], service: str, instance_id: str) -> None:
+    def __init__(self, config: dict[str, Any], service: str, instance_id: str,
+                 host: dict[str, str] | None = None) -> None:
         self.namespace: str = config["namespace"]
         self.metrics: dict[str, dict[str, Any]] = config["metrics"]
         self.replicas = {r["name"] for r in config["replicas"]}
@@ -168,6 +177,8 @@ class Publisher:
         self.backend: str = config["router_backend"]
         self.frontend: str = config["router_frontend"]
         self.instance = {"Service": service, "InstanceId": instance_id}
+        facts = {k: v for k, v in (host or {}).items() if v}
+        self.host = {**self.instance, **facts} if set(facts) == set(HOST_DIMENSIONS) else None
         for name, spec in self.metrics.items():
             if not isinstance(spec["unit"], str) or not all(isinstance(s, list) for s in spec["dimensions"]):
                 raise ValueError(f"metrics.{name} ({spec!r}) needs a unit and a list of dimension sets")
@@ -201,6 +212,8 @@ class Publisher:
                 log(f"skipped {what}: {error!r}")
         if disk is not None and sum(disk) > 0:
             self._add(self.instance, "DiskUtilization", 100.0 * disk[0] / sum(disk))
+        if self.host is not None:
+            self._add(self.host, "Hosts", 1)
         return self._events(now_ms)
 
     def _add(self, dimensions: dict[str, str], metric: str, value: Any) -> None:
@@ -426,7 +439,8 @@ def main(argv: list[str]) -> int:
             config = json.load(f)
         if CONFIG_KEYS - set(config):
             raise KeyError(f"the config lacks {sorted(CONFIG_KEYS - set(config))}")
-        publisher = Publisher(config, os.environ["SERVICE"], os.environ["INSTANCE_ID"])
+        publisher = Publisher(config, os.environ["SERVICE"], os.environ["INSTANCE_ID"],
+                              {name: os.environ.get(variable, "") for name, variable in HOST_DIMENSIONS.items()})
     except (OSError, ValueError, LookupError, TypeError) as error:
         log(f"cannot start: {error!r}")
         return 1

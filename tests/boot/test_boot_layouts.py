@@ -10,8 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from bootsim import BOOT_LOG, SIGNAL, Host, make_plan
+from bootsim import BOOT_LOG, CACHE, SIGNAL, Host, make_plan
 
+from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
 from neuron_serving.plan.host import resolve_host
 from neuron_serving.plan.layout import ServingPlan, fleet_layouts
 from neuron_serving.render.boot import BOOT_STEPS, LAYOUTS, HostBoot, render_boot_script, render_fleet_boot
@@ -121,3 +122,20 @@ def test_a_host_that_cannot_read_its_type_fails_before_any_step(make_host: MakeH
     assert "failed in step layout: cannot read this host's instance type from the instance metadata" in \
         host.path(BOOT_LOG).read_text()
     assert not host.calls("docker")
+
+
+def test_hosts_of_different_types_share_one_export_through_the_cache(make_host: MakeHost) -> None:
+    # The first host of the fleet (an inf2.48xlarge) exports and publishes; one of another type (an
+    # inf2.8xlarge) finds the same export key in the cache and downloads it: one compile for the fleet.
+    plans = layouts()
+    boot = render_fleet_boot(plans, resolve_host(plans[0]), BootOptions(signal=SIGNAL, artifact_cache=CACHE))
+    large, small = make_host(12), make_host(1)
+    for host, instance_type in ((large, "inf2.48xlarge"), (small, "inf2.8xlarge")):
+        result = host.boot(boot, STUB_INSTANCE_TYPE=instance_type)
+        assert result.returncode == 0, result.stdout + result.stderr
+    assert [len(h.exports()) for h in (large, small)] == [1, 0]
+    key = TGI.export_key(plans[0], TGI_3_3_5)
+    assert {TGI.export_key(p, TGI_3_3_5) for p in plans} == {key}
+    [download] = [a for a in small.aws("s3", "sync") if a[-2].startswith("s3://")]
+    assert download[-2] == f"{CACHE}/{key}/{large.instance_id}/"
+    assert small.path("/etc/neuron-serving/replicas.table").read_text().count("\n") == 1

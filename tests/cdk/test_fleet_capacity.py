@@ -144,3 +144,40 @@ def test_a_single_instance_refuses_a_boot_script_of_several_types():
     with pytest.raises(ServingConfigError, match=r"has a boot script for several instance types \(inf2.48xlarge, "
                        r"inf2.24xlarge\): a single instance is of one type"):
         NeuronServingInstance(stack, "Instance", vpc=vpc, launch_template=host)
+
+
+def _alarm(synth, name):
+    [alarm] = [a["Properties"] for k, a in synth.resources("AWS::CloudWatch::Alarm").items() if name in k]
+    return alarm
+
+
+def test_an_alarm_fires_when_the_group_wants_capacity_it_neither_has_nor_is_launching():
+    synth = synthesized(**SNAPSHOT_CONFIGS["fleet_capacity"])
+    alarm = _alarm(synth, "CannotLaunch")
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"], alarm["Threshold"]) == (10, 8, 1)
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert alarm["TreatMissingData"] == "notBreaching"
+    queries = {q["Id"]: q for q in alarm["Metrics"]}
+    [expression] = [q["Expression"] for q in queries.values() if "Expression" in q]
+    assert expression == "MAX([0, FILL(desired, 0) - FILL(serving, 0) - FILL(pending, 0)])"
+    names = {q["Id"]: (q["MetricStat"]["Metric"]["MetricName"], q["MetricStat"]["Stat"])
+             for q in queries.values() if "MetricStat" in q}
+    assert names == {"desired": ("GroupDesiredCapacity", "Minimum"), "serving": ("GroupInServiceCapacity", "Maximum"),
+                     "pending": ("GroupPendingCapacity", "Maximum")}
+    assert all(q["MetricStat"]["Metric"]["Dimensions"] == [
+        {"Name": "AutoScalingGroupName", "Value": {"Ref": "NeuronServingFleet"}}]
+        for q in queries.values() if "MetricStat" in q)
+    assert "EC2_INSTANCE_LAUNCH_ERROR" in alarm["AlarmDescription"]
+    # A single instance has no group to watch.
+    assert not [k for k in synthesized().resources("AWS::CloudWatch::Alarm") if "CannotLaunch" in k]
+
+
+def test_the_dashboard_shows_the_hosts_by_type_zone_and_capacity_and_the_capacity_not_launched():
+    synth = synthesized(**SNAPSHOT_CONFIGS["fleet_capacity"])
+    [dashboard] = synth.resources("AWS::CloudWatch::Dashboard").values()
+    body = "".join(part if isinstance(part, str) else "{}" for part in
+                   dashboard["Properties"]["DashboardBody"]["Fn::Join"][1])
+    for dimension in ("InstanceType", "AvailabilityZone", "Capacity"):
+        assert (f"SEARCH('{{NeuronServing,Service,{dimension}}} MetricName=\\\"Hosts\\\" "
+                "Service=\\\"NeuronLlamaStack\\\"', 'Sum', 60)") in body
+    assert "Hosts by instance type" in body and "Capacity not launched" in body

@@ -41,6 +41,8 @@ AWS_METRICS = {
     ("AWS/ApplicationELB", "HealthyHostCount", ("LoadBalancer", "TargetGroup")),
     ("AWS/ApplicationELB", "UnHealthyHostCount", ("LoadBalancer", "TargetGroup")),
     ("AWS/AutoScaling", "GroupDesiredCapacity", ("AutoScalingGroupName",)),
+    ("AWS/AutoScaling", "GroupInServiceCapacity", ("AutoScalingGroupName",)),
+    ("AWS/AutoScaling", "GroupPendingCapacity", ("AutoScalingGroupName",)),
 }
 """What AWS publishes that we use, with its dimensions (ALB and Auto Scaling documentation)."""
 

@@ -102,6 +102,8 @@ def values(events: list[dict[str, Any]], metric: str) -> list[float]:
     return metric_values(events, metric, **REPLICA_DIMENSIONS)
 
 
+HOST_FACTS = {"InstanceType": "inf2.24xlarge", "AvailabilityZone": "us-east-2a", "Capacity": "on-demand"}
+"""The host's type, zone and purchasing option, as its host.env gives them (the boot's metadata step)."""
 DISK = (30 * 2**30, 70 * 2**30)
 """Bytes used and available of the fixtures' root file system: 30 % used."""
 FIRST_MS = 1_767_225_600_000
@@ -112,7 +114,7 @@ def fixture_rounds(config: dict[str, Any], service: str = SERVICE, instance_id: 
                    engine: Engine = TGI) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The events of two rounds one interval apart, every input recorded: the two neuron-monitor
     reports, every replica of ``config`` serving ``engine``'s two pages, and the HAProxy page."""
-    publisher = load_publisher().Publisher(config, service, instance_id)
+    publisher = load_publisher().Publisher(config, service, instance_id, HOST_FACTS)
     names = [r["name"] for r in config["replicas"]]
     router = fixture("haproxy-metrics.txt")
     rounds = []

@@ -118,7 +118,9 @@ def test_publishes_every_catalog_metric_for_each_replica_and_the_instance_and_st
     replicas = {name: host.serve(fixture("tgi-first.txt"), fixture("tgi-second.txt"))
                 for name in ("replica-0", "replica-1")}
     router = host.serve(fixture("haproxy-metrics.txt"))
-    host.start(make_config({n: s.port for n, s in replicas.items()}, router.url, monitor(*REPORTS), INTERVAL))
+    # What the boot's metadata step writes to host.env from the instance metadata.
+    host.start(make_config({n: s.port for n, s in replicas.items()}, router.url, monitor(*REPORTS), INTERVAL),
+               {"INSTANCE_TYPE": "inf2.24xlarge", "AVAILABILITY_ZONE": "us-east-2a", "CAPACITY": "spot"})
 
     events = host.wait_for(lambda events: bool(metric_values(events, "EccCorrectedEvents", **INSTANCE)))
     neuron_monitor = host.children()
@@ -139,6 +141,11 @@ def test_publishes_every_catalog_metric_for_each_replica_and_the_instance_and_st
     assert metric_values(events, "ReplicasUp", **INSTANCE)[0] == 2
     assert metric_values(events, "EccCorrectedEvents", **INSTANCE)[0] == 5
     assert 0 < metric_values(events, "DiskUtilization", **INSTANCE)[0] < 100
+    # The host counts itself once a round, by its type, zone and purchasing option.
+    service = {"Service": INSTANCE["Service"]}
+    for dimension, value in (("InstanceType", "inf2.24xlarge"), ("AvailabilityZone", "us-east-2a"),
+                             ("Capacity", "spot")):
+        assert set(metric_values(events, "Hosts", **service, **{dimension: value})) == {1}
 
 
 def test_without_neuron_monitor_serving_and_router_metrics_are_still_published(host: Host) -> None:
@@ -155,6 +162,9 @@ def test_without_neuron_monitor_serving_and_router_metrics_are_still_published(h
     assert {"QueueSize", "Requests", "RequestDuration", "RouterQueue", "ReplicasUp", "DiskUtilization"} <= names
     assert not names & {m.name for m in METRICS if m.source == "neuron"}
     assert "CpuUtilization" not in names
+    # Without its type, zone and purchasing option in the environment (a host.env of an older boot), the host
+    # is not counted: a Hosts line with an empty dimension would count it apart from the others.
+    assert "Hosts" not in names
     assert metric_values(events, "QueueSize", **INSTANCE, Replica="replica-1") == []
     stderr = host.stderr.read_text()
     assert "cannot start neuron-monitor" in stderr

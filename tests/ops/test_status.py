@@ -401,7 +401,8 @@ def test_a_mixed_fleet_shows_each_hosts_type_zone_and_capacity_and_counts_them(d
     hooks["after-call.ec2.DescribeInstances"] = in_reservation
     # The group lists none of them yet: they are found by its tag.
     assert deployment.group("fleet", 0) == []
-    deployment.stack("fleet", AutoScalingGroupName="fleet")
+    deployment.stack("fleet_capacity", AutoScalingGroupName="fleet",
+                     ReplicasByInstanceType=json.dumps({"inf2.48xlarge": 12, "inf2.24xlarge": 6}))
     code, text = run()
     assert code == 0, text
     zone = f"{REGION}a"
@@ -409,5 +410,8 @@ def test_a_mixed_fleet_shows_each_hosts_type_zone_and_capacity_and_counts_them(d
     assert {i: (h["instance_type"], h["availability_zone"], h["capacity"]) for i, h in hosts.items()} == {
         large: ("inf2.48xlarge", zone, "on-demand"), spot: ("inf2.24xlarge", zone, "spot"),
         reserved: ("inf2.24xlarge", zone, "reservation cr-0123456789abcdef0")}
+    # Each ready host serves its own type's replicas.
+    assert {i: h["replicas_healthy"] for i, h in hosts.items()} == {large: "12 of 12", spot: "6 of 6",
+                                                                    reserved: "6 of 6"}
     assert (f"hosts: 1 inf2.24xlarge in {zone} (reservation cr-0123456789abcdef0), 1 inf2.24xlarge in {zone} "
             f"(spot), 1 inf2.48xlarge in {zone} (on-demand)") in text

@@ -44,6 +44,7 @@ class Imds:
             "ami-id": "ami-0twin0000000000001",
             "instance-id": instance_id,
             "instance-type": instance_type,
+            "instance-life-cycle": "on-demand",
             "local-ipv4": "10.0.1.10",
             "placement": {"region": region, "availability-zone": zone},
             "iam": {"security-credentials": {role: json.dumps({

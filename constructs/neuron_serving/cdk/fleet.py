@@ -352,6 +352,24 @@ class NeuronServingFleet(Construct):
             period=Duration.minutes(1),
         )
 
+    def metric_launch_shortfall(self) -> cloudwatch.MathExpression:
+        """Capacity the group wants but has neither in service nor launching (``GroupDesiredCapacity`` less
+        ``GroupInServiceCapacity`` and ``GroupPendingCapacity``, in capacity units, each minute; Auto Scaling
+        user guide, "Amazon CloudWatch metrics for Amazon EC2 Auto Scaling"). A launch in progress, or a host
+        booting behind the launch lifecycle hook, is pending; what stays short with nothing pending is capacity
+        the group failed to launch (no capacity for its types in its zones, a vCPU quota, a reservation full or
+        a Capacity Block not active), until its next attempt."""
+        def group_metric(name: str, statistic: str) -> cloudwatch.Metric:
+            return cloudwatch.Metric(
+                namespace="AWS/AutoScaling", metric_name=name, statistic=statistic, period=Duration.minutes(1),
+                dimensions_map={"AutoScalingGroupName": self.auto_scaling_group.auto_scaling_group_name})
+        return cloudwatch.MathExpression(
+            expression="MAX([0, FILL(desired, 0) - FILL(serving, 0) - FILL(pending, 0)])",
+            using_metrics={"desired": group_metric("GroupDesiredCapacity", "Minimum"),
+                           "serving": group_metric("GroupInServiceCapacity", "Maximum"),
+                           "pending": group_metric("GroupPendingCapacity", "Maximum")},
+            label="capacity not launched", period=Duration.minutes(1))
+
     def scale_on_schedule(self, *, scale_down: str, scale_up: str) -> None:
         """Scale to zero on ``scale_down`` and back to ``min_capacity`` on ``scale_up``: cron
         expressions (minute hour day month weekday, UTC)."""

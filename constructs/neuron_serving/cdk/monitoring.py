@@ -22,13 +22,16 @@ from ..plan.identifiers import email
 from ..plan.layout import ServingPlan
 from ..plan.metrics import (
     API_KEY_SYNC_FAILURES,
+    CAPACITY,
     DEFAULT_NAMESPACE,
     ERROR_TYPE,
     EXECUTION_ERROR_TYPES,
     INSTANCE,
+    INSTANCE_TYPE,
     LOG_KINDS,
     PHASE,
     SERVICE,
+    ZONE,
     MonitoringOptions,
     metric,
 )
@@ -240,6 +243,17 @@ class NeuronServingMonitoring(Construct):
             period=ONE_MINUTE,
         )
 
+    def hosts_by(self, dimension: str) -> cloudwatch.IMetric:
+        """The hosts serving metrics now, one line per value of ``dimension`` (``InstanceType``,
+        ``AvailabilityZone`` or ``Capacity``): ``Hosts``' Sum per minute (a SEARCH)."""
+        if (SERVICE, dimension) not in metric("Hosts").dimension_sets:
+            raise KeyError(f"Hosts is not published by {dimension}")
+        return cloudwatch.MathExpression(
+            expression=(f"SEARCH('{{{self.namespace},{SERVICE},{dimension}}} MetricName=\"Hosts\" "
+                        f"{SERVICE}=\"{self.service}\"', 'Sum', 60)"),
+            using_metrics={}, label="", period=ONE_MINUTE,
+        )
+
     def watch(
         self,
         *,
@@ -248,6 +262,7 @@ class NeuronServingMonitoring(Construct):
         endpoint_load_balancer: elbv2.IApplicationLoadBalancer,
         target_group: elbv2.IApplicationTargetGroup,
         desired_capacity: cloudwatch.IMetric | None = None,
+        launch_shortfall: cloudwatch.IMetric | None = None,
         boot_minutes: int = 45,
         api_keys: bool = False,
     ) -> None:
@@ -258,6 +273,9 @@ class NeuronServingMonitoring(Construct):
 
         :param desired_capacity: an Auto Scaling group's ``GroupDesiredCapacity``; with it, "no
             healthy hosts" counts only while hosts are wanted (a fleet scaled to zero is quiet).
+        :param launch_shortfall: an Auto Scaling group's capacity wanted but neither in service nor launching
+            (``NeuronServingFleet.metric_launch_shortfall``); with it, an alarm fires when the group has failed
+            to launch for :data:`CANNOT_LAUNCH_MINUTES` minutes, and the dashboard shows it.
         :param boot_minutes: how long a host takes to serve once launched: "no healthy hosts"
             waits this long so that a scale-out from zero does not page.
         :param api_keys: the hosts' boot script has ``api_keys_secret``: the dashboard also shows
@@ -268,9 +286,17 @@ class NeuronServingMonitoring(Construct):
         self._check_published(engine)
         self._serving_row(plan, engine, api_keys=api_keys)
         self._neuron_row()
-        self._host_row()
+        self._host_row(launch_shortfall)
         self._boot_row()
         self._alarms(endpoint_load_balancer, target_group, desired_capacity, boot_minutes)
+        if launch_shortfall is not None:
+            self._alarm(
+                "CannotLaunch", f"the fleet has wanted capacity it neither has nor is launching for "
+                f"{CANNOT_LAUNCH_MINUTES} minutes: its launches fail (no capacity for its instance types in its zones, "
+                "a vCPU quota, a reservation full or a Capacity Block not active). Why: the fleet's notifications "
+                "topic (EC2_INSTANCE_LAUNCH_ERROR), aws autoscaling describe-scaling-activities, and "
+                "neuron-serving preflight", launch_shortfall, 1, CANNOT_LAUNCH_MINUTES, CANNOT_LAUNCH_MINUTES - 2,
+                cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD)
         if api_keys:
             self._api_keys_alarm()
         CfnOutput(self, "DashboardUrl", value=self.dashboard_url, description="The serving dashboard")
@@ -381,10 +407,17 @@ class NeuronServingMonitoring(Construct):
             ]),
         )
 
-    def _host_row(self) -> None:
+    def _host_row(self, launch_shortfall: cloudwatch.IMetric | None) -> None:
         self._row(
-            "## Hosts\nCPU, memory and the root disk, which holds the serving image and the exports. "
-            "A full disk stops exports and image pulls.",
+            "## Hosts\nWhich hosts the fleet got, by instance type, zone and purchasing option (on-demand or spot), "
+            "as each counts itself each minute"
+            + (", and the capacity it wants but cannot launch (in replicas with several instance types)"
+               if launch_shortfall is not None else "")
+            + "; then CPU, memory and the root disk, which holds the serving image and the exports. A full disk "
+            "stops exports and image pulls.",
+            *(_graph(f"Hosts by {title}", [self.hosts_by(dimension)])
+              for title, dimension in (("instance type", INSTANCE_TYPE), ("zone", ZONE), ("capacity", CAPACITY))),
+            *([_graph("Capacity not launched", [launch_shortfall])] if launch_shortfall is not None else []),
             *(
                 _graph(f"{title} (%)", [
                     self.metric(name, statistic="Maximum", label="highest host"),
@@ -500,6 +533,11 @@ _LOG_DESCRIPTIONS = {
     "router": "the on-host router (HAProxy)",
     "metrics": "the hosts' embedded-metric-format records",
 }
+
+
+CANNOT_LAUNCH_MINUTES = 10
+"""How long a fleet's shortfall must last (in 8 of its minutes: a retried launch is pending for a while) before
+the alarm fires. Auto Scaling retries a failed launch within minutes, so a shortfall that long is no blip."""
 
 
 def _graph(title: str, metrics: list[cloudwatch.IMetric], *,

@@ -253,6 +253,7 @@ class NeuronLlamaStack(Stack):
             endpoint_load_balancer=self.endpoint.load_balancer,
             target_group=self.endpoint.target_group,
             desired_capacity=self.fleet.metric_desired_capacity() if self.fleet is not None else None,
+            launch_shortfall=self.fleet.metric_launch_shortfall() if self.fleet is not None else None,
             boot_minutes=boot_minutes(self.plan, throughput=self.boot_script.root_volume.throughput, exports=False),
             api_keys=self.api_keys_secret is not None,
         )
@@ -356,15 +357,21 @@ class NeuronLlamaStack(Stack):
         plan, engine, image = self.plan, self.boot_script.engine, self.boot_script.serving_image
         CfnOutput(self, "EndpointUrl", value=self.endpoint.url,
                   description=f"Base URL of the {engine.title} API: {', '.join(engine.api_routes)}")
+        layouts = self.boot_script.layouts
         CfnOutput(self, "ReplicaCount", value=str(len(plan.replicas)),
-                  description=f"{engine.title} replicas per instance")
+                  description=f"{engine.title} replicas per instance" + (
+                      f" of {plan.instance.name} (ReplicasByInstanceType has each type's)" if len(layouts) > 1 else ""))
+        if len(layouts) > 1:
+            CfnOutput(self, "ReplicasByInstanceType",
+                      value=json.dumps({p.instance.name: len(p.replicas) for p in layouts}),
+                      description=f"{engine.title} replicas per instance, by each instance type the fleet may launch")
         CfnOutput(self, "ServingImage", value=image.reference, description=f"The {engine.title} image: "
                   f"optimum-neuron {image.optimum_neuron}, Neuron SDK {image.neuron_sdk}")
         CfnOutput(self, "CoresPerReplica", value=str(plan.degree), description="Tensor-parallel degree")
         CfnOutput(
             self,
             "ServingLayout",
-            value=f"{plan.instance.name} {plan.model_id}: {plan.describe()}",
+            value=" | ".join(f"{p.instance.name} {p.model_id}: {p.describe()}" for p in layouts),
             description="Each replica's Neuron devices, cores and host port",
         )
         # What `neuron-serving status`, `logs` and `smoke` read (neuron_serving/ops): the engine (its

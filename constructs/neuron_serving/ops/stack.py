@@ -166,7 +166,7 @@ RESOURCE_OUTPUTS = {
 """Outputs whose value is a resource's physical id (CloudFormation's Ref of these types: the instance id,
 the group's name, the target group's ARN), by the resource's type."""
 
-LITERAL_OUTPUTS = ("BootPhaseMinutes", "ReplicaCount")
+LITERAL_OUTPUTS = ("BootPhaseMinutes", "ReplicaCount", "ReplicasByInstanceType")
 """Outputs whose value the template states literally."""
 
 

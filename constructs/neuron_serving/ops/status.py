@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import re
 import sys
 import time
@@ -164,9 +165,10 @@ def look(aws: Aws, stack: str, now: dt.datetime) -> Snapshot:
     hosts = find_hosts(aws, info)
     health = _target_health(aws, info)
     minutes = info.boot_phase_minutes
-    replicas = info.output("ReplicaCount") or ""
+    by_type = _replicas_by_type(info.output("ReplicasByInstanceType"))
     statuses = []
     for host in hosts:
+        replicas = str(by_type.get(host.instance_type) or info.output("ReplicaCount") or "")
         estimate = _estimate(minutes, host.phase) if host.phase else None
         since = host.since or (host.launched if host.phase is None else None)
         elapsed = max(now - since, dt.timedelta(0)) if since is not None and host.phase not in (
@@ -179,6 +181,15 @@ def look(aws: Aws, stack: str, now: dt.datetime) -> Snapshot:
                                    tuple(PhaseTime(name, seconds, _estimate(minutes, name))
                                          for name, seconds in host.seconds)))
     return Snapshot(info, tuple(statuses), now)
+
+
+def _replicas_by_type(text: str | None) -> dict[str, int]:
+    """The ``ReplicasByInstanceType`` output of a fleet of several types (a JSON object), else empty."""
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, int)} if isinstance(value, dict) else {}
 
 
 def _estimate(minutes: dict[str, int], name: str) -> int | None:

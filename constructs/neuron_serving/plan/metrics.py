@@ -63,6 +63,11 @@ REPLICA_SETS = (FLEET, PER_INSTANCE, PER_REPLICA)
 """Per replica, per instance and for the whole fleet."""
 INSTANCE_SETS = (FLEET, PER_INSTANCE)
 """Per instance and for the whole fleet."""
+INSTANCE_TYPE = "InstanceType"
+ZONE = "AvailabilityZone"
+CAPACITY = "Capacity"
+HOST_SETS = ((SERVICE, INSTANCE_TYPE), (SERVICE, ZONE), (SERVICE, CAPACITY))
+"""The fleet's hosts by instance type, by zone and by purchasing option."""
 ERROR_SETS = ((SERVICE, ERROR_TYPE), (SERVICE, INSTANCE, ERROR_TYPE))
 """By error type, per instance and for the whole fleet."""
 
@@ -142,6 +147,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "Host memory used (system_data.memory_info)."),
     MetricSpec("DiskUtilization", "Percent", "host", INSTANCE_SETS,
                "Root file system used, which holds the image and the exports (statvfs of /)."),
+    MetricSpec("Hosts", "Count", "host", HOST_SETS,
+               "1 per host and minute, by InstanceType, AvailabilityZone and Capacity (the instance metadata's "
+               "instance-life-cycle: on-demand or spot): the Sum of a minute counts the hosts serving metrics."),
     # The API keys' sync, on hosts with API keys: its own EMF line, not the publisher's.
     # The boot: report-phase puts each phase's seconds once the boot ends (PutMetricData, not EMF).
     MetricSpec(BOOT_PHASE_METRIC, "Seconds", "boot", ((SERVICE, PHASE),),

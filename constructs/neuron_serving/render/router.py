@@ -15,6 +15,7 @@ from ..plan.layout import ServingPlan
 
 # The key file the host's key sync writes and the runtime socket it talks to: its constants.
 from ..userdata.api_keys import KEYS_FILE, RUNTIME_SOCKET
+from ..userdata.watch_interruption import DRAIN_FILE, DRAIN_PATTERN
 from .templates import render
 
 ROUTER_METRICS_PORT = 8404
@@ -65,6 +66,7 @@ waiting for ``100 Continue`` before a long prompt's body would wait its own time
 
 UNAUTHORIZED = "Missing or unknown API key: send one Authorization header, Bearer <key>"
 HEALTH_UNAVAILABLE = "No replica of this host is serving"
+HEALTH_DRAINING = "This host is draining: it will be interrupted or replaced"
 
 ROUTER_ERRORS: dict[int, str] = {
     400: "Bad request: not a valid HTTP/1.1 request",
@@ -134,6 +136,8 @@ def render_router_config(
     runtime_socket: str = RUNTIME_SOCKET,
     load_balancer_authentication: bool = False,
     log_target: str = LOG_TARGET,
+    drain: bool = False,
+    drain_file: str = DRAIN_FILE,
 ) -> str:
     """The HAProxy config that fronts every replica of ``plan`` on ``plan.router_port``.
 
@@ -169,6 +173,12 @@ def render_router_config(
         here unauthenticated. Default: false.
     :param log_target: where HAProxy sends its log lines: a syslog socket, or ``stdout format
         raw`` (as in tests). Default: :data:`LOG_TARGET`.
+    :param drain: the router can be drained without a reload (Spot interruptions,
+        ``neuron_serving/userdata/watch_interruption.py``): once the pattern ``draining`` is added to
+        its copy of ``drain_file`` through ``runtime_socket`` (``add acl``), ``/health`` answers 503
+        while every other request is served as before. Default: false.
+    :param drain_file: the drain's pattern file, which must exist when HAProxy starts and holds no
+        pattern. Default: :data:`~neuron_serving.userdata.watch_interruption.DRAIN_FILE`.
 
     ``GET`` or ``HEAD /health`` is answered by the router itself (200, or 503 when no replica
     serves); every other request is answered 404 unless its path is one of the engine's
@@ -196,7 +206,7 @@ def render_router_config(
         problems.add("metrics_port", metrics_port, "must be a TCP port from 1 to 65535")
     elif metrics_port == plan.router_port or metrics_port in {r.port for r in plan.replicas}:
         problems.add("metrics_port", metrics_port, "must differ from the router and replica ports")
-    for name, path in (("keys_file", keys_file), ("runtime_socket", runtime_socket)):
+    for name, path in (("keys_file", keys_file), ("runtime_socket", runtime_socket), ("drain_file", drain_file)):
         if not isinstance(path, str) or not path.startswith("/") or _has_space_or_quote(path):
             problems.add(name, path, "must be an absolute path without spaces or quotes")
     if not isinstance(log_target, str) or not log_target or "\n" in log_target:
@@ -227,6 +237,10 @@ def render_router_config(
         api_keys=api_keys,
         keys_file=keys_file,
         runtime_socket=runtime_socket,
+        drain=drain,
+        drain_file=drain_file,
+        drain_pattern=DRAIN_PATTERN,
+        health_draining=engine.error_body(503, HEALTH_DRAINING),
         load_balancer_authentication=load_balancer_authentication,
         log_target=log_target,
         realm=REALM,

@@ -276,8 +276,9 @@ def drain(notice: Notice, *, sock_path: str, drain_file: str, report_phase: str,
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="watch-interruption", description=__doc__.splitlines()[0])
-    parser.add_argument("--socket", default=RUNTIME_SOCKET)
-    parser.add_argument("--drain-file", default=DRAIN_FILE)
+    parser.add_argument("--socket", help=f"the router's runtime API (default: {RUNTIME_SOCKET} under the root)")
+    parser.add_argument("--drain-file", help=f"the drain's pattern file as the router names it (default: {DRAIN_FILE} "
+                        "under the root)")
     parser.add_argument("--report-phase", required=True, help="the report-phase program")
     parser.add_argument("--phase", required=True, help="the phase it reports while draining")
     parser.add_argument("--imds", default=IMDS)
@@ -287,8 +288,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     metadata = Metadata(args.imds)
     log(f"watching {INSTANCE_ACTION} and {REBALANCE} every {POLL_SECONDS:g} s")
     notice = wait_for_notice(metadata)
-    drain(notice, sock_path=root + args.socket, drain_file=args.drain_file, report_phase=root + args.report_phase,
-          phase=args.phase, region=region, instance_id=instance_id, metadata=metadata)
+    drain(notice, sock_path=args.socket or root + RUNTIME_SOCKET, drain_file=args.drain_file or root + DRAIN_FILE,
+          report_phase=root + args.report_phase, phase=args.phase, region=region, instance_id=instance_id,
+          metadata=metadata)
     return 0
 
 

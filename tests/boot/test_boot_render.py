@@ -41,6 +41,7 @@ from neuron_serving.render.boot import (
     SIGNAL_ID_LIMIT,
     USER_DATA_LIMIT_BYTES,
     WAIT_READY,
+    WATCH_INTERRUPTION,
     HostBoot,
     check_user_data_size,
     render_boot_script,
@@ -114,6 +115,10 @@ OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
         {"engine": "vllm", **FLEET, "image": f"{OPTIMUM_NEURON_VLLM_0_4_5.reference}@{DIGEST}"},
     ),
     "inf2.24xlarge-tp4-api-keys-signal": ("inf2.24xlarge-tp4", {**API_KEYS, "signal": SIGNAL}),
+    "inf2.24xlarge-tp4-interruptions-signal": ("inf2.24xlarge-tp4", {"interruptions": True, "signal": SIGNAL}),
+    "inf2.24xlarge-tp4-interruptions-api-keys-signal": (
+        "inf2.24xlarge-tp4", {**API_KEYS, "interruptions": True, "signal": SIGNAL},
+    ),
     "inf2.24xlarge-tp4-ecr-mirror": (
         "inf2.24xlarge-tp4",
         {"image_registry": "111122223333.dkr.ecr.us-east-1.amazonaws.com/mirror", "artifact_cache": "s3://cache-bucket"},
@@ -217,13 +222,13 @@ def test_size_check_accepts_a_script_of_exactly_the_limit() -> None:
 @pytest.mark.parametrize(
     "config", ["inf2.xlarge-1-replica", "inf2.48xlarge-tp8-secret-name", "trn1.32xlarge-tp2-secret-arn",
                "trn1.32xlarge-tp2-secret-arn-fleet", "inf2.xlarge-monitoring",
-               "trn1.32xlarge-tp2-secret-arn-vllm-fleet"]
+               "trn1.32xlarge-tp2-secret-arn-vllm-fleet", "inf2.24xlarge-tp4-interruptions-signal"]
 )
 def test_boot_script_snapshot(config: str, snapshot: SnapshotAssertion) -> None:
     _, boot = rendered(config)
     # The router config has its own tests, and the publisher and the key sync are the package's files
     # as they are (tests/monitor, tests/ops): here each of their changes would only be a boot change.
-    copies = {PUBLISHER: "publish_metrics.py", KEY_SYNC: "api_keys.py"}
+    copies = {PUBLISHER: "publish_metrics.py", KEY_SYNC: "api_keys.py", WATCH_INTERRUPTION: "watch_interruption.py"}
     shown = readable(boot, leave_out=("/etc/haproxy/haproxy.cfg.new", *copies))
     assert shown == snapshot(extension_class=ShellSnapshot)
     for path, source in copies.items():
@@ -438,3 +443,34 @@ def test_the_signal_unique_id_is_cut_to_the_api_limit() -> None:
     _, boot = rendered("trn1.32xlarge-tp2-secret-arn-fleet")
     assert f"| head -c {SIGNAL_ID_LIMIT})" in boot.files[BOOT_STEPS]
     assert SIGNAL_ID_LIMIT == 64
+
+
+def test_only_a_host_with_interruptions_has_the_watcher_its_unit_and_a_router_that_drains() -> None:
+    from neuron_serving.userdata.watch_interruption import DRAIN_FILE, DRAIN_FILE_TEXT
+
+    unit = "/etc/systemd/system/neuron-serving-interruption.service"
+    plan = make_plan("inf2.24xlarge", 4)
+    without = render_boot_script(plan, *spec_and_options(plan, {"signal": SIGNAL}))
+    assert not {WATCH_INTERRUPTION, unit, DRAIN_FILE} & set(without.files)
+    assert "draining" not in without.files["/etc/haproxy/haproxy.cfg.new"]
+    assert "neuron-serving-interruption" not in without.files[BOOT_STEPS]
+    boot = render_boot_script(plan, *spec_and_options(plan, {"signal": SIGNAL, "interruptions": True}))
+    assert boot.files[WATCH_INTERRUPTION] == (ROOT / "userdata" / "watch_interruption.py").read_text()
+    assert boot.files[DRAIN_FILE] == DRAIN_FILE_TEXT
+    assert f"-f {DRAIN_FILE} }}" in boot.files["/etc/haproxy/haproxy.cfg.new"]
+    assert ("ExecStart=/usr/bin/env python3 /opt/neuron-serving/bin/watch-interruption --report-phase "
+            "/opt/neuron-serving/bin/report-phase --phase draining") in boot.files[unit]
+    steps = boot.files[BOOT_STEPS]
+    # Enabled with the router, started once the router serves.
+    assert "systemctl enable haproxy neuron-serving-interruption\n" in steps
+    assert steps.index("systemctl restart haproxy") < steps.index("systemctl start neuron-serving-interruption")
+    # Without any other AWS option, interruptions still read the metadata: the host calls Auto Scaling.
+    alone = render_boot_script(plan, *spec_and_options(plan, {"interruptions": True}))
+    assert "/opt/neuron-serving/bin/report-phase" in alone.files
+
+
+def test_a_builder_takes_no_interruptions() -> None:
+    plan = make_plan("inf2.24xlarge", 4)
+    with pytest.raises(ServingConfigError, match=r"export_role.*interruptions"):
+        render_boot_script(plan, *spec_and_options(
+            plan, {"artifact_cache": "s3://cache-bucket", "export_role": "build", "interruptions": True}))

@@ -89,7 +89,9 @@ class Imds:
                 return "\n".join(f"{k}/" if isinstance(v, dict) else k for k, v in node.items())
             return str(node)
 
-    def start(self) -> Imds:
+    def start(self, address: tuple[str, int] = (METADATA_ADDRESS, 80)) -> Imds:
+        """Serves on ``address``: the metadata address of the namespace, or a loopback port for a
+        program run outside a twin (given the service's URL, :attr:`url`)."""
         imds = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -135,11 +137,18 @@ class Imds:
                     return self._send(404, "")
                 self._send(200, found)
 
-        server = ThreadingHTTPServer((METADATA_ADDRESS, 80), Handler)
+        server = ThreadingHTTPServer(address, Handler)
         server.daemon_threads = True
         self._server = server
         threading.Thread(target=server.serve_forever, daemon=True, name="imds").start()
         return self
+
+    @property
+    def url(self) -> str:
+        """``http://host:port/latest``, where it serves."""
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/latest"
 
     def stop(self) -> None:
         if self._server is not None:

@@ -70,6 +70,9 @@ class Phase:
 READY = "ready"
 FAILED = "failed"
 WARMED = "warmed"
+DRAINING = "draining"
+"""Not a boot's phase: a serving host that had a Spot interruption notice or a rebalance
+recommendation (``userdata/watch_interruption.py``) and waits for its group to replace it."""
 
 PHASES = (
     Phase("metadata", "reading the instance metadata"),
@@ -90,8 +93,11 @@ PHASES = (
     Phase(WARMED, "prepared in the warm pool, stopped until the group needs it"),
     Phase(READY, "serving"),
     Phase(FAILED, "the boot failed"),
+    Phase(DRAINING, "draining for a Spot interruption or rebalance recommendation: no new requests from the "
+          "load balancer, its group replaces it"),
 )
-"""Every phase, in the order a boot goes through them (a host skips those it has no use for)."""
+"""Every phase, in the order a boot goes through them (a host skips those it has no use for), then
+:data:`DRAINING`, which a serving host enters at the end of its life."""
 
 PHASE_NAMES = tuple(phase.name for phase in PHASES)
 

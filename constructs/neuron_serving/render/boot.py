@@ -138,6 +138,7 @@ from ..plan.metrics import EMF_LOG, LOG_KINDS, SERVICE, MonitoringOptions
 from ..plan.phases import (
     BOOT_PHASE_METRIC,
     DETAIL_TAG,
+    DRAINING,
     ENDS,
     FAILED,
     PHASE_DIMENSION,
@@ -154,6 +155,7 @@ from ..plan.timing import readiness_seconds
 from ..plan.transfer import AWS_CLI_CONFIG, HUB_DOWNLOAD_WORKERS, aws_cli_config
 from ..plan.volume import default_throughput
 from ..userdata.api_keys import METRICS_FILE as API_KEYS_METRICS_FILE
+from ..userdata.watch_interruption import DRAIN_FILE, DRAIN_FILE_TEXT
 from .boot_options import WAIT_POLL_SECONDS, BootOptions, check_boot, reports_phases
 from .bundle import TOKEN_MARK, digest
 from .monitoring import (
@@ -206,6 +208,12 @@ API_KEYS_UNIT = "neuron-serving-api-keys"
 API_KEYS_SYNC_MINUTES = 2
 """A change to the API keys' secret reaches every host within about this: its timer runs the sync
 a minute after the last run ended (``neuron-serving-api-keys.timer.j2``, OnUnitInactiveSec=60s)."""
+WATCH_INTERRUPTION = f"{BIN}/watch-interruption"
+WATCH_INTERRUPTION_SOURCE = "watch_interruption.py"
+"""The Spot interruption watcher's file in ``neuron_serving.userdata``, installed as :data:`WATCH_INTERRUPTION`."""
+INTERRUPTION_UNIT = "neuron-serving-interruption"
+"""The service that runs :data:`WATCH_INTERRUPTION`, with interruptions."""
+INTERRUPTION_LOG = "/var/log/neuron-serving/interruption.log"
 REPLICA_UNIT = "neuron-replica"
 """The systemd template unit of the replicas: ``neuron-replica@N`` runs replica N."""
 REPLICA_ENV = "/etc/neuron-serving/replica.env"
@@ -374,8 +382,15 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
         REPLICA_ENV: common_env,
         "/etc/neuron-serving/replicas.table": replica_table,
         "/etc/haproxy/haproxy.cfg.new": render_router_config(
-            plan, engine, api_keys=api_keys, load_balancer_authentication=options.load_balancer_authentication),
+            plan, engine, api_keys=api_keys, load_balancer_authentication=options.load_balancer_authentication,
+            drain=options.interruptions),
     }
+    if options.interruptions:
+        files[WATCH_INTERRUPTION] = _userdata_file(WATCH_INTERRUPTION_SOURCE)
+        files[f"/etc/systemd/system/{INTERRUPTION_UNIT}.service"] = render(
+            f"{INTERRUPTION_UNIT}.service.j2", program=WATCH_INTERRUPTION, report_phase=REPORT_PHASE,
+            phase=_phase(DRAINING), log=INTERRUPTION_LOG)
+        files[DRAIN_FILE] = DRAIN_FILE_TEXT
     if api_keys:
         files[API_KEYS] = _userdata_file(API_KEYS_SOURCE)
         files[LOAD_API_KEYS] = render("load-api-keys.sh.j2", program=API_KEYS)
@@ -426,6 +441,8 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
         api_keys=api_keys,
         load_api_keys=LOAD_API_KEYS,
         api_keys_unit=API_KEYS_UNIT,
+        interruptions=options.interruptions,
+        interruption_unit=INTERRUPTION_UNIT,
         signal=signal,
         hook=hook,
         heartbeat_seconds=hook.heartbeat_interval_seconds if hook else None,

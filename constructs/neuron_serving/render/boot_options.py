@@ -143,11 +143,19 @@ class BootOptions:
         warm pool hook it may not exceed the hook's heartbeat timeout: started from the pool, the
         host waits with no heartbeat. Default: ``plan.timing.readiness_seconds`` at the plan's
         default root volume throughput (``plan.volume.default_throughput``).
+    :param interruptions: drain the host on a Spot interruption notice or a rebalance recommendation
+        (``neuron-serving-interruption.service``, ``userdata/watch_interruption.py``; see the module
+        documentation of :mod:`~neuron_serving.render.boot`): the router's ``/health`` answers 503
+        within 2 s while every request is still served, the host reports the phase ``draining`` and
+        asks its Auto Scaling group to replace it, then waits for its requests in flight. For hosts of
+        an Auto Scaling group only; the instance role needs
+        ``autoscaling:TerminateInstanceInAutoScalingGroup`` on the group (``NeuronBootScript.grant_boot``).
+        Default: false.
 
     Boot progress (see the module documentation) has no option of its own: it is on exactly when
     the host reads its instance metadata (:func:`reports_phases`), that is with any option above
-    that calls AWS (an S3 artifact cache or the spec's S3 prebuilt export, API keys, a signal, a warm pool hook
-    or monitoring). Such a host already has its region and instance id and an AWS role; one
+    that calls AWS (an S3 artifact cache or the spec's S3 prebuilt export, API keys, a signal, a warm pool hook,
+    monitoring or interruptions). Such a host already has its region and instance id and an AWS role; one
     without calls no AWS API at all and needs no role, and it would gain one only to report. The
     instance role then needs ``ec2:CreateTags`` on the instance itself and for the four keys of
     :data:`~neuron_serving.plan.phases.PHASE_TAGS` only (``NeuronBootScript.grant_boot`` grants
@@ -164,6 +172,7 @@ class BootOptions:
     load_balancer_authentication: bool = False
     export_wait_minutes: int = MAX_CLOUDFORMATION_MINUTES
     ready_seconds: int | None = None
+    interruptions: bool = False
 
     def __post_init__(self) -> None:
         problems = Problems()
@@ -203,6 +212,8 @@ class BootOptions:
         ready = self.ready_seconds
         if ready is not None and (not isinstance(ready, int) or isinstance(ready, bool) or ready < 1):
             problems.add("ready_seconds", ready, "must be a whole number of seconds, at least 1, or None")
+        if not isinstance(self.interruptions, bool):
+            problems.add("interruptions", self.interruptions, "must be true or false")
         problems.raise_if_any()
 
 
@@ -215,7 +226,7 @@ def reports_phases(spec: HostSpec, options: BootOptions) -> bool:
     s3 = s3_parts(spec.prebuilt_export) is not None or (
         (options.artifact_cache is not None or options.compile_cache is not None) and spec.exports)
     return (s3 or options.api_keys_secret is not None or options.signal is not None
-            or options.warm_pool_hook is not None or options.monitoring is not None)
+            or options.warm_pool_hook is not None or options.monitoring is not None or options.interruptions)
 
 
 def check_boot(spec: HostSpec, options: BootOptions) -> None:
@@ -225,6 +236,8 @@ def check_boot(spec: HostSpec, options: BootOptions) -> None:
     if spec.export_role != "serve" and (options.artifact_cache is None or not spec.exports):
         problems.add("export_role", spec.export_role, "needs artifact_cache and no prebuilt_export: the "
                      "builder publishes the export there, and the serving hosts wait for it there")
+    if spec.export_role == "build" and options.interruptions:
+        problems.add("export_role", spec.export_role, "takes no interruptions: a builder serves nothing to drain")
     if spec.export_role == "build" and (options.signal is not None or options.warm_pool_hook is not None):
         problems.add("export_role", spec.export_role, "takes no signal or warm_pool_hook: a builder serves "
                      "nothing, and leaves its group once the export is in the cache")

@@ -1,0 +1,515 @@
+#!/bin/bash
+# cdk-neuron-serving boot (userdata/bootstrap.sh.j2); logs in /var/log/neuron-serving
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+PATH=$PATH:/snap/bin
+logs=$R/var/log/neuron-serving
+env_file=$R/etc/neuron-serving/stack.env
+mkdir -p "$logs" "${env_file%/*}"
+exec > >(tee -a "$logs/boot.log") 2>&1
+step=bundle why=
+cat >"$env_file" <<'EOF'
+STACK_REGION=us-east-1
+STACK_NAME=NeuronLlamaStack
+HOST_RESOURCE=ExportBuilderHost6094748D
+SIGNAL_RESOURCE=NeuronServingFleet
+EOF
+. "$R/etc/neuron-serving/stack.env"
+cfn() { aws cloudformation "$1" --region "$STACK_REGION" --stack-name "$STACK_NAME" --logical-resource-id "$2" "${@:3}"; }
+on_exit() {
+  local rc=$?
+  [ $rc = 0 ] && return
+  echo "failed $step" >"$logs/status"
+  echo "neuron-serving: failed in step $step: ${why:=exit $rc}" | tee -a "$R/dev/console"
+  [ -z "${SIGNAL_RESOURCE:-}" ] || cfn signal-resource "$SIGNAL_RESOURCE" --status FAILURE --unique-id \
+    "$(echo -n "$(cloud-init query v1.instance_id) $step: $why" | tr -cs '[:alnum:] ._:/()=,+-' ' ' | head -c 64)"
+}
+trap on_exit EXIT
+trap 'why="exit $? at line $LINENO: $BASH_COMMAND"' ERR
+die() { why=$*; exit 1; }
+command -v aws >/dev/null || snap install aws-cli --classic || die "no AWS CLI, and snap could not install one"
+b=$(mktemp -d)
+cd "$b"
+cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadata --output text >m ||
+  die "cannot read the stack's values (DescribeStackResource $HOST_RESOURCE)"
+python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
+. "$R/etc/neuron-serving/stack.env"
+aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"522f57858eacc007541d5a5dd09efba62b256d4349c42f7e26b877398fda7ea3  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+  die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
+. "./opt/neuron-serving/bin/boot-steps"
+# ==> metadata NeuronServing <==
+BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.zip
+# ==> /etc/haproxy/draining.acl <==
+# Empty: watch-interruption adds "draining" to the running router's copy when the host drains
+# (neuron_serving/userdata/watch_interruption.py).
+# ==> /etc/haproxy/haproxy.cfg.new <==
+<left out>
+# ==> /etc/neuron-serving/bundle.env <==
+IMAGE=ghcr.io/huggingface/text-generation-inference:3.3.5-neuron
+SIGNAL_STACK=NeuronLlamaStack
+# ==> /etc/neuron-serving/replica.env <==
+MODEL_ID=/models/v4-tgi-llama-3-1-8b-instruct-tp4-b4-s4096-bf16-91286ce23eb3f332
+HF_NUM_CORES=4
+HF_AUTO_CAST_TYPE=bf16
+MAX_BATCH_SIZE=4
+MAX_TOTAL_TOKENS=4096
+MAX_INPUT_TOKENS=3072
+MAX_BATCH_PREFILL_TOKENS=12288
+MAX_CONCURRENT_REQUESTS=128
+HF_HUB_OFFLINE=1
+USAGE_STATS=off
+# ==> /etc/neuron-serving/replicas.table <==
+0 8081 0,1
+1 8082 2,3
+2 8083 4,5
+# ==> /etc/systemd/system/neuron-replica@.service <==
+# TGI replica %i. Enabled: a crash or a reboot brings it back without a new export.
+[Unit]
+Description=TGI Neuron replica %i
+Requires=docker.service
+After=docker.service network-online.target
+Wants=network-online.target
+StartLimitIntervalSec=0
+
+[Service]
+# After an interrupted export, the first start redoes it: 30 to 60+ minutes.
+TimeoutStartSec=infinity
+ExecStartPre=/opt/neuron-serving/bin/export-model
+ExecStartPre=-/usr/bin/env docker rm -f replica-%i
+ExecStart=/opt/neuron-serving/bin/run-replica %i
+ExecStop=/usr/bin/env docker stop -t 30 replica-%i
+Restart=always
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+# ==> /etc/systemd/system/neuron-serving-interruption.service <==
+# Drains this host on a Spot interruption notice or a rebalance recommendation
+# (userdata/watch_interruption.py): the router's /health answers 503 while every request is still
+# served, the host reports the phase draining and asks its Auto Scaling group to replace it, then
+# waits for its requests in flight. Started by the boot once the router serves; enabled, so it also
+# runs after a reboot. It exits once it has drained; a failure restarts it.
+[Unit]
+Description=Drain the host on a Spot interruption notice or rebalance recommendation
+After=network-online.target haproxy.service
+Wants=network-online.target
+StartLimitIntervalSec=0
+
+[Service]
+# REGION and INSTANCE_ID (host.env), for the group's replacement and report-phase.
+EnvironmentFile=/etc/neuron-serving/host.env
+# The AWS CLI is a snap (/snap/bin) or AWS's installer's (/usr/local/bin); systemd gives services
+# /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin, without /snap/bin (systemd.exec(5), systemd
+# 252 and 255, "Environment Variables in Spawned Processes", $PATH).
+Environment=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin
+ExecStart=/usr/bin/env python3 /opt/neuron-serving/bin/watch-interruption --report-phase /opt/neuron-serving/bin/report-phase --phase draining
+Restart=on-failure
+RestartSec=1
+StandardOutput=append:/var/log/neuron-serving/interruption.log
+
+[Install]
+WantedBy=multi-user.target
+# ==> /opt/neuron-serving/bin/boot-steps <==
+# The boot's steps for meta-llama/Llama-3.1-8B-Instruct on inf2.24xlarge (3 replicas of tensor_parallel 4, batch_size 4, sequence_length 4096), bf16
+# Sourced by the boot script (userdata/bootstrap.sh.j2) from the bundle's directory once it has
+# checked the bundle: they run in its shell, with its R, logs, step, why and b (the bundle's
+# temporary directory), its stack.env values and its EXIT trap until they set their own. How the boot ends (run_step, signal, on_exit) is here too, to keep the
+# user data small.
+# shellcheck shell=bash
+# The bundle's files: each replaces its old copy at once (a rename); those starting with #! are
+# executable.
+while read -r _ p; do
+  [ "$(head -c 2 "$p")" = '#!' ] && m=755 || m=644
+  install -D -m $m "$p" "$R/$p.new"
+  mv -f "$R/$p.new" "$R/$p"
+done <MANIFEST
+cd /
+rm -rf "$b"
+step=start
+# The stack's values known at synth, with the deploy-time ones the user data wrote: every file
+# that reads stack.env (the scripts, systemd's EnvironmentFile) finds them all in one place.
+cat "$R/etc/neuron-serving/bundle.env" >>"$R/etc/neuron-serving/stack.env"
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+# The Neuron tools (neuron-ls, neuron-monitor) are in the DLAMI's /opt/aws/neuron/bin.
+PATH=$PATH:/opt/aws/neuron/bin
+log() { echo "$(date -u +%FT%TZ) neuron-serving: $*"; }
+die() { why=$*; log "ERROR: $*"; exit 1; }
+trap 'why="command failed (exit $?) at line $LINENO: $BASH_COMMAND"; log "$why"' ERR
+apt_install() {
+  # Early in the first boot, cloud-init or unattended-upgrades may hold the dpkg lock.
+  apt-get -o DPkg::Lock::Timeout=600 update -q
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@"
+}
+# put PATH MODE <content: writes a file under the root, replacing it atomically.
+put() {
+  local path=$R$1
+  mkdir -p "${path%/*}"
+  cat >"$path.new"
+  chmod "$2" "$path.new"
+  mv -f "$path.new" "$path"
+}
+run_step() { step=$1; echo "running $step" >"$logs/status"; log "step: $step"; "$bin/report-phase" "$1"; }
+# report-phase tags this instance with the phase, for `neuron-serving status`.
+warm='' bin=$R/opt/neuron-serving/bin
+signal() {
+  aws cloudformation signal-resource --region "$REGION" --stack-name "$SIGNAL_STACK" \
+    --logical-resource-id "$SIGNAL_RESOURCE" --status "$1" --unique-id "$2" || log "no $1 signal taken"
+}
+on_exit() {
+  local rc=$?
+  # A boot that ends well without ready or warmed (a builder's, one that checks no readiness) ends
+  # its last phase here, which puts the phases' times as metrics (report-phase).
+  [ "$rc" != 0 ] || "$bin/report-phase" --end
+  if [ "$rc" = 0 ]; then echo "done" >"$logs/status"; return; fi
+  echo "failed $step" >"$logs/status"
+  log "FAILED in step $step (exit $rc)"
+  local lines="" full=""
+  # Report all there is, even if some of it cannot be had (before the instance metadata, say).
+  set +eu
+  trap - ERR
+  # The reason, with the end of the export's log when the export failed, also to the console
+  # (aws ec2 get-console-output).
+  [ "$step" != export-model ] || lines=$(tail -n 20 "$logs/export.log") why=$(grep . <<<"$lines" | tail -n 1)
+  # A full disk fails whichever step was writing, with that step's own error: said first, as the
+  # signal keeps 64 characters. df -P: 1024-byte blocks, the fourth column free (POSIX df).
+  full=$(df -P "$R/var/lib/neuron-serving" | awk 'NR==2 && $4 < 1048576 {print "disk full: " $6 " (" int($4/1024) " MiB free)"}')
+  [ -z "$full" ] || why="$full; ${why:-exit $rc}"
+  printf 'neuron-serving: failed in step %s: %s\n%s\n' "$step" "${why:=exit $rc}" "$lines" | tee -a "$R/dev/console"
+  "$bin/report-phase" failed "$step: ${why:-exit $rc}"
+  # SignalResource has no reason field, but the stack events show the unique id, of 1 to 64
+  # characters: it carries the reason. Never from the warm pool, where nothing awaits signals.
+  [ -n "$warm" ] || signal FAILURE "$(echo -n "$INSTANCE_ID $step: $why" |
+    tr -cs '[:alnum:] ._:/()=,+-' ' ' | head -c 64)"
+}
+
+run_step metadata
+imds=$(curl -sSf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' http://169.254.169.254/latest/api/token)
+md() { curl -sSf -m 5 -H "X-aws-ec2-metadata-token: $imds" "http://169.254.169.254/latest/meta-data/$1"; }
+REGION=$(md placement/region)
+INSTANCE_ID=$(md instance-id)
+printf 'REGION=%s\nINSTANCE_ID=%s\n' "$REGION" "$INSTANCE_ID" | put /etc/neuron-serving/host.env 644
+
+run_step check-devices
+neuron-ls || log "neuron-ls failed (exit $?)"
+# The numbers of the /dev/neuronN nodes, in order.
+mapfile -t devs < <(ls "$R/dev" | sed -n 's/^neuron\([0-9]\+\)$/\1/p' | sort -n)
+first=${devs[0]-} last=${devs[*]: -1}
+if [ "$last" != 5 ] || [ ${#devs[@]} != 6 ]; then
+  [ "$first" = "$last" ] || first+="..$last"
+  die "expected 6 Neuron devices for inf2.24xlarge, found ${#devs[@]}${first:+ (/dev/neuron$first)}; check the instance type and the Neuron driver (neuron-ls above)"
+fi
+# The Neuron runtime inside the image works with host drivers below 2.29 only
+# (Neuron release notes, runtime, Neuron 2.31.0); the DLAMI's driver is its aws-neuronx-dkms.
+driver=$(dpkg-query -W -f '${Version}' aws-neuronx-dkms 2>/dev/null) || driver=
+if [ -n "$driver" ] && dpkg --compare-versions "$driver" ge 2.29; then
+  die "the Neuron driver (aws-neuronx-dkms $driver) rejects the Neuron runtime 2.26.42 of $IMAGE; launch an AMI with a driver below 2.29 (dlami_parameter, ami_id)"
+fi
+
+run_step install-tools
+command -v docker >/dev/null || apt_install docker.io
+if ! command -v haproxy >/dev/null; then
+  apt_install haproxy
+  # Debian's and Ubuntu's haproxy package writes /var/log/haproxy.log through the rsyslog rule
+  # it installs (/etc/rsyslog.d/49-haproxy.conf), which rsyslog reads only when it starts.
+  systemctl try-restart rsyslog
+fi
+systemctl enable --now docker
+
+run_step pull-image
+image=$IMAGE
+delay=10
+for attempt in $(seq 5); do
+  if docker pull "$image"; then break; fi
+  [ "$attempt" -lt 5 ] || die "could not pull $image after 5 attempts"
+  log "pull failed (attempt $attempt of 5); retrying in ${delay}s"
+  sleep "$delay"
+  delay=$((delay * 2))
+done
+
+run_step export-model
+"$R/opt/neuron-serving/bin/export-model"
+
+run_step start-replicas
+units=()
+# Rows of replicas.table: replica index, host port, Neuron devices, settings of its own; those
+# whose value is the replica's name come from the loop. replica.env has the settings all share.
+while read -r -a row; do
+  i=${row[0]}
+  put "/etc/neuron-serving/replica-$i.conf" 644 <<CONF
+DEVICES="${row[2]//,/ }"
+PORT=${row[1]}
+ENV_FILE=/etc/neuron-serving/replica-$i.env
+CONF
+  { cat "$R/etc/neuron-serving/replica.env"; printf '%s\n' "${row[@]:3}" NEURON_PROCESS_TAG=replica-"$i"; } |
+    put "/etc/neuron-serving/replica-$i.env" 644
+  units+=("neuron-replica@$i")
+done <"$R/etc/neuron-serving/replicas.table"
+systemctl daemon-reload
+for unit in "${units[@]}"; do systemctl enable --now "$unit"; done
+
+run_step router
+haproxy -c -f "$R/etc/haproxy/haproxy.cfg.new"
+mv -f "$R/etc/haproxy/haproxy.cfg.new" "$R/etc/haproxy/haproxy.cfg"
+systemctl enable haproxy neuron-serving-interruption
+systemctl restart haproxy
+# From now on a Spot interruption notice or a rebalance recommendation drains the host
+# (watch-interruption): the router serves, so there is something to drain.
+systemctl start neuron-serving-interruption
+
+run_step wait-ready
+# wait-ready reports each replica that serves, then that all do; a failure is this script's to report.
+"$bin/wait-ready" | tee -a "$logs/ready.log" || die "$(tail -n 1 "$logs/ready.log")"
+signal SUCCESS "$INSTANCE_ID"
+log "boot complete: 3 replicas behind the router on port 8080"
+# ==> /opt/neuron-serving/bin/check-export <==
+#!/usr/bin/env python3
+# check-export DIR: exits 0 when DIR is an export the plan's replicas can load, else prints why
+# (its last line names the first problem) and exits 1. A replica that finds a wrong degree, shape
+# or dtype fails to load, or, without the weights, downloads the checkpoint at every start.
+# What an export holds is the serving image's optimum-neuron's to say (see
+# neuron_serving.plan.engines, Engine.export_expectations).
+import json
+import sys
+from pathlib import Path
+
+EXPECT = json.loads('{"config": "neuron_config.json", "fields": {"batch_size": 4, "sequence_length": 4096, "torch_dtype": "bfloat16", "tp_degree": 4}, "files": ["config.json", "neuron_config.json", "model.pt", "tokenizer_config.json", "checkpoint/weights/tp0_sharded_checkpoint.safetensors", "checkpoint/weights/tp1_sharded_checkpoint.safetensors", "checkpoint/weights/tp2_sharded_checkpoint.safetensors", "checkpoint/weights/tp3_sharded_checkpoint.safetensors"]}')
+# Fields compared by a rule of their own (neuron_serving.plan.engines.base.SAME_RELEASE): "release"
+# accepts any PEP 440 local label, the part of a version after "+" that the Neuron pip repository's
+# builds carry.
+RULES = EXPECT.get("compare", {})
+
+
+def matches(key: str, found: object, wanted: object) -> bool:
+    if RULES.get(key) == "release":
+        return isinstance(found, str) and found.partition("+")[0] == str(wanted).partition("+")[0]
+    return found == wanted
+
+
+def problems(export: Path) -> list[str]:
+    missing = [name for name in EXPECT["files"] if not (export / name).is_file()]
+    if missing:
+        return [f"{export} lacks {', '.join(missing)}"]
+    try:
+        config = json.loads((export / EXPECT["config"]).read_text())
+    except (OSError, ValueError) as error:
+        return [f"{export}/{EXPECT['config']} cannot be read: {error}"]
+    return [f"{export}/{EXPECT['config']} has {key} {config.get(key)!r}, the plan {value!r}"
+            for key, value in EXPECT["fields"].items() if not matches(key, config.get(key), value)]
+
+
+found = problems(Path(sys.argv[1]))
+for line in found:
+    print(f"check-export: {line}")
+sys.exit(1 if found else 0)
+# ==> /opt/neuron-serving/bin/export-model <==
+#!/bin/bash
+# Exports (compiles) the model once, inside the serving image so the compiler is the one
+# TGI runs. Called by the boot script and by each neuron-replica@ unit: the lock serializes them; the
+# marker, written last, makes later calls no-ops; an export without it is redone. An export is
+# marked complete only once check-export has found the plan's degree, shapes, dtype and the
+# weights in it, and a complete one that no longer passes is redone.
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+# IMAGE, and PREBUILT or CACHE_BUCKET and CACHE_PREFIX, and COMPILE_CACHE, from the stack.
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+key=v4-tgi-llama-3-1-8b-instruct-tp4-b4-s4096-bf16-91286ce23eb3f332
+exports=$R/var/lib/neuron-serving/exports
+final=$exports/$key
+marker=$final/.neuron-serving-complete
+check=$R/opt/neuron-serving/bin/check-export
+log=$R/var/log/neuron-serving/export.log
+mkdir -p "$exports" "${log%/*}"
+exec 9>"$exports/.lock"
+flock 9
+if [ -f "$marker" ] && "$check" "$final" >>"$log" 2>&1; then echo "export-model: $final is complete"; exit 0; fi
+rm -rf "$final.tmp" "$final" "$final.src"
+mkdir "$final.tmp"
+# A failed boot reports the last line of the log: the compiler's error, or one of these.
+fail() { echo "export-model: $*" | tee -a "$log" >&2; exit 1; }
+finish() {
+  "$check" "$final.tmp" >>"$log" 2>&1 || fail "$(tail -n 1 "$log")"
+  mv "$final.tmp" "$final"
+  echo "$1 at $(date -u +%FT%TZ)" >"$marker"
+  echo "export-model: $final is complete"
+}
+# hub REPO ARGS...: huggingface-cli download inside the serving image, into the exports
+# directory, with the token; besides it only the compiler may reach the Hub (its cache).
+# Tags the instance with the phase, once it is known that the export is downloaded after all, or
+# made here after all (report-phase).
+report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
+# --max-workers files at once instead of the client's 8 (neuron_serving.plan.transfer).
+hub() {
+  retry docker run --rm --entrypoint huggingface-cli -v "$exports:/models" "$IMAGE" \
+    download --max-workers 16 "$@"
+}
+# retry COMMAND...: a download, tried 5 times with waits of 10, 20, 40... s between, as
+# the image pull is: one reset connection must not fail the boot. The client retries neither the first
+# call of a download (huggingface_hub v0.34.4 src/huggingface_hub/hf_api.py model_info, one GET) nor
+# a failed request for a file (file_download.py _request_wrapper: HTTP 429 only). Each try goes on
+# from the last one, which deletes nothing: huggingface-cli download into the same --local-dir skips
+# the files whose etag matches its metadata in .cache/huggingface/download/ (file_download.py
+# _hf_hub_download_to_local_dir) and resumes <file>.<etag>.incomplete with a Range request, or with
+# hf_transfer on (the TGI image) starts that file over (_download_to_tmp_and_move); aws s3 sync
+# copies only what is missing or differs in size or time (aws/aws-cli 1.45.55
+# awscli/customizations/s3/syncstrategy/base.py, SizeAndLastModifiedSync).
+retry() {
+  delay=10
+  for attempt in $(seq 5); do
+    "$@" >>"$log" 2>&1 && return
+    [ "$attempt" -lt 5 ] || return
+    echo "export-model: download failed (attempt $attempt of 5); retrying in ${delay}s" | tee -a "$log"
+    sleep "$delay"
+    delay=$((delay * 2))
+  done
+}
+# optimum-neuron writes the weights into an export made from a local directory only (from a Hub
+# id, each replica would download the checkpoint at every start): the checkpoint's files that
+# the export needs are downloaded first.
+model=meta-llama/Llama-3.1-8B-Instruct
+echo "export-model: downloading $model into $final.src; output in $log"
+report download-checkpoint "$model"
+hub "$model" --local-dir "/models/$key.src" \
+  --include config.json generation_config.json 'model*.safetensors' model.safetensors.index.json tokenizer.json tokenizer_config.json special_tokens_map.json tokenizer.model --exclude 'original/*' ||
+  fail "could not download $model after 5 attempts"
+compgen -G "$final.src/*.safetensors" >/dev/null || fail "$model has no safetensors weights"
+# The compiler sees the devices of one replica, as each replica does. The arguments are the
+# engine's (neuron_serving.plan.engines, Engine.export_arguments).
+args=()
+for d in $(seq 0 1); do args+=(--device "/dev/neuron$d"); done
+# optimum-neuron compiles inside hub_neuronx_cache, whose proxy fetches each graph that the Hub cache
+# repository CUSTOM_CACHE_REPO holds instead of compiling it (optimum/neuron/cache/hub_cache.py,
+# CompileCacheHfProxy.exists and download_file; utils/cache_utils.py get_hf_hub_cache_repo: at
+# v0.3.0 and v0.4.5). Offline, the proxy cannot be made ("Bypassing Hub cache") and all compiles.
+args+=(-e CUSTOM_CACHE_REPO=aws-neuron/optimum-neuron-cache)
+echo "export-model: exporting into $final; output in $log"
+report export-model "compiling"
+if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -v "$exports:/models" "$IMAGE" \
+  export neuron --model "/models/$key.src" --task text-generation --batch_size 4 --sequence_length 4096 --num_cores 4 --auto_cast_type bf16 "/models/$key.tmp" >>"$log" 2>&1; then
+  tail -n 20 "$log" >&2
+  echo "export-model: export failed; see $log" >&2
+  exit 1
+fi
+rm -rf "$final.src"
+finish "exported"
+# ==> /opt/neuron-serving/bin/report-phase <==
+#!/bin/bash
+# report-phase PHASE [DETAIL]: tells the operator where the boot is, as four tags on this
+# instance (neuron_serving.plan.phases), which `neuron-serving status` reads with
+# ec2:DescribeInstances: the phase, when it began (UTC), the detail and how long each phase the
+# host has finished took. One CreateTags call; the host's role may tag this instance only, and
+# with these four keys only.
+# report-phase --end: the boot ends without one of the phases that end it (ready, failed, warmed), such
+# as a builder's or a boot that checks no readiness: it ends the phase it is in.
+# Entering a new phase ends the one before: its seconds go to /var/log/neuron-serving/phases.tsv. A phase that
+# ends a boot, and --end, then put each phase finished since the last such report as the
+# CloudWatch metric BootPhaseSeconds (not on this host: it has no monitoring).
+# It never fails, so that reporting never stops a boot: a refused or failed call is logged (on
+# stderr: boot.log, or ready.log under neuron-serving-ready.service). Before the metadata step
+# has written host.env (the region and the instance id), it only records and logs.
+R=${NEURON_SERVING_ROOT:-}
+phases=$R/var/log/neuron-serving/phases.tsv
+running=$phases.running
+mkdir -p "${phases%/*}"
+now=$(date -u +%FT%TZ)
+# Seconds since the kernel started, with two decimals, unmoved by clock adjustments (proc(5),
+# /proc/uptime), and a new random id at each start (proc(5), /proc/sys/kernel/random/boot_id): a
+# phase begun before the instance stopped or rebooted has no end this start can measure.
+read -r up _ </proc/uptime
+up=$((10#${up/./}))
+boot=$(cat /proc/sys/kernel/random/boot_id)
+ended=
+if IFS=$'\t' read -r was began at on 2>/dev/null <"$running" && [ "$was" != "$1" ]; then
+  if [ "$on" = "$boot" ]; then
+    printf '%s\t%s\t%s\t%s\n' "$was" "$began" "$now" $(((up - at + 50) / 100)) >>"$phases"
+    ended=1
+  fi
+  rm -f "$running"
+fi
+case $1 in
+  --end | ready | failed | warmed) ;;
+  *) [ -f "$running" ] || printf '%s\t%s\t%s\t%s\n' "$1" "$now" "$up" "$boot" >"$running" ;;
+esac
+host=$R/etc/neuron-serving/host.env
+[ -f "$host" ] || { echo "report-phase: $1 not reported: no host.env yet" >&2; exit 0; }
+# REGION and INSTANCE_ID, from the boot script's metadata step.
+# shellcheck source=/dev/null
+. "$host"
+# Each phase's seconds, all its times added up (export-model is entered again to compile once
+# the checkpoint is downloaded), in the order first entered: as many pairs as fit in a tag.
+seconds=$(awk -F '\t' -v limit=256 '!($1 in s) {order[n++] = $1} {s[$1] += $4}
+  END {for (i = 0; i < n; i++) {p = order[i] "=" s[order[i]]; if (length(v) + length(p) + (i > 0) > limit) break
+    v = v (i ? " " : "") p}; print v}' "$phases" 2>/dev/null)
+# A tag value holds at most 256 letters, digits, spaces and + - = . _ : / @ (EC2 user
+# guide, "Tag restrictions"): any other character becomes a space. None of those needs quoting
+# in JSON. The phase names are the scripts' own (neuron_serving.plan.phases.PHASES).
+tag() { printf '{"Key":"%s","Value":"%s"},' "$@"; }
+tags=
+if [ "$1" != --end ]; then
+  detail=$(printf %s "${2:-}" | LC_ALL=C tr -cs 'A-Za-z0-9 +=._:/@-' ' ' | head -c 256)
+  detail=${detail% }
+  tags=$(tag neuron-serving:phase "$1" neuron-serving:phase-since "$now" neuron-serving:detail "$detail")
+elif [ -z "$ended" ]; then
+  # The boot ended in a phase that ends it: nothing is left to tell.
+  exit 0
+fi
+tags+=$(tag neuron-serving:phase-seconds "$seconds")
+# Short timeouts: an EC2 endpoint out of reach must not hold the boot up for minutes per phase.
+aws ec2 create-tags --cli-connect-timeout 10 --cli-read-timeout 20 --region "$REGION" --resources "$INSTANCE_ID" \
+  --tags "[${tags%,}]" >/dev/null || echo "report-phase: $1 not reported (exit $?)" >&2
+exit 0
+# ==> /opt/neuron-serving/bin/run-replica <==
+#!/bin/bash
+# Runs TGI replica $1 for neuron-replica@$1.service. Only its own Neuron devices (never --privileged),
+# so replicas cannot touch each other's cores; its port on loopback, for the router only. It
+# serves the local export, which holds the weights: no Hub access and no token.
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+i=${1:?usage: run-replica INDEX}
+key=v4-tgi-llama-3-1-8b-instruct-tp4-b4-s4096-bf16-91286ce23eb3f332
+# IMAGE, from the stack.
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/replica-$i.conf"
+args=()
+for d in $DEVICES; do args+=(--device "/dev/neuron$d"); done
+exec docker run --rm --name "replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:80" \
+  -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" "$IMAGE"
+# ==> /opt/neuron-serving/bin/wait-ready <==
+#!/bin/bash
+# Waits until every replica serves (/health answers 200, then a one-token generation does),
+# then the router (/health); loading the model onto the NeuronCores takes minutes. Exits 1 with
+# a line that starts with the name of the first that did not in time: a failed boot reports its
+# first 64 characters. NEURON_SERVING_READY_SECONDS overrides the limit (tests, a quick check).
+# Reports "<n> of <N> ready" as each replica serves, then ready (report-phase). With --report
+# (neuron-serving-ready.service, after a start from the warm pool or a reboot) it also reports
+# entering the phase and failing it, which the boot script does otherwise.
+set -euo pipefail
+R=${NEURON_SERVING_ROOT:-}
+limit=${NEURON_SERVING_READY_SECONDS:-1380}
+report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
+own=${1:-}
+fail() { echo "$1"; [ -z "$own" ] || report failed "wait-ready: $1"; exit 1; }
+ready() {
+  curl -fsS -m 10 -o /dev/null "$1/health" && { [ -z "${2:-}" ] || curl -fsS -m 60 -o /dev/null \
+    -H 'Content-Type: application/json' -d '{"inputs": "ping", "parameters": {"max_new_tokens": 1}}' "$1/generate"; }
+}
+confs=("$R"/etc/neuron-serving/replica-*.conf)
+total=${#confs[@]} n=0
+[ -z "$own" ] || report wait-ready "0 of $total ready"
+for conf in "${confs[@]}" router; do
+  name=${conf##*/} port=8080 generate=
+  [ "$name" = router ] || name=${name%.conf} port=$(sed -n 's/^PORT=//p' "$conf") generate=1
+  until ready "http://127.0.0.1:$port" $generate; do
+    [ "$SECONDS" -lt "$limit" ] || fail "$name not ready in ${limit}s (port $port)"
+    sleep 10
+  done
+  echo "$name (port $port) ready"
+  [ "$name" = router ] || { n=$((n + 1)); report wait-ready "$n of $total ready"; }
+done
+report ready "$total of $total ready"
+# ==> /opt/neuron-serving/bin/watch-interruption <==
+<left out>

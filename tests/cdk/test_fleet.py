@@ -409,3 +409,30 @@ def test_a_boot_script_alone_names_boot_timeout_with_the_settings_range():
     with pytest.raises(ServingConfigError, match=r"^boot_timeout \('900 minutes'\) must be 1 to 720 minutes "
                                                  r"\(CloudFormation waits at most 12 hours for signals\)$"):
         NeuronBootScript(stack, "Boot", plan=plan, boot_timeout=Duration.minutes(900))
+
+
+def test_a_spot_fleet_drains_its_hosts_which_may_ask_only_their_own_named_group_to_replace_them(synth):
+    template = synth(fleet="asg", min_capacity="1", max_capacity="3", spot_percent="50")
+    boot_script = template.stack.boot_script
+    assert boot_script.options.interruptions is True
+    name = _group(template)[1]["Properties"]["AutoScalingGroupName"]
+    assert name == boot_script.group_name
+    (leave,) = [s for s in template.host_statements()
+                if s["Action"] == "autoscaling:TerminateInstanceInAutoScalingGroup"]
+    assert f"autoScalingGroupName/{name}" in json.dumps(leave["Resource"])
+    assert "/opt/neuron-serving/bin/watch-interruption" in boot_script.boot.files
+
+
+def test_an_on_demand_fleet_has_no_interruption_watcher_nor_the_right_to_leave_its_group(synth):
+    template = synth(fleet="asg", min_capacity="1", max_capacity="3")
+    assert template.stack.boot_script.options.interruptions is False
+    assert "AutoScalingGroupName" not in _group(template)[1]["Properties"]
+    assert not [s for s in template.host_statements()
+                if "autoscaling:TerminateInstanceInAutoScalingGroup" in json.dumps(s["Action"])]
+
+
+def test_interruptions_need_the_groups_name() -> None:
+    stack = Stack(App(), "Spot")
+    plan = plan_serving(ServingRequest("meta-llama/Llama-3.2-1B-Instruct", "inf2.xlarge"))
+    with pytest.raises(ServingConfigError, match="group_name"):
+        NeuronBootScript(stack, "Boot", plan=plan, interruptions=True)

@@ -92,6 +92,14 @@ class NeuronBootScript(Construct):
     :param load_balancer_authentication: with ``api_keys_secret``, the routers also accept the
         requests the load balancer signed in (OIDC), which it sends without an ``Authorization``
         header. Default: false.
+    :param interruptions: drain each host on a Spot interruption notice or a rebalance recommendation
+        (``BootOptions.interruptions``): its router's health check fails within 2 s while every request
+        is still served, and the host asks its Auto Scaling group to replace it. :meth:`grant_boot` grants
+        ``autoscaling:TerminateInstanceInAutoScalingGroup`` on the group ``group_name`` names, and only
+        there. Default: false.
+    :param group_name: the name of the Auto Scaling group the hosts run in, fixed before the group
+        exists (the fleet takes it as its group's name), with ``interruptions``. Default: the warm pool
+        hook's group, else none.
     :param root_volume_throughput: the throughput of the host's gp3 root volume, in MiB/s (125 to
         2,000), which the launch template provisions: the replicas read the model's weights from
         it, and ``wait-ready``'s limit and the boot timeout's estimate allow for reading them at
@@ -128,8 +136,20 @@ class NeuronBootScript(Construct):
         monitoring: NeuronServingMonitoring | None = None,
         api_keys_secret: secretsmanager.ISecret | None = None,
         load_balancer_authentication: bool = False,
+        interruptions: bool = False,
+        group_name: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.interruptions = interruptions
+        self.group_name: str | None = group_name or (warm_pool_hook.group_name if warm_pool_hook else None)
+        """The Auto Scaling group's fixed name, when the hosts act on their group (interruptions, a warm pool)."""
+        if interruptions and self.group_name is None:
+            raise ServingConfigError([problem(
+                "group_name", None, "is needed with interruptions: a draining host asks its Auto Scaling group to "
+                "replace it, and its role may do that on that group only, named before it exists")])
+        if (warm_pool_hook is not None and group_name is not None and group_name != warm_pool_hook.group_name):
+            raise ServingConfigError([problem(
+                "group_name", group_name, f"must be the warm pool hook's group ({warm_pool_hook.group_name})")])
         self.plan = plan
         self.layouts: tuple[ServingPlan, ...] = (
             fleet_layouts(plan, instance_types) if instance_types is not None else (plan,))
@@ -172,6 +192,7 @@ class NeuronBootScript(Construct):
             # A waiting host gives up with its boot, whose estimate includes the builder's export.
             export_wait_minutes=int(self.boot_timeout.to_minutes()),
             ready_seconds=self.ready_seconds,
+            interruptions=interruptions,
         )
         self.boot: HostBoot = render_fleet_boot(self.layouts, self.spec, self.options)
         """The host's files (the bundle) and the stack's values."""
@@ -295,6 +316,8 @@ class NeuronBootScript(Construct):
             )
         if reports_phases(self.spec, self.options):
             self._grant_phase_tags(grantee)
+        if self.interruptions and self.group_name is not None:
+            self._grant_leave_group(grantee, self.group_name)
         if self.warm_pool_hook is not None:
             iam.Grant.add_to_principal(
                 grantee=grantee,
@@ -314,6 +337,22 @@ class NeuronBootScript(Construct):
                         f"autoScalingGroup:*:autoScalingGroupName/{self.warm_pool_hook.group_name}"),
                 "the group's id is assigned at creation; the resource names the one group by name",
             )
+
+    def _grant_leave_group(self, grantee: iam.IGrantable, group_name: str) -> None:
+        """``autoscaling:TerminateInstanceInAutoScalingGroup`` on the one group, for a draining host
+        (``watch-interruption``): the action's resource is the group (Service Authorization Reference,
+        Amazon EC2 Auto Scaling), whose id is assigned at creation, so its ARN names it by name."""
+        stack = Stack.of(self)
+        iam.Grant.add_to_principal(
+            grantee=grantee, actions=["autoscaling:TerminateInstanceInAutoScalingGroup"],
+            resource_arns=[stack.format_arn(
+                service="autoscaling", resource="autoScalingGroup",
+                resource_name=f"*:autoScalingGroupName/{group_name}", arn_format=ArnFormat.COLON_RESOURCE_NAME)],
+        )
+        _acknowledge_prefix(
+            stack, nag_arn(stack, "autoscaling", f"autoScalingGroup:*:autoScalingGroupName/{group_name}"),
+            "the group's id is assigned at creation; the resource names the one group by name",
+        )
 
     def _grant_pull(self, grantee: iam.IGrantable, registry: EcrRegistry) -> None:
         """Pull the image from ``registry``: a token for docker (``ecr:GetAuthorizationToken``, which

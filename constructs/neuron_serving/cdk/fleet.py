@@ -171,9 +171,9 @@ class NeuronServingFleet(Construct):
                 else (min_capacity if on_demand_base_capacity is None else on_demand_base_capacity) * unit,
             ) if mixed else None,
             capacity_rebalance=True if spot_percent > 0 else None,
-            # The boot script completes the warm pool's lifecycle hook on this group by name, so
-            # the name must be known before the group exists.
-            auto_scaling_group_name=hook.group_name if hook else None,
+            # The boot script completes the warm pool's lifecycle hook on this group, or a draining host
+            # asks it to replace it, by name: the name must be known before the group exists.
+            auto_scaling_group_name=boot_script.group_name,
             min_capacity=units[0],
             max_capacity=units[1],
             desired_capacity=units[2],

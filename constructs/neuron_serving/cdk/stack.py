@@ -161,6 +161,9 @@ class NeuronLlamaStack(Stack):
                 if settings.warm_pool
                 else None
             ),
+            # Spot hosts drain on an interruption notice or a rebalance recommendation.
+            interruptions=fleet and settings.spot_percent > 0,
+            group_name=f"{self.stack_name}-{FLEET_ID}" if fleet and settings.spot_percent > 0 else None,
             boot_timeout=(
                 Duration.minutes(settings.boot_timeout_minutes)
                 if settings.boot_timeout_minutes is not None

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.cdk.conftest import SNAPSHOT_CONFIGS, assemblies
+from tests.cdk.conftest import assemblies
 from tests.harness.userdata import publish_bundle
 from tests.twin.conftest import World, failure_report, request
 
@@ -103,22 +103,6 @@ def test_a_fleet_host_publishes_its_export_and_the_next_host_downloads_it_withou
     compiled = [r for r in world.engines[1].records if r.get("kind") == "request"
                 and "optimum-cli" in json.dumps((r.get("body") or {}).get("Entrypoint"))]
     assert compiled == []
-
-
-def test_a_host_of_the_fleets_second_type_lays_out_its_own_replicas_and_serves(world: World) -> None:
-    # The synthesized fleet of inf2.24xlarge (6 replicas) and inf2.8xlarge (1): this host is the second,
-    # as its instance metadata says, and serves the same export with one replica.
-    launch, _, plan = user_data(SNAPSHOT_CONFIGS["fleet_capacity"])
-    assert len(plan.replicas) == 6
-    stage(world, launch)
-    twin, _, image = boot(world, launch, plan, instance_type="inf2.8xlarge", devices=1)
-    assert twin.wait_boot_script(timeout=300) == "done", failure_report(twin)
-    assert signals(world)[-1] == ("SUCCESS", twin.instance_id)
-    assert sorted(image.serving) == ["replica-0"]
-    serves(plan.router_port)
-    config = twin.path("/etc/haproxy/haproxy.cfg").read_text()
-    assert config.count("    server replica-") == 1
-    assert not twin.path("/etc/neuron-serving/layouts").exists()
 
 
 def test_the_builder_exports_for_a_host_too_small_to_compile_which_then_serves(world: World) -> None:

@@ -1,8 +1,10 @@
-"""A Spot host of a synthesized stack (``spot_percent``) booted on the host twin (tests/twin/host.py) and
-told by its metadata service that it will be interrupted: its router, the real HAProxy under systemd,
-fails the load balancer's health check within 2 s (and the watcher's poll) while the generation in
-flight finishes; the host asks its group to replace it and reports the phase ``draining``. The
-rebalance recommendation is shown on the simulated host (tests/boot/test_boot_interruption.py)."""
+"""A Spot host of a synthesized fleet of two instance types (the ``fleet_capacity`` template: inf2.24xlarge
+and inf2.8xlarge, ``spot_percent`` 50) booted on the host twin (tests/twin/host.py) as the second type: it
+lays out that type's one replica, as its metadata service names the type. Then told by that service that
+it will be interrupted: its router, the real HAProxy under systemd, fails the load balancer's health check
+within 2 s (and the watcher's poll) while the generation in flight finishes; the host asks its group to
+replace it and reports the phase ``draining``. The rebalance recommendation is shown on the simulated host
+(tests/boot/test_boot_interruption.py). One boot shows both, as each twin boot costs a minute and more."""
 
 from __future__ import annotations
 
@@ -12,17 +14,23 @@ import time
 from typing import Any
 
 from neuron_serving.plan.phases import DRAINING, PHASE_TAG
+from tests.cdk.conftest import SNAPSHOT_CONFIGS
 from tests.twin.conftest import World, failure_report, request
-from tests.twin.test_twin_boot import FLEET, boot, serves, stage, user_data
-
-SPOT = {**FLEET, "spot_percent": "50"}
+from tests.twin.test_twin_boot import boot, serves, signals, stage, user_data
 
 
-def test_a_spot_host_told_of_its_interruption_drains_and_asks_its_group_to_replace_it(world: World) -> None:
-    launch, _, plan = user_data(SPOT)
+def test_a_spot_host_of_the_second_type_serves_its_own_layout_then_drains_on_its_interruption(world: World) -> None:
+    launch, _, plan = user_data(SNAPSHOT_CONFIGS["fleet_capacity"])
+    # The template's layout is planned on its first type, inf2.24xlarge: six replicas.
+    assert plan.instance.name == "inf2.24xlarge" and len(plan.replicas) == 6
     stage(world, launch)
-    twin, imds, image = boot(world, launch, plan)
+    twin, imds, image = boot(world, launch, plan, instance_type="inf2.8xlarge", devices=1)
     assert twin.wait_boot_script(timeout=300) == "done", failure_report(twin)
+    assert signals(world)[-1] == ("SUCCESS", twin.instance_id)
+    # This host is an inf2.8xlarge: one replica on its one device, behind a router of one server.
+    assert sorted(image.serving) == ["replica-0"]
+    assert twin.path("/etc/haproxy/haproxy.cfg").read_text().count("    server replica-") == 1
+    assert not twin.path("/etc/neuron-serving/layouts").exists()
     port = plan.router_port
     serves(port)
     assert twin.run("systemctl", "is-active", "neuron-serving-interruption").stdout.strip() == "active"

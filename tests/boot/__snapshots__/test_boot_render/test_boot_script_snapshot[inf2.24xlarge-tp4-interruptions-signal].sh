@@ -35,7 +35,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"522f57858eacc007541d5a5dd09efba62b256d4349c42f7e26b877398fda7ea3  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"b6a15f87c0bc89225f24a91d3470b290aa644c4151cba46e6a8d9fa7a0130285  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -189,7 +189,13 @@ imds=$(curl -sSf -m 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' http
 md() { curl -sSf -m 5 -H "X-aws-ec2-metadata-token: $imds" "http://169.254.169.254/latest/meta-data/$1"; }
 REGION=$(md placement/region)
 INSTANCE_ID=$(md instance-id)
-printf 'REGION=%s\nINSTANCE_ID=%s\n' "$REGION" "$INSTANCE_ID" | put /etc/neuron-serving/host.env 644
+# What the metrics count the host by ("Instance metadata categories", EC2 user guide: instance-type,
+# placement/availability-zone, instance-life-cycle); never worth failing a boot for.
+INSTANCE_TYPE=$(md instance-type) || INSTANCE_TYPE=
+AVAILABILITY_ZONE=$(md placement/availability-zone) || AVAILABILITY_ZONE=
+CAPACITY=$(md instance-life-cycle) || CAPACITY=
+printf '%s=%s\n' REGION "$REGION" INSTANCE_ID "$INSTANCE_ID" INSTANCE_TYPE "$INSTANCE_TYPE" \
+  AVAILABILITY_ZONE "$AVAILABILITY_ZONE" CAPACITY "$CAPACITY" | put /etc/neuron-serving/host.env 644
 
 run_step check-devices
 neuron-ls || log "neuron-ls failed (exit $?)"

@@ -52,6 +52,7 @@ READY = "neuron-serving-ready.service"
 METRICS = "neuron-serving-metrics.service"
 API_KEYS = "neuron-serving-api-keys.service"
 API_KEYS_TIMER = "neuron-serving-api-keys.timer"
+INTERRUPTION = "neuron-serving-interruption.service"
 
 HOST_UNITS = {
     "docker.service": "[Service]\nExecStart=/usr/bin/env true\n",
@@ -114,12 +115,13 @@ def expected_units(config: str) -> set[str]:
     options = OPTION_CONFIGS[config][1] if config in OPTION_CONFIGS else {}
     return {REPLICA} | ({READY} if "warm_pool_hook" in options else set()) | (
         {METRICS} if "monitoring" in options else set()) | (
-        {API_KEYS, API_KEYS_TIMER} if "api_keys_secret" in options else set())
+        {API_KEYS, API_KEYS_TIMER} if "api_keys_secret" in options else set()) | (
+        {INTERRUPTION} if options.get("interruptions") else set())
 
 
 def test_the_configurations_cover_every_unit_the_boot_writes() -> None:
     assert set().union(*map(expected_units, [*CONFIGS, *OPTION_CONFIGS])) == {
-        REPLICA, READY, METRICS, API_KEYS, API_KEYS_TIMER}
+        REPLICA, READY, METRICS, API_KEYS, API_KEYS_TIMER, INTERRUPTION}
 
 
 @pytest.mark.parametrize("config", [*CONFIGS, *OPTION_CONFIGS])

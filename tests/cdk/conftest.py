@@ -4,6 +4,7 @@ Each configuration is synthesized once per test session."""
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
 import json
 from collections.abc import Callable
@@ -42,6 +43,22 @@ SNAPSHOT_CONFIGS: dict[str, dict[str, Any]] = {
                         "warm_pool": "true", "instance_type": "trn1.32xlarge",
                         "model_id": "meta-llama/Llama-3.1-8B-Instruct", "tensor_parallel": "8", "batch_size": "16"},
 }
+
+BLOCK = "cr-0123456789abcdef0"
+RESERVATION_GROUP = "arn:aws:resource-groups:us-east-1:111122223333:group/neuron"
+BLOCK_END = (dt.datetime.now(dt.UTC) + dt.timedelta(days=7)).replace(hour=11, minute=30, second=0, microsecond=0)
+"""A Capacity Block's end a week ahead (settings refuse one that ends within the hour)."""
+
+CAPACITY_CONFIGS: dict[str, dict[str, Any]] = {
+    "capacity_block": {"fleet": "asg", "instance_type": "trn1.32xlarge", "model_id": "llama-3.1-8b",
+                       "tensor_parallel": "8", "capacity_block": BLOCK, "capacity_block_zone": "us-east-1b",
+                       "capacity_block_end": BLOCK_END.strftime("%Y-%m-%dT%H:%MZ"),
+                       "availability_zones": "us-east-1a,us-east-1b"},
+    "reservations_only": {"fleet": "asg", "capacity_reservation_preference": "capacity-reservations-only",
+                          "capacity_reservations": f"{BLOCK},{RESERVATION_GROUP}"},
+}
+"""Where a fleet's hosts come from, beyond the snapshot set's fleet_capacity: linted and scanned, not
+snapshotted (the block's end moves with the day)."""
 
 
 class Synth:

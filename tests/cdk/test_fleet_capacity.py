@@ -21,11 +21,7 @@ from neuron_serving import (
 from neuron_serving.cdk.fleet import CapacityBlock
 from neuron_serving.plan import ServingRequest, plan_serving
 
-from .conftest import SNAPSHOT_CONFIGS, synthesize, synthesized
-
-BLOCK = "cr-0123456789abcdef0"
-BLOCK_END = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=7)).replace(
-    hour=11, minute=30, second=0, microsecond=0)
+from .conftest import BLOCK, BLOCK_END, CAPACITY_CONFIGS, RESERVATION_GROUP, SNAPSHOT_CONFIGS, synthesized
 
 
 def _group(synth):
@@ -57,9 +53,8 @@ def test_spot_has_an_on_demand_base_of_min_capacity_and_capacity_optimized_prior
 
 
 def test_capacity_reservations_by_id_and_group_with_the_preference():
-    group_arn = "arn:aws:resource-groups:us-east-1:111122223333:group/neuron"
-    properties = _group(synthesize({"fleet": "asg", "capacity_reservations": f"{BLOCK},{group_arn}",
-                                    "capacity_reservation_preference": "capacity-reservations-only"}))["Properties"]
+    group_arn = RESERVATION_GROUP
+    properties = _group(synthesized(**CAPACITY_CONFIGS["reservations_only"]))["Properties"]
     assert properties["CapacityReservationSpecification"] == {
         "CapacityReservationPreference": "capacity-reservations-only",
         "CapacityReservationTarget": {"CapacityReservationIds": [BLOCK],
@@ -75,10 +70,7 @@ def test_a_single_type_fleet_keeps_counting_hosts_from_the_launch_template():
 
 
 def test_a_capacity_block_launches_into_the_block_in_its_zone_and_scales_to_zero_an_hour_before_it_ends():
-    end = BLOCK_END.strftime("%Y-%m-%dT%H:%MZ")
-    synth = synthesize({"fleet": "asg", "instance_type": "trn1.32xlarge", "model_id": "llama-3.1-8b",
-                        "tensor_parallel": "8", "capacity_block": BLOCK, "capacity_block_zone": "us-east-1b",
-                        "capacity_block_end": end, "availability_zones": "us-east-1a,us-east-1b"})
+    synth = synthesized(**CAPACITY_CONFIGS["capacity_block"])
     data = synth.only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
     assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
     assert data["CapacityReservationSpecification"] == {"CapacityReservationTarget": {"CapacityReservationId": BLOCK}}

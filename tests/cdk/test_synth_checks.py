@@ -12,7 +12,7 @@ from syrupy.extensions.json import JSONSnapshotExtension
 
 from neuron_serving.settings import PRESETS
 
-from .conftest import CERTIFICATE, SNAPSHOT_CONFIGS, synthesize, synthesized
+from .conftest import CAPACITY_CONFIGS, CERTIFICATE, SNAPSHOT_CONFIGS, synthesize, synthesized
 from .test_stack_settings import ORG
 
 CHECKOV = Path(__file__).resolve().parents[2] / ".tools" / "checkov" / "bin" / "checkov"
@@ -33,6 +33,7 @@ LINTED_CONFIGS = {
     "internal_api_keys_prebuilt": {"api_keys": "true", "prebuilt_export": "s3://team-exports/llama3-8b/tp2",
                                    "hf_token_secret": "hf/token"},
     "organisation": ORG,
+    **CAPACITY_CONFIGS,
     **{f"preset_{name}": {"preset": name} for name in PRESETS},
 }
 """Every configuration the gates scan: the snapshot set, the internet-facing ones, and the rest of

@@ -354,6 +354,13 @@ class NeuronLlamaStack(Stack):
                  "reach it and protect nothing"),
             ):
                 skip_checkov(handler, check, reason)
+        if self.settings.availability_zones:
+            # cfn-lint warns on every subnet of a named zone (W3010, "Avoid hardcoding availability zones"):
+            # these are the zones the user chose, for the types they offer or a Capacity Block's zone.
+            for subnet in [*vpc.public_subnets, *vpc.private_subnets]:
+                cfn_subnet = subnet.node.default_child
+                assert isinstance(cfn_subnet, CfnResource)
+                cfn_subnet.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3010"]}})
         return vpc
 
     def _outputs(self) -> None:

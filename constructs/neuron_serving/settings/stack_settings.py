@@ -325,9 +325,11 @@ class StackSettings:
 
     # The fleet
     fleet: str = setting("instance", """`instance` (one EC2 instance) or `asg` (an Auto Scaling fleet over the
-        private subnets of both AZs).""", check=_choice(*FLEET_KINDS))
-    min_capacity: int = setting(limits.DEFAULT_MIN_CAPACITY, "Fleet size, lowest (`fleet=asg` only).")
-    max_capacity: int = setting(limits.DEFAULT_MAX_CAPACITY, "Fleet size, highest (`fleet=asg` only).")
+        private subnets of every zone of the VPC: two, or `availability_zones`).""", check=_choice(*FLEET_KINDS))
+    min_capacity: int = setting(limits.DEFAULT_MIN_CAPACITY, """Fleet size, lowest (`fleet=asg` only), in hosts of
+        `instance_type` (with several `instance_types`, those hosts' replicas, whatever types hold them).""")
+    max_capacity: int = setting(limits.DEFAULT_MAX_CAPACITY, """Fleet size, highest (`fleet=asg` only), in hosts
+        of `instance_type`, as `min_capacity`.""")
     desired_capacity: int | None = setting(None, "Fleet size at creation (`fleet=asg` only).",
                                            shown="`min_capacity`")
     target_in_flight_requests: float | None = setting(None, """The average in-flight requests per replica

@@ -54,7 +54,10 @@ def test_a_spot_host_of_the_second_type_serves_its_own_layout_then_drains_on_its
         assert time.monotonic() - noticed < 10, failure_report(twin)
         time.sleep(0.05)
     took = time.monotonic() - noticed
-    assert took < 2.0 + 1.0, f"/health answered 503 {took:.1f} s after the notice (budget: 2 s + the 1 s poll)"
+    # The budget: the router stops taking new requests within 2 s of the notice (the watcher polls
+    # every second, then one runtime API command).
+    print(f"/health answered 503 {took:.2f} s after the notice")
+    assert took < 2.0, f"/health answered 503 {took:.1f} s after the notice (budget: 2 s)"
     # A request that still arrives before the load balancer deregisters the host is served.
     serves(port)
     in_flight.join(timeout=60)

@@ -173,3 +173,20 @@ def test_the_dashboard_shows_the_hosts_by_type_zone_and_capacity_and_the_capacit
         assert (f"SEARCH('{{NeuronServing,Service,{dimension}}} MetricName=\\\"Hosts\\\" "
                 "Service=\\\"NeuronLlamaStack\\\"', 'Sum', 60)") in body
     assert "Hosts by instance type" in body and "Capacity not launched" in body
+
+
+def test_the_dashboard_counts_the_instances_in_each_reservation_and_block_from_ec2s_own_metric():
+    def widget(synth):
+        [dashboard] = synth.resources("AWS::CloudWatch::Dashboard").values()
+        body = "".join(part if isinstance(part, str) else "{}" for part in
+                       dashboard["Properties"]["DashboardBody"]["Fn::Join"][1])
+        return body
+    reserved = widget(synthesized(**SNAPSHOT_CONFIGS["fleet_capacity"]))
+    assert ('["AWS/EC2CapacityReservations","UsedInstanceCount","CapacityReservationId","cr-0123456789abcdef0",'
+            '{"label":"cr-0123456789abcdef0","stat":"Maximum"}]') in reserved
+    assert "Instances in the capacity reservations" in widget(synthesized(**CAPACITY_CONFIGS["capacity_block"]))
+    # A resource group's reservations are known at launch only: every reservation of the account.
+    assert ("SEARCH('{AWS/EC2CapacityReservations,CapacityReservationId} MetricName=\\\"UsedInstanceCount\\\"', "
+            "'Maximum', 300)") in widget(synthesized(**CAPACITY_CONFIGS["reservations_only"]))
+    assert "Instances in the capacity reservations" not in widget(synthesized(fleet="asg", min_capacity="2",
+                                                                              max_capacity="4"))

@@ -43,6 +43,7 @@ AWS_METRICS = {
     ("AWS/AutoScaling", "GroupDesiredCapacity", ("AutoScalingGroupName",)),
     ("AWS/AutoScaling", "GroupInServiceCapacity", ("AutoScalingGroupName",)),
     ("AWS/AutoScaling", "GroupPendingCapacity", ("AutoScalingGroupName",)),
+    ("AWS/EC2CapacityReservations", "UsedInstanceCount", ("CapacityReservationId",)),
 }
 """What AWS publishes that we use, with its dimensions (ALB and Auto Scaling documentation)."""
 

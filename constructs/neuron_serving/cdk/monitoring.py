@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aws_cdk import Aws, CfnOutput, Duration, Stack, Token
@@ -263,6 +264,7 @@ class NeuronServingMonitoring(Construct):
         target_group: elbv2.IApplicationTargetGroup,
         desired_capacity: cloudwatch.IMetric | None = None,
         launch_shortfall: cloudwatch.IMetric | None = None,
+        capacity_reservations: Sequence[str] = (),
         boot_minutes: int = 45,
         api_keys: bool = False,
     ) -> None:
@@ -276,6 +278,9 @@ class NeuronServingMonitoring(Construct):
         :param launch_shortfall: an Auto Scaling group's capacity wanted but neither in service nor launching
             (``NeuronServingFleet.metric_launch_shortfall``); with it, an alarm fires when the group has failed
             to launch for :data:`CANNOT_LAUNCH_MINUTES` minutes, and the dashboard shows it.
+        :param capacity_reservations: the Capacity Reservations (ids, or resource groups' ARNs) and Capacity
+            Block the hosts launch into: the dashboard shows how many instances run in each, from EC2's own
+            ``UsedInstanceCount``.
         :param boot_minutes: how long a host takes to serve once launched: "no healthy hosts"
             waits this long so that a scale-out from zero does not page.
         :param api_keys: the hosts' boot script has ``api_keys_secret``: the dashboard also shows
@@ -286,7 +291,7 @@ class NeuronServingMonitoring(Construct):
         self._check_published(engine)
         self._serving_row(plan, engine, api_keys=api_keys)
         self._neuron_row()
-        self._host_row(launch_shortfall)
+        self._host_row(launch_shortfall, capacity_reservations)
         self._boot_row()
         self._alarms(endpoint_load_balancer, target_group, desired_capacity, boot_minutes)
         if launch_shortfall is not None:
@@ -407,7 +412,7 @@ class NeuronServingMonitoring(Construct):
             ]),
         )
 
-    def _host_row(self, launch_shortfall: cloudwatch.IMetric | None) -> None:
+    def _host_row(self, launch_shortfall: cloudwatch.IMetric | None, reservations: Sequence[str]) -> None:
         self._row(
             "## Hosts\nWhich hosts the fleet got, by instance type, zone and purchasing option (on-demand or spot), "
             "as each counts itself each minute"
@@ -418,6 +423,8 @@ class NeuronServingMonitoring(Construct):
             *(_graph(f"Hosts by {title}", [self.hosts_by(dimension)])
               for title, dimension in (("instance type", INSTANCE_TYPE), ("zone", ZONE), ("capacity", CAPACITY))),
             *([_graph("Capacity not launched", [launch_shortfall])] if launch_shortfall is not None else []),
+            *([_graph("Instances in the capacity reservations", _reservation_metrics(reservations))]
+              if reservations else []),
             *(
                 _graph(f"{title} (%)", [
                     self.metric(name, statistic="Maximum", label="highest host"),
@@ -534,6 +541,26 @@ _LOG_DESCRIPTIONS = {
     "metrics": "the hosts' embedded-metric-format records",
 }
 
+
+def _reservation_metrics(reservations: Sequence[str]) -> list[cloudwatch.IMetric]:
+    """How many instances run in each Capacity Reservation (a Capacity Block is one): EC2 publishes
+    ``UsedInstanceCount`` in ``AWS/EC2CapacityReservations`` by ``CapacityReservationId`` every five minutes
+    (Amazon EC2 User Guide, "Monitor Capacity Reservations using CloudWatch metrics"). A resource group's
+    reservations are known only at launch: every reservation of the account, by a SEARCH."""
+    ids = [r for r in reservations if r.startswith("cr-")]
+    metrics: list[cloudwatch.IMetric] = [
+        cloudwatch.Metric(namespace=RESERVATION_NAMESPACE, metric_name="UsedInstanceCount", statistic="Maximum",
+                          dimensions_map={"CapacityReservationId": r}, period=FIVE_MINUTES, label=r)
+        for r in ids]
+    if len(ids) < len(reservations):
+        metrics.append(cloudwatch.MathExpression(
+            expression=(f"SEARCH('{{{RESERVATION_NAMESPACE},CapacityReservationId}} MetricName=\"UsedInstanceCount\"', "
+                        "'Maximum', 300)"),
+            using_metrics={}, label="", period=FIVE_MINUTES))
+    return metrics
+
+
+RESERVATION_NAMESPACE = "AWS/EC2CapacityReservations"
 
 CANNOT_LAUNCH_MINUTES = 10
 """How long a fleet's shortfall must last (in 8 of its minutes: a retried launch is pending for a while) before

@@ -257,6 +257,8 @@ class NeuronLlamaStack(Stack):
             target_group=self.endpoint.target_group,
             desired_capacity=self.fleet.metric_desired_capacity() if self.fleet is not None else None,
             launch_shortfall=self.fleet.metric_launch_shortfall() if self.fleet is not None else None,
+            capacity_reservations=(*settings.capacity_reservations,
+                                   *([settings.capacity_block] if settings.capacity_block else [])),
             boot_minutes=boot_minutes(self.plan, throughput=self.boot_script.root_volume.throughput, exports=False),
             api_keys=self.api_keys_secret is not None,
         )

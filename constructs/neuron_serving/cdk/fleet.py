@@ -159,7 +159,7 @@ class NeuronServingFleet(Construct):
             vpc_subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
                                               availability_zones=[capacity_block.zone])
         # Creation waits for the fewest hosts that hold the minimum (each host signals once).
-        heaviest = max(self.weights.values()) if self.weights else 1
+        fewest_hosts = -(-units[0] // max(self.weights.values())) if self.weights else None
         self.auto_scaling_group = autoscaling.AutoScalingGroup(
             self,
             "Group",
@@ -182,12 +182,12 @@ class NeuronServingFleet(Construct):
                 additional_types=[autoscaling.AdditionalHealthCheckType.ELB],
                 grace_period=health_check_grace or timeout,
             ),
-            signals=(autoscaling.Signals.wait_for_count(-(-units[0] // heaviest), timeout=timeout) if self.weights
+            signals=(autoscaling.Signals.wait_for_count(fewest_hosts, timeout=timeout) if fewest_hosts is not None
                      else autoscaling.Signals.wait_for_min_capacity(timeout=timeout)),
             update_policy=autoscaling.UpdatePolicy.rolling_update(
                 max_batch_size=1,
                 min_instances_in_service=(
-                    max(-(-units[0] // heaviest) - 1, 0) if self.weights else _from_min_capacity(
+                    max(fewest_hosts - 1, 0) if fewest_hosts is not None else _from_min_capacity(
                         self, min_capacity, less=1, at_least=0,
                         why="a rolling update keeps min_capacity - 1 hosts in service")),
                 wait_on_resource_signals=True,

@@ -542,6 +542,10 @@ _LOG_DESCRIPTIONS = {
 }
 
 
+RESERVATION_NAMESPACE = "AWS/EC2CapacityReservations"
+"""EC2's own Capacity Reservation metrics."""
+
+
 def _reservation_metrics(reservations: Sequence[str]) -> list[cloudwatch.IMetric]:
     """How many instances run in each Capacity Reservation (a Capacity Block is one): EC2 publishes
     ``UsedInstanceCount`` in ``AWS/EC2CapacityReservations`` by ``CapacityReservationId`` every five minutes
@@ -559,8 +563,6 @@ def _reservation_metrics(reservations: Sequence[str]) -> list[cloudwatch.IMetric
             using_metrics={}, label="", period=FIVE_MINUTES))
     return metrics
 
-
-RESERVATION_NAMESPACE = "AWS/EC2CapacityReservations"
 
 CANNOT_LAUNCH_MINUTES = 10
 """How long a fleet's shortfall must last (in 8 of its minutes: a retried launch is pending for a while) before

@@ -165,7 +165,7 @@ class NeuronArtifactCache(Construct):
         # bucket, and with 403 AccessDenied otherwise (S3 API reference, HeadObject and GetObject,
         # "Permissions": https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html, as
         # https://docs.aws.amazon.com/sdk-for-kotlin/api/latest/s3/aws.sdk.kotlin.services.s3/head-object.html
-        # prints it). What S3 then weighs is the HEAD's own request: it has no prefix parameter, and
+        # prints it). S3 can weigh only the HEAD's own request, which has no prefix parameter, and
         # s3:prefix is a condition key of ListBucket only (the Service Authorization Reference, as
         # parliament 1.6.4's copy shows: tests/cdk/test_compile_cache.py), so a listing conditioned
         # on s3:prefix is false for it (IAM user guide, "IAM JSON policy elements: Condition": a key
@@ -182,7 +182,8 @@ class NeuronArtifactCache(Construct):
         # v0.3.0 and v0.4.5 optimum/neuron/cache/hub_cache.py CompileCacheHfProxy.exists; v0.3.0
         # optimum/neuron/models/inference/backend/cache.py generate_neff_with_cache;
         # aws-neuron/neuronx-distributed v2.26.0 src/neuronx_distributed/trace/model_builder.py
-        # submit_compilation_job_with_cache, TypeError only), so a 403 it raises fails the export.
+        # submit_compilation_job_with_cache, TypeError only), so a 403 it raises fails the export
+        # (tests/harness/test_compile_cache.py runs both optimum-neuron versions into one).
         grantee.grant_principal.add_to_principal_policy(
             iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn])
         )

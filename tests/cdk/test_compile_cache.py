@@ -13,10 +13,24 @@ from neuron_serving import ServingConfigError, StackSettings
 from neuron_serving.cdk.artifact_cache import COMPILE_CACHE_ACTIONS, COMPILE_CACHE_PREFIX
 from neuron_serving.plan.host import PUBLIC_HUB_CACHE
 
+from .conftest import service_authorization_reference
+
 
 def _compile_cache_statements(template) -> list[dict]:
     return [s for s in template.host_statements()
             if COMPILE_CACHE_PREFIX in json.dumps(s.get("Resource")) + json.dumps(s.get("Condition"))]
+
+
+def _cache_bucket(template) -> dict:
+    """The artifact cache's bucket ARN, as the template names it."""
+    (bucket,) = [k for k in template.resources("AWS::S3::Bucket") if k.startswith("ArtifactCache")]
+    return {"Fn::GetAtt": [bucket, "Arn"]}
+
+
+def _bucket_listings(template) -> list[dict]:
+    """The host's statements on listing the artifact cache's bucket."""
+    return [s for s in template.host_statements()
+            if s["Action"] == "s3:ListBucket" and s["Resource"] == _cache_bucket(template)]
 
 
 def test_by_default_the_export_uses_the_public_hub_cache_and_the_buckets_compile_cache(synth):
@@ -27,11 +41,41 @@ def test_by_default_the_export_uses_the_public_hub_cache_and_the_buckets_compile
     # The bucket's name is filled in at deploy: the URL is in the launch template's metadata.
     (launch,) = template.resources("AWS::EC2::LaunchTemplate").values()
     assert "COMPILE_CACHE='s3://" in json.dumps(launch["Metadata"])
-    objects, listing = _compile_cache_statements(template)
+    (objects,) = _compile_cache_statements(template)
     assert objects["Action"] == sorted(COMPILE_CACHE_ACTIONS) and objects["Effect"] == "Allow"
     assert objects["Resource"]["Fn::Join"][1][1] == f"/{COMPILE_CACHE_PREFIX}/*"
-    assert listing["Action"] == "s3:ListBucket"
-    assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"{COMPILE_CACHE_PREFIX}/*"]}}
+
+
+def test_a_graph_the_compile_cache_lacks_is_a_404_as_the_host_may_list_the_whole_bucket(synth):
+    # S3 answers a HEAD or GET of a missing key with 404 only to a caller that may list the bucket,
+    # and with 403 otherwise (S3 API reference, HeadObject and GetObject, "Permissions").
+    template = synth()
+    assert {"Action": "s3:ListBucket", "Effect": "Allow", "Resource": _cache_bucket(template)} in (
+        _bucket_listings(template))
+
+
+def test_the_hosts_listing_holds_for_a_head_of_a_graph_which_carries_no_prefix(synth):
+    # Whether a HEAD of a missing key may list the bucket is decided on the HEAD's own request, which
+    # has the condition keys of s3:GetObject (the action a HEAD needs) and the global ones, never
+    # s3:prefix: that is a key of ListBucket alone, in parliament's copy of AWS's Service
+    # Authorization Reference. A condition on a key the request lacks is false (IAM user guide,
+    # "IAM JSON policy elements: Condition").
+    privileges = service_authorization_reference()
+    head_keys = {key for kind in privileges["s3:GetObject"]["resource_types"] for key in kind["condition_keys"]}
+    assert "s3:prefix" not in head_keys
+    assert "s3:prefix" in {key for kind in privileges["s3:ListBucket"]["resource_types"]
+                           for key in kind["condition_keys"]}
+    holding = [s for s in _bucket_listings(synth()) if s["Effect"] == "Allow"
+               and all(key.startswith("aws:") or key in head_keys
+                       for operator in s.get("Condition", {}).values() for key in operator)]
+    assert holding != []
+
+
+def test_without_the_compile_cache_the_host_lists_only_the_exports_prefix(synth):
+    template = synth(compile_cache="false", boot_disk_minutes="10")  # as the test below
+    assert _bucket_listings(template) == [{"Action": "s3:ListBucket", "Effect": "Allow",
+                                           "Resource": _cache_bucket(template),
+                                           "Condition": {"StringLike": {"s3:prefix": ["exports/*"]}}}]
 
 
 def test_without_the_compile_cache_the_host_gets_neither_its_url_nor_its_grant(synth):

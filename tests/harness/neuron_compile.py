@@ -32,7 +32,10 @@ What each imitates, and from where it is known:
     context": "we still need to use the hub_neuronx_cache context to patch the libneuronxla create_compile_cache
     method"). Here the function is looked up in its module at call time, so the patch is what it gets.
   ``CompileCacheS3`` keeps its objects in a local directory (``--s3-root``), and records every call with its
-  ``s3://`` URL.
+  ``s3://`` URL. With ``--s3-denies-misses`` its lookup of a key it lacks raises what boto3's ``head_object``
+  raises when S3 answers 403 (botocore's ClientError message: "An error occurred (403) when calling the
+  HeadObject operation: Forbidden"), as S3 answers a role that may not list the bucket: what the real client
+  does with that 403 is not public, so this is how code above it fares if the client lets it through.
 - ``torch_neuronx.xla_impl.trace`` (``HloArtifacts``, ``NeffArtifacts``, ``setup_compiler_dirs``, ``hlo_compile``,
   ``generate_neff``): the functions optimum-neuron v0.3.0's ``neff_cache`` imports and patches
   (optimum/neuron/models/inference/backend/cache.py). ``hlo_compile`` is the compiler invocation: it is recorded and
@@ -83,9 +86,10 @@ def get_hash_module(hlo_module: Any, flags: str | None) -> str:
 
 
 class Recorder:
-    def __init__(self, s3_root: str | None) -> None:
+    def __init__(self, s3_root: str | None, s3_denies_misses: bool = False) -> None:
         self.data: dict[str, Any] = {"events": [], "lookups": [], "fetches": [], "compilations": [], "uploads": []}
         self.s3_root = s3_root
+        self.s3_denies_misses = s3_denies_misses
         self.graph: str | None = None
 
     def event(self, cache: str, op: str, target: str, **more: Any) -> None:
@@ -193,11 +197,21 @@ class CompileCacheFs(CompileCache):
             os.remove(self._local(path))
 
 
+class S3AccessDenied(Exception):
+    """botocore's ClientError for a 403 of HeadObject, by its message (the tool venvs have no botocore)."""
+
+
 class CompileCacheS3(CompileCacheFs):
     """An S3 cache whose objects are files below ``--s3-root`` (``s3://b/p/k`` is ``<root>/b/p/k``); its events
     name the ``s3://`` URL."""
 
     cache_type = "s3"
+
+    def exists(self, path: str) -> bool:
+        if REC.s3_denies_misses and not os.path.exists(self._local(path)):
+            REC.event(self.cache_type, "exists", self._name(path), result=403)
+            raise S3AccessDenied("An error occurred (403) when calling the HeadObject operation: Forbidden")
+        return super().exists(path)
 
     def _local(self, path: str) -> str:
         if REC.s3_root is None:
@@ -431,12 +445,12 @@ class _LogCapture(logging.Handler):
 
 
 def install(stub_module: Callable[[str], types.ModuleType], *, compile_through: str, traced: Callable[[], Any],
-            s3_root: str | None, scratch: str) -> dict[str, Any]:
+            s3_root: str | None, scratch: str, s3_denies_misses: bool = False) -> dict[str, Any]:
     """Puts the imitations in ``sys.modules`` (before optimum-neuron imports them) and returns the recording.
 
     ``stub_module(name)`` makes a stub module (the runners' SDK stubs), so that names not imitated stay stubs."""
     global REC
-    REC = Recorder(s3_root)
+    REC = Recorder(s3_root, s3_denies_misses)
     os.environ["NEURON_COMPILE_IMITATION_WORKDIR"] = scratch
     ModelBuilder.compile_through = compile_through
     ModelBuilder.traced = traced

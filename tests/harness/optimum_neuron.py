@@ -588,6 +588,8 @@ def add_compile_cache_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run the real export and Hub cache over the imitated compile path (neuron_compile.py)")
     parser.add_argument("--local-cache", help="the directory standing for /var/tmp/neuron-compile-cache")
     parser.add_argument("--s3-root", help="the directory holding the S3 compile cache's objects (s3://b/k is b/k)")
+    parser.add_argument("--s3-denies-misses", action="store_true",
+                        help="the S3 compile cache's lookup of a key it lacks raises HeadObject's 403")
     parser.add_argument("--scratch", help="the compiler's working files (default: a new temporary directory)")
 
 
@@ -598,7 +600,8 @@ def compile_cache_options(ns: argparse.Namespace) -> dict[str, Any] | None:
 
     if ns.local_cache:
         _neuron_compile().DEFAULT_CACHE_DIR = ns.local_cache
-    return {"s3_root": ns.s3_root, "scratch": ns.scratch or tempfile.mkdtemp(prefix="nxd-scratch-")}
+    return {"s3_root": ns.s3_root, "scratch": ns.scratch or tempfile.mkdtemp(prefix="nxd-scratch-"),
+            "s3_denies_misses": ns.s3_denies_misses}
 
 
 def main(args: list[str] | None = None) -> int:

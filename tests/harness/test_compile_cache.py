@@ -89,7 +89,8 @@ def tools(name: str) -> Version:
     return version
 
 
-def export(name: str, tmp: Path, env: dict[str, str], s3_root: Path | None = None) -> Scenario:
+def export(name: str, tmp: Path, env: dict[str, str], s3_root: Path | None = None,
+           s3_denies_misses: bool = False) -> Scenario:
     """One export of the tiny llama, as the engine issues it (degree 2, batch 4, sequence 4096), in the runner's
     --compile-cache mode; ``env`` is the container's environment."""
     version = tools(name)
@@ -102,6 +103,7 @@ def export(name: str, tmp: Path, env: dict[str, str], s3_root: Path | None = Non
     local = tmp / "var-tmp-neuron-compile-cache"
     cmd = [str(version.python), str(version.runner), *version.devices, "--compile-cache", "--local-cache", str(local),
            "--scratch", str(tmp / "scratch"), *(["--s3-root", str(s3_root)] if s3_root else []),
+           *(["--s3-denies-misses"] if s3_denies_misses else []),
            "--json", json.dumps(argv)]
     clean = {k: v for k, v in os.environ.items()
              if k not in CLIENT_ENV_REMOVE and not k.startswith(("HF_", "HUGGING", "NEURON_", "VLLM_"))
@@ -113,8 +115,9 @@ def export(name: str, tmp: Path, env: dict[str, str], s3_root: Path | None = Non
 
 
 def run_against(hub: FakeHub, name: str, tmp: Path, *, token: str | None = None, s3_root: Path | None = None,
-                **env: str) -> Scenario:
-    scenario = export(name, tmp, {**hub.client_env(tmp / "hf-home", token=token), **env}, s3_root)
+                s3_denies_misses: bool = False, **env: str) -> Scenario:
+    scenario = export(name, tmp, {**hub.client_env(tmp / "hf-home", token=token), **env}, s3_root,
+                      s3_denies_misses)
     return Scenario(scenario.result, hub.requests, scenario.local_cache)
 
 
@@ -260,6 +263,25 @@ def test_an_s3_compile_cache_is_consulted_before_the_hub_and_its_graph_is_not_fe
         ("exists", s3_neff, True), ("exists", s3_neff, True), ("download_file", s3_neff, None)]
     assert [r for r in private_s3.requests if private_s3.path(in_s3) in r.path] == []
     assert private_s3.compiled() == []
+
+
+def test_an_error_from_the_s3_compile_caches_lookup_ends_the_export_before_any_graph_compiles(
+    version: str, tmp_path: Path,
+) -> None:
+    # Neither optimum-neuron catches an error from its default cache's lookup (v0.3.0 and v0.4.5
+    # optimum/neuron/cache/hub_cache.py CompileCacheHfProxy.exists, v0.3.0 backend/cache.py generate_neff_with_cache),
+    # so if libneuronxla's S3 client lets a 403 through, the export ends: why the host may list the bucket, which
+    # makes a miss a 404 (tests/cdk/test_compile_cache.py).
+    with FakeHub([hub_cache_repo(PUBLIC)]) as hub:
+        scenario = run_against(hub, version, tmp_path, s3_root=tmp_path / "s3", s3_denies_misses=True,
+                               NEURON_COMPILE_CACHE_URL=S3_CACHE)
+    assert scenario.result["exit_code"] != 0
+    # The runners report the export's exception: 0.3.0's as optimum-cli's subprocess printed it, 0.4.5's in-process.
+    assert scenario.result["exporter_error" if version == "0.3.0" else "error"] == (
+        "neuron_compile.S3AccessDenied: An error occurred (403) when calling the HeadObject operation: Forbidden")
+    (lookup,) = [e for e in scenario.cache["events"] if e["op"] == "exists"]
+    assert (lookup["cache"], lookup["target"].startswith(f"{S3_CACHE}/"), lookup["result"]) == ("s3", True, 403)
+    assert scenario.compiled() == []
 
 
 def offline(name: str, tmp: Path) -> Scenario:

@@ -20,7 +20,9 @@ directory per graph below ``neuronxcc-<compiler version>/``, as the public Hub c
 COMPILE_CACHE_ACTIONS = ["s3:GetObject", "s3:PutObject"]
 """What a host may do to objects below the compile cache prefix: the compiler's cache reads a graph
 it finds and writes one it compiled (libneuronxla's ``CompileCacheS3``, whose source is not public:
-the actions are those of a cache that never deletes, and a denied call makes the export compile)."""
+the actions are those of a cache that never deletes). What it does with a denied call cannot be read,
+and nothing above it catches an error (:meth:`NeuronArtifactCache.grant_compile_cache`), so the
+export may fail on one: a miss is made a 404 by the listing grant."""
 
 COMPLETE_MARKER = "COMPLETE"
 """The name of the completion marker of each key: ``exports/<key>/COMPLETE``
@@ -143,23 +145,47 @@ class NeuronArtifactCache(Construct):
 
     def grant_compile_cache(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let ``grantee`` read and add compiled graphs below :attr:`compile_cache_uri`, and list
-        only that prefix.
+        the bucket, so that a graph the cache lacks is a 404 and not a 403.
 
         A graph one host compiled is loaded by the exports of every other: like the first export
         of a key (see the class), a host compromised before it compiles can leave a graph that
         others use. Turn the cache off (``NeuronBootScript(compile_cache=False)``) where hosts
-        must not trust each other's compilers."""
+        must not trust each other's compilers.
+
+        The listing is of the whole bucket: the names of its keys, never their contents. This
+        construct writes only below ``exports/`` and ``compile-cache/``, which a host with
+        :meth:`grant_cache` may list anyway."""
         objects = iam.Grant.add_to_principal(
             grantee=grantee,
             actions=COMPILE_CACHE_ACTIONS,
             resource_arns=[self.bucket.arn_for_objects(f"{COMPILE_CACHE_PREFIX}/*")],
         )
+        # The compiler's cache looks each graph up by its key, and a miss must read as a miss.
+        # S3 answers a HEAD or GET of a missing key with 404 only to a caller that may list the
+        # bucket, and with 403 AccessDenied otherwise (S3 API reference, HeadObject and GetObject,
+        # "Permissions": https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html, as
+        # https://docs.aws.amazon.com/sdk-for-kotlin/api/latest/s3/aws.sdk.kotlin.services.s3/head-object.html
+        # prints it). S3 can weigh only the HEAD's own request, which has no prefix parameter, and
+        # s3:prefix is a condition key of ListBucket only (the Service Authorization Reference, as
+        # parliament 1.6.4's copy shows: tests/cdk/test_compile_cache.py), so a listing conditioned
+        # on s3:prefix is false for it (IAM user guide, "IAM JSON policy elements: Condition": a key
+        # absent from the request context matches no value) and a miss was a 403. A condition that
+        # holds without s3:prefix ("Null") also allows a ListObjects that names no prefix, the whole
+        # bucket, unless S3 sets the key empty there, which its documentation does not say; the other
+        # keys a HEAD carries (TLS version, signature, VPC endpoint) do not narrow what is listed. So:
+        # the bucket, unconditioned, as in AWS's own example, where that grant turns the same
+        # `aws s3 cp` of a missing key from 403 into 404 (re:Post, https://repost.aws/articles/
+        # ARotCurEfWTCm7CzGu4vs9lw, read in its Simplified Chinese copy). The compile cache's client is
+        # libneuronxla's CompileCacheS3, whose source is not public (its wheels are on AWS's Neuron
+        # pip repository only; PyPI's libneuronxla 1.0 is a placeholder that raises ImportError):
+        # what it does with a 403 cannot be read, and its callers catch nothing (optimum-neuron
+        # v0.3.0 and v0.4.5 optimum/neuron/cache/hub_cache.py CompileCacheHfProxy.exists; v0.3.0
+        # optimum/neuron/models/inference/backend/cache.py generate_neff_with_cache;
+        # aws-neuron/neuronx-distributed v2.26.0 src/neuronx_distributed/trace/model_builder.py
+        # submit_compilation_job_with_cache, TypeError only), so a 403 it raises fails the export
+        # (tests/harness/test_compile_cache.py runs both optimum-neuron versions into one).
         grantee.grant_principal.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["s3:ListBucket"],
-                resources=[self.bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{COMPILE_CACHE_PREFIX}/*"]}},
-            )
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn])
         )
         return objects
 

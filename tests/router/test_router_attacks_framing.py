@@ -168,8 +168,11 @@ def test_a_body_over_the_plans_limit_is_413_in_the_engines_shape_before_any_byte
 
 @pytest.mark.parametrize("length", [64 << 20, (1 << 32) + 1, (1 << 31) + 1, 10 ** 15],
                          ids=["64 MiB", "2^32 + 1", "2^31 + 1", "10^15"])
-def test_a_content_length_past_what_an_int_holds_is_413_too(router: Router, serving: Engine, length: int) -> None:
-    # A value that wraps in a 32-bit conversion must not pass as a small one.
+def test_a_content_length_of_64_mib_or_past_what_an_int_holds_is_413_too(
+    router: Router, serving: Engine, length: int,
+) -> None:
+    # 64 MiB passed before (issue 37); and a value that wraps in a 32-bit conversion must not pass
+    # as a small one.
     head = request("POST", route(serving), [*auth(), ("Content-Length", str(length))], length=False)
 
     response, _ = answer_and_close(router.port, head)

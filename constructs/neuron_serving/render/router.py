@@ -223,7 +223,12 @@ def render_router_config(
 
     ``GET`` or ``HEAD /health`` is answered by the router itself (200, or 503 when no replica
     serves); every other request is answered 404 unless its path is one of the engine's
-    ``api_routes``, and 405 unless its method is one that route is served with. A replica receives
+    ``api_routes``, and 405 unless its method is one that route is served with. Before the key
+    check, a request with a ``Transfer-Encoding`` (a chunked body, whose trailer fields no header
+    rule would see) is answered 411, one whose ``Content-Length`` exceeds
+    :func:`max_request_body_bytes` 413, and one with userinfo in its target or a folded header
+    line 400; the connection is closed after these answers, after a 401 and after ``/health``, so
+    that connections without a key hold no slot for long. A replica receives
     only the :data:`FORWARDED_HEADERS` and an ``X-Forwarded-For`` of the client the load balancer
     saw; a client never sees a replica's ``Server`` header. Every error the router answers itself
     is a JSON error in the engine's style (:meth:`Engine.error_body`), and the request log holds

@@ -196,6 +196,7 @@ FOLDS = {
     "space": b"Content-Type: application/json\r\n X-Api-Key: folded-secret",
     "tab": b"Content-Type: application/json\r\n\tX-Api-Key: folded-secret",
     "accept": b"Accept: */*\r\n X-Api-Key: folded-secret",
+    "after a bare LF": b"Content-Type: application/json\n X-Api-Key: folded-secret",
 }
 
 

@@ -42,8 +42,14 @@ so that the ALB (idle timeout at most the stream timeout) always closes it first
 ROUTER_USER = "haproxy"
 """The unprivileged user and group the Debian/Ubuntu ``haproxy`` package creates."""
 
-MIN_GLOBAL_MAXCONN = 4096
-"""Floor of the router's connection limit, whatever the plan: ALB connections are cheap."""
+MIN_API_MAXCONN = 8192
+"""Floor of the API frontend's connection limit, whatever the plan: above the ~4,300 connections
+held without a key that took every slot of the former 4,096 (issue 37), at about 33 kB each at
+most (HAProxy configuration manual 2.4, section 4.2, ``maxconn``): 270 MB."""
+
+METRICS_MAXCONN = 64
+"""The metrics frontend's own connections, beside the API frontend's: the monitoring agent's
+scrapes and an operator's stats page."""
 
 TEMPLATE = "haproxy.cfg.j2"
 
@@ -67,6 +73,41 @@ waiting for ``100 Continue`` before a long prompt's body would wait its own time
 UNAUTHORIZED = "Missing or unknown API key: send one Authorization header, Bearer <key>"
 HEALTH_UNAVAILABLE = "No replica of this host is serving"
 HEALTH_DRAINING = "This host is draining: it will be interrupted or replaced"
+LENGTH_REQUIRED = "Length required: send the request body with a Content-Length, not chunked"
+USERINFO = "Bad request: a target with userinfo (user:password@)"
+FOLDED_HEADER = "Bad request: a header line continued on the next line (obs-fold)"
+
+BYTES_PER_TOKEN = 128
+"""The most bytes of JSON one prompt token is taken to need, for the request body limit (see
+:func:`max_request_body_bytes`)."""
+
+BODY_OVERHEAD_BYTES = 64 * 1024
+"""Bytes of a request body besides its prompt: the generation parameters, stop sequences, the
+roles of chat messages."""
+
+
+def max_request_body_bytes(plan: ServingPlan) -> int:
+    """The largest request body the router forwards for ``plan``: its longest prompt in bytes of
+    JSON, plus room for the rest of the request.
+
+    The longest prompt the plan allows is ``plan.max_input_tokens`` tokens. A token of the
+    byte-level BPE vocabularies these models use is a few bytes of text (English averages about
+    four); JSON writes a byte as at most six characters (``\\u00XX``, for control characters), and a
+    prompt sent as token ids (vLLM's completions) takes at most eight bytes a token (six digits,
+    a comma, a space). :data:`BYTES_PER_TOKEN`, 128, covers tokens of 21 escaped bytes or of 128
+    plain ones; a chat message's own JSON (``{"role": "user", "content": ""}``, about 35 bytes)
+    comes with at least four tokens of the chat template, under 10 bytes a token. So a body over
+    ``max_input_tokens * 128 + 64 KiB`` holds more prompt than a replica accepts, and is refused
+    before any of it is read. (A completions request that batches several prompts in one body
+    counts them together: send them as separate requests, which the router spreads over the
+    replicas.)
+    """
+    return plan.max_input_tokens * BYTES_PER_TOKEN + BODY_OVERHEAD_BYTES
+
+
+def body_too_large_message(limit: int) -> str:
+    """What the router answers, with a 413, a request whose ``Content-Length`` exceeds ``limit``."""
+    return f"Payload too large: a request body may hold at most {limit} bytes, the longest prompt this server accepts"
 
 ROUTER_ERRORS: dict[int, str] = {
     400: "Bad request: not a valid HTTP/1.1 request",
@@ -182,7 +223,12 @@ def render_router_config(
 
     ``GET`` or ``HEAD /health`` is answered by the router itself (200, or 503 when no replica
     serves); every other request is answered 404 unless its path is one of the engine's
-    ``api_routes``, and 405 unless its method is one that route is served with. A replica receives
+    ``api_routes``, and 405 unless its method is one that route is served with. Before the key
+    check, a request with a ``Transfer-Encoding`` (a chunked body, whose trailer fields no header
+    rule would see) is answered 411, one whose ``Content-Length`` exceeds
+    :func:`max_request_body_bytes` 413, and one with userinfo in its target or a folded header
+    line 400; the connection is closed after these answers, after a 401 and after ``/health``, so
+    that connections without a key hold no slot for long. A replica receives
     only the :data:`FORWARDED_HEADERS` and an ``X-Forwarded-For`` of the client the load balancer
     saw; a client never sees a replica's ``Server`` header. Every error the router answers itself
     is a JSON error in the engine's style (:meth:`Engine.error_body`), and the request log holds
@@ -227,7 +273,14 @@ def render_router_config(
         router_port=plan.router_port,
         metrics_port=metrics_port,
         max_concurrent_per_replica=max_concurrent_per_replica,
-        global_maxconn=max(MIN_GLOBAL_MAXCONN, 2 * in_flight),
+        api_maxconn=max(MIN_API_MAXCONN, 2 * in_flight),
+        api_maxconn_floor=MIN_API_MAXCONN,
+        metrics_maxconn=METRICS_MAXCONN,
+        max_body_bytes=max_request_body_bytes(plan),
+        length_required=engine.error_body(411, LENGTH_REQUIRED),
+        body_too_large=engine.error_body(413, body_too_large_message(max_request_body_bytes(plan))),
+        userinfo=engine.error_body(400, USERINFO),
+        folded_header=engine.error_body(400, FOLDED_HEADER),
         check_inter_ms=health_check_interval_ms,
         check_fastinter_ms=health_check_interval_ms // 5,
         stream_timeout_s=STREAM_TIMEOUT_SECONDS,

@@ -91,15 +91,22 @@ class Tgi(Engine):
     # The TGI Neuron image listens on port 80 (its PORT default).
     container_port = 80
     max_concurrent_requests = MAX_CONCURRENT_REQUESTS
-    # text-generation-inference v3.3.5 router/src/server.rs: the routes of its OpenAPI document,
-    # with the method each is registered with (``.route("/generate", post(generate))``...). Its
-    # router is axum 0.7 (router/Cargo.toml), whose ``get`` also answers HEAD, without the body
-    # (docs.rs axum 0.7, axum::routing::method_routing::get).
+    # text-generation-inference v3.3.5 router/src/server.rs, ``run``: the routes clients use, with
+    # the method each is registered with (``.route("/generate", post(generate))``...). Its router is
+    # axum 0.7 (router/Cargo.toml), whose ``get`` also answers HEAD, without the body (docs.rs axum
+    # 0.7, axum::routing::method_routing::get). ``POST /`` is ``compat_generate``, where
+    # huggingface_hub's InferenceClient sends text_generation (a list of one GenerateResponse, or
+    # /generate_stream's events with ``"stream": true``); ``GET /v1/models`` is
+    # ``openai_get_model_info``, the OpenAI SDK's ``models.list()``. Of its other routes (``GET /``,
+    # /ping, /metrics, /tokenize, /chat_tokenize, /vertex, /invocations, /docs), none is served:
+    # docs/router.md says why, route by route.
     api_routes = MappingProxyType({
+        "/": ("POST",),
         "/generate": ("POST",),
         "/generate_stream": ("POST",),
         "/v1/chat/completions": ("POST",),
         "/v1/completions": ("POST",),
+        "/v1/models": ("GET", "HEAD"),
         "/info": ("GET", "HEAD"),
     })
     # router/src/server.rs at v3.3.5: GET /info answers the ``Info`` of router/src/lib.rs, whose

@@ -387,7 +387,8 @@ def test_every_built_in_error_page_is_the_engines_on_native_routes_and_openais_o
 
     for status, message in ROUTER_ERRORS.items():
         native, openai = serving.error_body(status, message), serving.route_error_body("/v1/models", status, message)
-        (line,) = [line.strip() for line in config.splitlines() if line.strip().startswith(f"http-error status {status} ")]
+        (line,) = [line.strip() for line in config.splitlines()
+                   if line.strip().startswith(f"http-error status {status} ")]
         chosen = re.fullmatch(r".* lf-string '%\[str\(\),concat\(,txn\.openai_route,\),length,bool,"
                               r"iif\(([A-Za-z0-9+/=]+),([A-Za-z0-9+/=]+)\),b64dec\]'", line)
         if native == openai:

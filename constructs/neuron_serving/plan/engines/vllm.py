@@ -17,7 +17,6 @@ from types import MappingProxyType
 from ..errors import ServingConfigError, problem
 from ..layout import Replica, ServingPlan
 from .base import (
-    openai_error_body,
     SAME_RELEASE,
     TORCH_DTYPES,
     Engine,
@@ -29,6 +28,7 @@ from .base import (
     SmokeRequest,
     export_files,
     openai_chat,
+    openai_error_body,
     shape_fields,
 )
 

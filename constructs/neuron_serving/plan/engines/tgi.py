@@ -82,8 +82,8 @@ def tgi_settings(plan: ServingPlan) -> dict[str, str]:
 
 
 class Tgi(Engine):
-    """TGI 3.3.5 Neuron: TGI's own API (``/generate``, ``/generate_stream``) and its
-    OpenAI-compatible ``/v1/chat/completions``."""
+    """TGI 3.3.5 Neuron: TGI's own API (``/``, ``/generate``, ``/generate_stream``, ``/info``) and
+    its OpenAI-compatible ``/v1/chat/completions``, ``/v1/completions`` and ``/v1/models``."""
 
     name = "tgi"
     title = "TGI"
@@ -133,7 +133,10 @@ class Tgi(Engine):
     def error_body(self, status: int, message: str) -> str:
         # text-generation-inference v3.3.5 router/src/lib.rs, ``ErrorResponse``: {error, error_type},
         # the type a snake_case word (router/src/infer/mod.rs, ``InferError::error_type``:
-        # "validation", "overloaded"...); here the status's phrase, such as "not_found".
+        # "validation", "overloaded"...); here the status's phrase, such as "not_found". The router
+        # answers TGI's native routes in it: huggingface_hub's InferenceClient (2.4.0,
+        # inference/_common.py, raise_text_generation_error) picks its exception by error_type and
+        # shows error (utils/_http.py, hf_raise_for_status, reads a string "error" as the message).
         kind = HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
         return json.dumps({"error": message, "error_type": kind}, separators=(",", ":"))
 

@@ -19,9 +19,17 @@
   with ``finish_reason``; with ``stream_options.include_usage``, one more chunk with no choices and
   the ``usage``. Other request fields (``ignore_eos``, ``stream_options.continuous_usage_stats``)
   are ignored, as TGI's serde structs ignore unknown fields. ``usage.prompt_tokens`` counts the
-  prompt's whitespace-separated words, standing in for the model's tokenizer. TGI serves
-  ``/v1/completions`` unstreamed too; this fake does not.
+  prompt's whitespace-separated words, standing in for the model's tokenizer. Unstreamed,
+  ``/v1/completions`` answers one ``CompletionFinal`` (``object: text_completion``, one choice with
+  ``text`` and ``finish_reason``, ``usage``; server.rs ``completions``, lib.rs ``Completion``).
+- ``POST /``: TGI's ``compat_generate`` (server.rs, lib.rs ``CompatGenerateRequest``: ``inputs``,
+  ``parameters``, ``stream`` false by default), where huggingface_hub's InferenceClient sends
+  ``text_generation``: unstreamed, /generate's answer wrapped in a list of one ("to match
+  api-inference"); with ``"stream": true``, /generate_stream's events.
 - ``GET /info``: TGI's ``Info`` (its ``model_id`` and a few other fields; router/src/lib.rs).
+- ``GET /v1/models``: ``openai_get_model_info`` (server.rs): a ``ModelsInfo`` ``{object: "list",
+  data}`` of one ``ModelInfo`` ``{id, object: "model", created: 0, owned_by}``, id and owner the
+  ``Info.model_id`` (lib.rs).
 - A route in ``failing`` answers 424 with TGI's ``ErrorResponse``, as TGI answers a generation
   error (router/src/server.rs at v3.3.5: ``InferError::GenerationError`` is FAILED_DEPENDENCY).
   Streamed on an OpenAI route, the error is an event of the 200 stream instead, then ``[DONE]``
@@ -123,6 +131,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"model_id": SERVED_MODEL, "model_sha": None, "model_pipeline_tag": "text-generation",
                                   "max_concurrent_requests": 128, "max_input_tokens": 3072,
                                   "max_total_tokens": 4096, "router": "text-generation-router", "version": "3.3.5"})
+        elif self.path == "/v1/models":
+            self._send_json(200, {"object": "list", "data": [
+                {"id": SERVED_MODEL, "object": "model", "created": 0, "owned_by": SERVED_MODEL}]})
         else:
             self._send_json(404, {"error": f"no route {self.path}"})
 
@@ -130,14 +141,10 @@ class _Handler(BaseHTTPRequestHandler):
         replica = self.server.replica
         body = self._read_json()
         tokens = _token_count(body)
-        if self.path not in ("/generate", "/generate_stream", *OPENAI_ROUTES):
+        if self.path not in ("/", "/generate", "/generate_stream", *OPENAI_ROUTES):
             self._send_json(404, {"error": f"no route {self.path}"})
             return
         openai_stream = self.path in OPENAI_ROUTES and body.get("stream") is True
-        if self.path == "/v1/completions" and not openai_stream:
-            self._send_json(422, {"error": "this fake serves /v1/completions streamed only",
-                                  "error_type": "validation"})
-            return
         if self.path in replica.failing:
             if openai_stream:
                 self._start_stream("text/event-stream", ("Cache-Control", "no-cache"))
@@ -151,23 +158,29 @@ class _Handler(BaseHTTPRequestHandler):
         replica._begin(Served("POST", self.path, time.monotonic(), received(self.headers)))
         parameters = body.get("parameters")
         details = isinstance(parameters, dict) and parameters.get("details") is True
-        if self.path == "/generate_stream":
+        if self.path == "/generate_stream" or (self.path == "/" and body.get("stream") is True):
             self._stream(tokens, replica.token_delay, details)
             return
         if openai_stream:
             self._stream_openai(body, replica.token_delay)
             return
-        if self.path == "/v1/chat/completions":
+        if self.path in OPENAI_ROUTES:
             tokens = _chat_token_count(body)
         time.sleep(tokens * replica.token_delay)
         # Done generating before the answer leaves: once the router has it, it may send the
         # next request at once, and that must not count as overlapping this one.
         replica._end(tokens)
         text = " ".join(_token(i) for i in range(tokens))
-        if self.path == "/generate":
-            self._send_json(200, {"generated_text": text, **({"details": {
+        if self.path in ("/", "/generate"):
+            generated = {"generated_text": text, **({"details": {
                 "finish_reason": "length", "generated_tokens": tokens, "seed": None, "prefill": [],
-                "tokens": []}} if details else {})})
+                "tokens": []}} if details else {})}
+            self._send_json(200, [generated] if self.path == "/" else generated)
+        elif self.path == "/v1/completions":
+            self._send_json(200, {"object": "text_completion", "id": "", "created": int(time.time()),
+                                  "model": SERVED_MODEL, "system_fingerprint": FINGERPRINT,
+                                  "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}],
+                                  "usage": _usage(body, tokens)})
         else:
             self._send_json(200, {"object": "chat.completion", "id": "", "created": int(time.time()),
                                   "model": SERVED_MODEL, "system_fingerprint": FINGERPRINT,
@@ -184,7 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
             return {}
         return value if isinstance(value, dict) else {}
 
-    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+    def _send_json(self, status: int, payload: dict[str, Any] | list[Any]) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

@@ -66,11 +66,15 @@ def test_health_is_public_and_every_non_api_route_is_404_even_with_a_key(secure_
     router = secure_router(ALICE)
 
     assert router.request("GET", "/health").status == 200
-    for path in ("/metrics", "/docs", "/api-doc/openapi.json", "/tokenize", "/", "/generate/../metrics",
-                 "/v1/chat%2Fcompletions"):
+    for path in ("/metrics", "/docs", "/api-doc/openapi.json", "/tokenize", "/ping", "/generate/../metrics"):
         resp = router.request("GET", path, headers=bearer(ALICE))
         assert (path, resp.status, json.loads(resp.body)) == (
             path, 404, {"error": not_found_message(engine("tgi")), "error_type": "not_found"})
+    # Under /v1/, the same 404 in OpenAI's shape, which OpenAI's clients read.
+    for path in ("/v1/chat%2Fcompletions", "/v1/embeddings"):
+        resp = router.request("GET", path, headers=bearer(ALICE))
+        assert (path, resp.status, json.loads(resp.body)) == (path, 404, {"error": {
+            "message": not_found_message(engine("tgi")), "type": "Not Found", "param": None, "code": 404}})
     # Without a key, the same paths say nothing about which routes exist.
     assert router.request("GET", "/metrics").status == 401
 

@@ -7,7 +7,9 @@ header, and no ``show errors`` on the runtime socket."""
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import socketserver
 import threading
 import time
@@ -69,12 +71,16 @@ def answer(port: int, data: bytes, timeout: float = 5.0) -> tuple[Message, bool]
         return got.responses[0], conn.is_closed_by_peer(timeout=1)
 
 
-def assert_engine_error(serving: Engine, response: Message, status: int, message: str | None = None) -> None:
-    """``response`` is a ``status`` answered by the router, with a JSON body in the engine's style
-    that carries ``message`` (default: the router's message for that status)."""
+def assert_engine_error(serving: Engine, response: Message, status: int, message: str | None = None,
+                        path: str | None = None) -> None:
+    """``response`` is a ``status`` answered by the router, with a JSON body that carries ``message``
+    (default: the router's message for that status): in the engine's style, or, given the request's
+    ``path``, in the style the router answers there (OpenAI's on ``/v1/...``)."""
     assert response.status == status, response
     assert response.header("content-type") == ["application/json"], response.headers
-    assert json.loads(response.body) == json.loads(serving.error_body(status, message or ROUTER_ERRORS[status]))
+    text = message or ROUTER_ERRORS[status]
+    expected = serving.error_body(status, text) if path is None else serving.route_error_body(path, status, text)
+    assert json.loads(response.body) == json.loads(expected)
 
 
 # --- 1. a key in the query string never reaches the log -------------------------------------------------------
@@ -376,12 +382,20 @@ def test_a_replica_that_stays_silent_gets_the_client_a_json_504(secure, serving,
     assert_engine_error(serving, response, 504)
 
 
-def test_every_built_in_error_page_is_configured_in_the_engines_style(serving) -> None:
+def test_every_built_in_error_page_is_the_engines_on_native_routes_and_openais_on_v1(serving) -> None:
     config = render_router_config(make_plan(1), serving, api_keys=True)
 
-    for status in ROUTER_ERRORS:
-        body = serving.error_body(status, ROUTER_ERRORS[status])
-        assert f"http-error status {status} content-type application/json string '{body}'" in config, status
+    for status, message in ROUTER_ERRORS.items():
+        native, openai = serving.error_body(status, message), serving.route_error_body("/v1/models", status, message)
+        (line,) = [line.strip() for line in config.splitlines()
+                   if line.strip().startswith(f"http-error status {status} ")]
+        chosen = re.fullmatch(r".* lf-string '%\[str\(\),concat\(,txn\.openai_route,\),length,bool,"
+                              r"iif\(([A-Za-z0-9+/=]+),([A-Za-z0-9+/=]+)\),b64dec\]'", line)
+        if native == openai:
+            assert line == f"http-error status {status} content-type application/json string '{native}'"
+        else:
+            assert chosen, line
+            assert [base64.b64decode(b).decode() for b in chosen.groups()] == [openai, native], status
 
 
 # --- 6. each route's own methods -------------------------------------------------------------------------------
@@ -396,7 +410,7 @@ def test_each_route_answers_only_its_methods_and_405_with_allow_otherwise(secure
                 continue
             response, _ = answer(router.port, http(method, path, AUTHORIZATION, "Connection: close"))
             assert response.header("allow") == [", ".join(methods)], (method, path, response)
-            assert_engine_error(serving, response, 405, method_not_allowed_message(path, methods))
+            assert_engine_error(serving, response, 405, method_not_allowed_message(path, methods), path)
     for method in ("POST", "PUT", "DELETE", "TRACE"):
         response, _ = answer(router.port, http(method, "/health", "Connection: close"))
         assert (response.status, response.header("allow")) == (405, ["GET, HEAD"]), (method, response)
@@ -408,7 +422,7 @@ def test_without_a_key_a_wrong_method_is_401_and_says_nothing_of_the_routes(secu
 
     for path in (*serving.api_routes, "/metrics"):
         response, _ = answer(router.port, http("TRACE", path, "Connection: close"))
-        assert_engine_error(serving, response, 401, UNAUTHORIZED)
+        assert_engine_error(serving, response, 401, UNAUTHORIZED, path)
 
 
 def test_a_path_outside_the_api_is_a_json_404_naming_the_routes(secure, serving) -> None:

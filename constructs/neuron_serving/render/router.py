@@ -7,9 +7,11 @@ and HAProxy's Debian and Ubuntu packages include a Prometheus exporter. The conf
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 
 from ..plan.engines import DEFAULT_ENGINE, ENGINES, Engine
+from ..plan.engines.base import OPENAI_ROUTES, openai_error_body
 from ..plan.errors import Problems
 from ..plan.layout import ServingPlan
 
@@ -133,9 +135,27 @@ their ``http-error`` stands in a ``.if version_atleast()`` block, so that Ubuntu
 
 @dataclass(frozen=True)
 class _ErrorPage:
+    """One ``http-error``: the engine's own body, or, where it differs, OpenAI's on the OpenAI
+    routes. HAProxy 2.4 and 2.6 choose an error page by status alone, so the choice is made when
+    the page is sent, in a log-format string: ``txn.openai_route`` is set on the OpenAI routes only
+    (an error before the frontend's rules gets the engine's body), ``concat`` of an absent variable
+    adds nothing, and ``iif`` picks one of the two bodies (configuration manual 2.4, sections 7.3.1
+    and 8.2.4: concat, length, bool, iif, b64dec). The bodies go base64-encoded, since a converter's
+    arguments cannot hold JSON's commas and quotes; the comment above each line shows them."""
+
     status: int
     body: str
+    openai: str
     since: str | None
+
+    @property
+    def per_route(self) -> bool:
+        return self.body != self.openai
+
+    @property
+    def chooser(self) -> str:
+        openai, native = (base64.b64encode(b.encode()).decode() for b in (self.openai, self.body))
+        return f"%[str(),concat(,txn.openai_route,),length,bool,iif({openai},{native}),b64dec]"
 
 
 @dataclass(frozen=True)
@@ -160,8 +180,14 @@ def method_not_allowed_message(path: str, methods: tuple[str, ...]) -> str:
 
 
 def error_pages(engine: Engine) -> dict[int, str]:
-    """The body of each error HAProxy itself answers, in ``engine``'s style."""
+    """The body of each error HAProxy itself answers on ``engine``'s native routes, in its style."""
     return {status: engine.error_body(status, message) for status, message in ROUTER_ERRORS.items()}
+
+
+def openai_error_pages() -> dict[int, str]:
+    """The body of each error HAProxy itself answers on the OpenAI-compatible routes, whatever the
+    engine: OpenAI's shape (:func:`~neuron_serving.plan.engines.base.openai_error_body`)."""
+    return {status: openai_error_body(status, message) for status, message in ROUTER_ERRORS.items()}
 
 
 def render_router_config(
@@ -231,8 +257,9 @@ def render_router_config(
     that connections without a key hold no slot for long. A replica receives
     only the :data:`FORWARDED_HEADERS` and an ``X-Forwarded-For`` of the client the load balancer
     saw; a client never sees a replica's ``Server`` header. Every error the router answers itself
-    is a JSON error in the engine's style (:meth:`Engine.error_body`), and the request log holds
-    no query string.
+    is a JSON error: in OpenAI's shape on the OpenAI-compatible routes (``/v1/...``), in the
+    engine's own elsewhere (:meth:`Engine.route_error_body`). The request log holds no query
+    string.
 
     Raises :class:`~neuron_serving.plan.ServingConfigError` naming each bad argument.
     """
@@ -297,12 +324,16 @@ def render_router_config(
         load_balancer_authentication=load_balancer_authentication,
         log_target=log_target,
         realm=REALM,
-        errors=[_ErrorPage(status, body, ERRORS_SINCE.get(status)) for status, body in error_pages(engine).items()],
+        errors=[_ErrorPage(status, body, openai_error_pages()[status], ERRORS_SINCE.get(status))
+                for status, body in error_pages(engine).items()],
+        openai_routes=OPENAI_ROUTES,
         unauthorized=engine.error_body(401, UNAUTHORIZED),
+        unauthorized_openai=openai_error_body(401, UNAUTHORIZED),
         not_found=engine.error_body(404, not_found_message(engine)),
+        not_found_openai=openai_error_body(404, not_found_message(engine)),
         health_unavailable=engine.error_body(503, HEALTH_UNAVAILABLE),
         health_method_not_allowed=engine.error_body(405, method_not_allowed_message("/health", ("GET", "HEAD"))),
-        routes=[_Route(path, methods, engine.error_body(405, method_not_allowed_message(path, methods)))
+        routes=[_Route(path, methods, engine.route_error_body(path, 405, method_not_allowed_message(path, methods)))
                 for path, methods in engine.api_routes.items()],
         forwarded_headers=FORWARDED_HEADERS,
     ))

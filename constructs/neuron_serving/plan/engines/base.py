@@ -16,6 +16,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
+from http import HTTPStatus
 
 from ..errors import ServingConfigError, problem
 from ..layout import Replica, ServingPlan
@@ -178,6 +179,22 @@ def openai_chat(prompt: str, max_tokens: int) -> SmokeRequest:
     return SmokeRequest("OpenAI chat", "/v1/chat/completions",
                         json.dumps({"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens}),
                         stream=False, text=("choices", 0, "message", "content"), tokens=("usage", "completion_tokens"))
+
+
+OPENAI_ROUTES = "/v1/"
+"""The prefix of the OpenAI-compatible routes (both engines'), whose errors OpenAI's clients parse."""
+
+
+def openai_error_body(status: int, message: str) -> str:
+    """An error of HTTP ``status`` carrying ``message`` in OpenAI's shape, ``{"error": {"message",
+    "type", "param", "code"}}``: the only shape whose message the OpenAI SDK shows. openai 3.51.0
+    src/openai/_base_client.py, ``_make_status_error_from_response``, adds ``body["error"]["message"]``
+    to ``Error code: <status>`` and nothing else of the body; _exceptions.py, ``APIError``, reads
+    ``code``, ``param`` and ``type`` beside it. The type and code are the ones vLLM 0.11.0 gives an
+    HTTP error (vllm/entrypoints/openai/api_server.py, ``http_exception_handler``: the status's
+    phrase and the status), so that both engines' endpoints answer alike."""
+    return json.dumps({"error": {"message": message, "type": HTTPStatus(status).phrase, "param": None,
+                                 "code": status}}, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -373,8 +390,17 @@ class Engine(ABC):
 
     @abstractmethod
     def error_body(self, status: int, message: str) -> str:
-        """The JSON body the engine answers an error of HTTP ``status`` with, carrying ``message``:
-        the router answers its own errors in it, so a client parses one shape whatever refused it."""
+        """The JSON body the engine answers an error of HTTP ``status`` with on its native routes,
+        carrying ``message``: the router answers its own errors there in it, so a client parses one
+        shape whatever refused it."""
+
+    def route_error_body(self, path: str, status: int, message: str) -> str:
+        """The JSON body of an error the router answers on ``path``: OpenAI's shape on the
+        OpenAI-compatible routes (:data:`OPENAI_ROUTES`), whose clients parse only that
+        (:func:`openai_error_body`), the engine's own (:meth:`error_body`) elsewhere."""
+        if path.startswith(OPENAI_ROUTES):
+            return openai_error_body(status, message)
+        return self.error_body(status, message)
 
     @abstractmethod
     def export_arguments(self, plan: ServingPlan, image: ServingImage, source: str, output: str) -> tuple[str, ...]:
@@ -409,7 +435,8 @@ class Engine(ABC):
         """The ``model`` that OpenAI-compatible requests name to reach the served model, given the
         endpoint's answer to :attr:`probe`; None when the answer names none. A load generator must
         name one: guidellm 0.8.1 asks ``GET /v1/models`` for it otherwise
-        (guidellm/backends/openai/http.py, ``default_model``), a route TGI's router does not pass."""
+        (guidellm/backends/openai/http.py, ``default_model``), and TGI's answer there names the
+        export's directory, which TGI takes for a LoRA adapter to load."""
 
 
 def check_dlami_parameter(image: ServingImage, parameter: str) -> None:

@@ -82,8 +82,8 @@ def tgi_settings(plan: ServingPlan) -> dict[str, str]:
 
 
 class Tgi(Engine):
-    """TGI 3.3.5 Neuron: TGI's own API (``/generate``, ``/generate_stream``) and its
-    OpenAI-compatible ``/v1/chat/completions``."""
+    """TGI 3.3.5 Neuron: TGI's own API (``/``, ``/generate``, ``/generate_stream``, ``/info``) and
+    its OpenAI-compatible ``/v1/chat/completions``, ``/v1/completions`` and ``/v1/models``."""
 
     name = "tgi"
     title = "TGI"
@@ -91,15 +91,22 @@ class Tgi(Engine):
     # The TGI Neuron image listens on port 80 (its PORT default).
     container_port = 80
     max_concurrent_requests = MAX_CONCURRENT_REQUESTS
-    # text-generation-inference v3.3.5 router/src/server.rs: the routes of its OpenAPI document,
-    # with the method each is registered with (``.route("/generate", post(generate))``...). Its
-    # router is axum 0.7 (router/Cargo.toml), whose ``get`` also answers HEAD, without the body
-    # (docs.rs axum 0.7, axum::routing::method_routing::get).
+    # text-generation-inference v3.3.5 router/src/server.rs, ``run``: the routes clients use, with
+    # the method each is registered with (``.route("/generate", post(generate))``...). Its router is
+    # axum 0.7 (router/Cargo.toml), whose ``get`` also answers HEAD, without the body (docs.rs axum
+    # 0.7, axum::routing::method_routing::get). ``POST /`` is ``compat_generate``, where
+    # huggingface_hub's InferenceClient sends text_generation (a list of one GenerateResponse, or
+    # /generate_stream's events with ``"stream": true``); ``GET /v1/models`` is
+    # ``openai_get_model_info``, the OpenAI SDK's ``models.list()``. Of its other routes (``GET /``,
+    # /ping, /metrics, /tokenize, /chat_tokenize, /vertex, /invocations, /docs), none is served:
+    # docs/router.md says why, route by route.
     api_routes = MappingProxyType({
+        "/": ("POST",),
         "/generate": ("POST",),
         "/generate_stream": ("POST",),
         "/v1/chat/completions": ("POST",),
         "/v1/completions": ("POST",),
+        "/v1/models": ("GET", "HEAD"),
         "/info": ("GET", "HEAD"),
     })
     # router/src/server.rs at v3.3.5: GET /info answers the ``Info`` of router/src/lib.rs, whose
@@ -126,7 +133,10 @@ class Tgi(Engine):
     def error_body(self, status: int, message: str) -> str:
         # text-generation-inference v3.3.5 router/src/lib.rs, ``ErrorResponse``: {error, error_type},
         # the type a snake_case word (router/src/infer/mod.rs, ``InferError::error_type``:
-        # "validation", "overloaded"...); here the status's phrase, such as "not_found".
+        # "validation", "overloaded"...); here the status's phrase, such as "not_found". The router
+        # answers TGI's native routes in it: huggingface_hub's InferenceClient (2.4.0,
+        # inference/_common.py, raise_text_generation_error) picks its exception by error_type and
+        # shows error (utils/_http.py, hf_raise_for_status, reads a string "error" as the message).
         kind = HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
         return json.dumps({"error": message, "error_type": kind}, separators=(",", ":"))
 

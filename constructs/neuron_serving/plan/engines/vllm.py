@@ -12,7 +12,6 @@ PyPI wheel, and cited where it is used.
 from __future__ import annotations
 
 import json
-from http import HTTPStatus
 from types import MappingProxyType
 
 from ..errors import ServingConfigError, problem
@@ -29,6 +28,7 @@ from .base import (
     SmokeRequest,
     export_files,
     openai_chat,
+    openai_error_body,
     shape_fields,
 )
 
@@ -107,11 +107,12 @@ class Vllm(Engine):
     # api_server.py (0.11.0) registers each route with its one method (``@router.post``,
     # ``@router.get``); FastAPI's APIRoute, unlike Starlette's Route, adds no HEAD to a GET route
     # (fastapi/routing.py, ``APIRoute.__init__``, FastAPI 0.129.0 beside vLLM 0.11.0 in our
-    # optimum-neuron 0.4.5 tools).
+    # optimum-neuron 0.4.5 tools). Of its other routes, none is served: docs/router.md says why,
+    # route by route.
     api_routes = MappingProxyType({**dict.fromkeys(GENERATION_ROUTES, ("POST",)), "/v1/models": ("GET",)})
     # vllm/entrypoints/openai/api_server.py (0.11.0): GET /v1/models answers a ModelList {object,
     # data}. TGI serves /v1/models too (router/src/server.rs at v3.3.5), so an endpoint is asked
-    # TGI's /info first (neuron_serving.ops.endpoint), and TGI's router forwards no /v1/models.
+    # TGI's /info first (neuron_serving.ops.endpoint).
     probe = EngineProbe("/v1/models", "data")
     # vLLM takes any prompt up to max_model_len minus the tokens asked for
     # (vllm/entrypoints/openai/serving_engine.py, _validate_input): no separate input limit.
@@ -157,11 +158,9 @@ class Vllm(Engine):
             raise ServingConfigError(problems)
 
     def error_body(self, status: int, message: str) -> str:
-        # vLLM 0.11.0 vllm/entrypoints/openai/protocol.py, ``ErrorResponse`` of an ``ErrorInfo``
-        # {message, type, param, code}, typed as its api_server.py's ``http_exception_handler``
-        # types an HTTP error: the status's phrase, the status as the code.
-        return json.dumps({"error": {"message": message, "type": HTTPStatus(status).phrase, "param": None,
-                                     "code": status}}, separators=(",", ":"))
+        # vLLM 0.11.0's every route answers errors in OpenAI's shape (vllm/entrypoints/openai/
+        # protocol.py, ``ErrorResponse``; api_server.py, ``http_exception_handler``).
+        return openai_error_body(status, message)
 
     def export_arguments(self, plan: ServingPlan, image: ServingImage, source: str, output: str) -> tuple[str, ...]:
         # optimum-neuron v0.4.5 optimum/commands/export/neuronx.py: --tensor_parallel_size (its

@@ -24,6 +24,7 @@ from recording import RecordingRelay
 from routersim import Router, http_request
 
 from neuron_serving.plan.engines import Engine
+from neuron_serving.plan.engines.base import openai_error_body
 from neuron_serving.render.router import (
     FOLDED_HEADER,
     LENGTH_REQUIRED,
@@ -212,6 +213,38 @@ def test_an_obs_fold_in_an_allowed_header_is_400_and_its_text_never_reaches_a_re
     assert_refused(serving, response, 400, FOLDED_HEADER)
     assert closed
     assert b"folded-secret" not in received(router)
+
+
+# --- the refusals on the OpenAI routes: in OpenAI's shape, whose message the OpenAI SDK shows (part 2) ----------
+
+OPENAI_ROUTE = "/v1/completions"
+"""An OpenAI route both engines serve (TGI v3.3.5's server.rs and vLLM 0.11.0's api_server.py)."""
+
+
+def openai_refusals(limit: int) -> dict[str, tuple[bytes, int, str]]:
+    """Each refusal before the key check, sent to :data:`OPENAI_ROUTE`: its bytes, status and message."""
+    head = f"POST {OPENAI_ROUTE} HTTP/1.1\r\nHost: router\r\nAuthorization: Bearer {KEY}\r\n"
+    return {
+        "chunked": (request("POST", OPENAI_ROUTE, [*auth(), ("Transfer-Encoding", "chunked")], length=False)
+                    + f"{len(BODY):x}\r\n".encode() + BODY + b"\r\n0\r\n\r\n", 411, LENGTH_REQUIRED),
+        "too large": (request("POST", OPENAI_ROUTE, [*auth(), ("Content-Length", str(limit + 1))], length=False),
+                      413, body_too_large_message(limit)),
+        "userinfo": (request("POST", f"http://user:pass@router{OPENAI_ROUTE}", auth(), BODY), 400, USERINFO),
+        "obs-fold": ((head + f"Content-Length: {len(BODY)}\r\nAccept: */*\r\n X-Api-Key: folded\r\n\r\n").encode()
+                     + BODY, 400, FOLDED_HEADER),
+    }
+
+
+@pytest.mark.parametrize("refusal", ["chunked", "too large", "userinfo", "obs-fold"])
+def test_a_refusal_on_an_openai_route_is_in_openais_error_shape(router: Router, refusal: str) -> None:
+    data, status, message = openai_refusals(max_request_body_bytes(router.plan))[refusal]
+
+    response, closed = answer_and_close(router.port, data)
+
+    assert response.status == status, response
+    assert json.loads(response.body) == json.loads(openai_error_body(status, message))
+    assert closed
+    assert recorder(router).forwarded() == []
 
 
 # --- 2. connections held without a key ----------------------------------------------------------------------------

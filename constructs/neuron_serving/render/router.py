@@ -159,6 +159,22 @@ class _ErrorPage:
 
 
 @dataclass(frozen=True)
+class _Refusal:
+    """A request the router refuses before the key check (framing, size, target, folded header),
+    with the engine's own body, and OpenAI's on the OpenAI routes, where it differs: the rule is
+    written once per shape, the OpenAI one first, as the 404's is."""
+
+    status: int
+    acl: str
+    body: str
+    openai: str
+
+    @property
+    def per_route(self) -> bool:
+        return self.body != self.openai
+
+
+@dataclass(frozen=True)
 class _Route:
     path: str
     methods: tuple[str, ...]
@@ -304,10 +320,12 @@ def render_router_config(
         api_maxconn_floor=MIN_API_MAXCONN,
         metrics_maxconn=METRICS_MAXCONN,
         max_body_bytes=max_request_body_bytes(plan),
-        length_required=engine.error_body(411, LENGTH_REQUIRED),
-        body_too_large=engine.error_body(413, body_too_large_message(max_request_body_bytes(plan))),
-        userinfo=engine.error_body(400, USERINFO),
-        folded_header=engine.error_body(400, FOLDED_HEADER),
+        refusals=[_Refusal(status, acl, engine.error_body(status, message), openai_error_body(status, message))
+                  for status, acl, message in (
+                      (411, "chunked", LENGTH_REQUIRED),
+                      (413, "body_too_large", body_too_large_message(max_request_body_bytes(plan))),
+                      (400, "userinfo", USERINFO),
+                      (400, "folded", FOLDED_HEADER))],
         check_inter_ms=health_check_interval_ms,
         check_fastinter_ms=health_check_interval_ms // 5,
         stream_timeout_s=STREAM_TIMEOUT_SECONDS,

@@ -32,14 +32,27 @@ from ..plan.host import HostSpec, resolve_host, s3_parts
 from ..plan.layout import ServingPlan, fleet_layouts
 from ..plan.phases import PHASE_TAGS
 from ..plan.registry import EcrRegistry
-from ..plan.timing import boot_minutes, boot_timeout_problem, readiness_seconds
+from ..plan.timing import boot_minutes, boot_timeout_problem, longest_generation_seconds, readiness_seconds
 from ..plan.volume import DEFAULT_DISK_MINUTES, VolumePerformance, volume_performance
 from ..render.boot import HostBoot, check_user_data_size, render_fleet_boot
-from ..render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook, reports_phases
+from ..render.boot_options import (
+    MAX_HEARTBEAT_TIMEOUT_SECONDS,
+    BootOptions,
+    ReadinessSignal,
+    TerminationHook,
+    WarmPoolHook,
+    reports_phases,
+)
 from ..render.bundle import write_bundle
 from .artifact_cache import COMPILE_CACHE_PREFIX, EXPORTS_PREFIX, NeuronArtifactCache
 from .monitoring import NeuronServingMonitoring
 from .scanners import acknowledge_any_resource, nag_arn
+
+TERMINATION_HOOK = "neuron-serving-termination"
+"""The name of the termination lifecycle hook of a group whose hosts drain (``interruptions``)."""
+TERMINATION_SLACK_SECONDS = 60
+"""What the termination hook's heartbeat timeout adds to the longest generation: the watcher's
+margin before the timeout and its retries of CompleteLifecycleAction."""
 
 
 class NeuronBootScript(Construct):
@@ -92,11 +105,15 @@ class NeuronBootScript(Construct):
     :param load_balancer_authentication: with ``api_keys_secret``, the routers also accept the
         requests the load balancer signed in (OIDC), which it sends without an ``Authorization``
         header. Default: false.
-    :param interruptions: drain each host on a Spot interruption notice or a rebalance recommendation
-        (``BootOptions.interruptions``): its router's health check fails within 2 s while every request
-        is still served, and the host asks its Auto Scaling group to replace it. :meth:`grant_boot` grants
-        ``autoscaling:TerminateInstanceInAutoScalingGroup`` on the group ``group_name`` names, and only
-        there. Default: false.
+    :param interruptions: drain each host on a Spot interruption notice and when its Auto Scaling group
+        terminates it (``BootOptions.interruptions``): its router's health check fails within 2 s while
+        every request is still served; on a Spot notice the host asks its group to replace it; then it waits
+        for its requests in flight and completes the group's termination lifecycle hook
+        (:attr:`termination_hook`, which :class:`NeuronServingFleet` adds to its group). A rebalance
+        recommendation is only logged: the group's Capacity Rebalancing replaces the host first and then
+        terminates it through that hook. :meth:`grant_boot` grants
+        ``autoscaling:TerminateInstanceInAutoScalingGroup`` and ``autoscaling:CompleteLifecycleAction`` on
+        the group ``group_name`` names, and only there. Default: false.
     :param group_name: the name of the Auto Scaling group the hosts run in, fixed before the group
         exists (the fleet takes it as its group's name), with ``interruptions``. Default: the warm pool
         hook's group, else none.
@@ -180,6 +197,13 @@ class NeuronBootScript(Construct):
         self.ready_seconds: int = min(readiness_seconds(plan, self.root_volume.throughput),
                                       int(self.boot_timeout.to_seconds()))
         """How long ``wait-ready`` waits for every replica (``plan.timing.readiness_seconds``)."""
+        self.termination_hook: TerminationHook | None = TerminationHook(
+            hook_name=TERMINATION_HOOK, group_name=self.group_name,
+            heartbeat_timeout_seconds=min(longest_generation_seconds(plan) + TERMINATION_SLACK_SECONDS,
+                                          MAX_HEARTBEAT_TIMEOUT_SECONDS),
+        ) if interruptions and self.group_name is not None else None
+        """With ``interruptions``, the termination lifecycle hook the group must have and the hosts complete
+        once drained: its heartbeat timeout covers the longest generation the plan allows."""
         self.options = BootOptions(
             hf_token_secret=_secret_id(hf_token_secret),
             api_keys_secret=_secret_id(api_keys_secret),
@@ -193,6 +217,7 @@ class NeuronBootScript(Construct):
             export_wait_minutes=int(self.boot_timeout.to_minutes()),
             ready_seconds=self.ready_seconds,
             interruptions=interruptions,
+            termination_hook=self.termination_hook,
         )
         self.boot: HostBoot = render_fleet_boot(self.layouts, self.spec, self.options)
         """The host's files (the bundle) and the stack's values."""
@@ -339,12 +364,14 @@ class NeuronBootScript(Construct):
             )
 
     def _grant_leave_group(self, grantee: iam.IGrantable, group_name: str) -> None:
-        """``autoscaling:TerminateInstanceInAutoScalingGroup`` on the one group, for a draining host
-        (``watch-interruption``): the action's resource is the group (Service Authorization Reference,
-        Amazon EC2 Auto Scaling), whose id is assigned at creation, so its ARN names it by name."""
+        """``autoscaling:TerminateInstanceInAutoScalingGroup`` and ``autoscaling:CompleteLifecycleAction``
+        on the one group, for a draining host (``watch-interruption``): each action's resource is the
+        group (Service Authorization Reference, Amazon EC2 Auto Scaling), whose id is assigned at creation,
+        so its ARN names it by name."""
         stack = Stack.of(self)
         iam.Grant.add_to_principal(
-            grantee=grantee, actions=["autoscaling:TerminateInstanceInAutoScalingGroup"],
+            grantee=grantee,
+            actions=["autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:CompleteLifecycleAction"],
             resource_arns=[stack.format_arn(
                 service="autoscaling", resource="autoScalingGroup",
                 resource_name=f"*:autoScalingGroupName/{group_name}", arn_format=ArnFormat.COLON_RESOURCE_NAME)],

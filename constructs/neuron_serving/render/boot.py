@@ -334,6 +334,7 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
     # Only a host that may compile consults the compile caches.
     compile_cache = options.compile_cache if spec.compiles else None
     signal, hook, monitoring = options.signal, options.warm_pool_hook, options.monitoring
+    termination = options.termination_hook
     s3 = cache is not None or prebuilt_s3 is not None or compile_cache is not None
     api_keys = options.api_keys_secret is not None
     report = reports_phases(spec, options)
@@ -348,8 +349,9 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
         "CACHE_BUCKET": cache[0] if cache else None,
         "CACHE_PREFIX": (f"{cache[1]}/" if cache[1] else "") if cache else None,
         "COMPILE_CACHE": compile_cache,
-        "GROUP_NAME": hook.group_name if hook else None,
+        "GROUP_NAME": hook.group_name if hook else termination.group_name if termination else None,
         "HOOK_NAME": hook.hook_name if hook else None,
+        "TERMINATION_HOOK_NAME": termination.hook_name if termination else None,
         "SERVICE": monitoring.service if monitoring else None,
         # For report-phase's boot phase metric and api-keys sync's failure metric; the publisher has
         # its namespace in its config.
@@ -416,7 +418,8 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
         files[WATCH_INTERRUPTION] = _userdata_file(WATCH_INTERRUPTION_SOURCE)
         files[f"/etc/systemd/system/{INTERRUPTION_UNIT}.service"] = render(
             f"{INTERRUPTION_UNIT}.service.j2", program=WATCH_INTERRUPTION, report_phase=REPORT_PHASE,
-            phase=_phase(DRAINING), log=INTERRUPTION_LOG)
+            phase=_phase(DRAINING), log=INTERRUPTION_LOG,
+            hook_seconds=termination.heartbeat_timeout_seconds if termination else None)
         files[DRAIN_FILE] = DRAIN_FILE_TEXT
     if api_keys:
         files[API_KEYS] = _userdata_file(API_KEYS_SOURCE)

@@ -197,7 +197,7 @@ def test_when_its_group_terminates_it_the_host_drains_waits_for_its_requests_the
         watcher.kill()
     assert watcher.returncode == 0, output
     assert "the Auto Scaling group Stack-Fleet terminates this host (lifecycle hook neuron-serving-termination)" \
-        f": draining" in output
+        ": draining" in output
     assert output.index("no request in flight: drained") < output.index("completed the termination lifecycle action")
     [complete] = [c for c in host.calls("aws") if c[:2] == ["autoscaling", "complete-lifecycle-action"]]
     assert complete[complete.index("--instance-id") + 1] == host.instance_id

@@ -46,7 +46,13 @@ from neuron_serving.render.boot import (
     check_user_data_size,
     render_boot_script,
 )
-from neuron_serving.render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook, reports_phases
+from neuron_serving.render.boot_options import (
+    BootOptions,
+    ReadinessSignal,
+    TerminationHook,
+    WarmPoolHook,
+    reports_phases,
+)
 from neuron_serving.render.bundle import digest, manifest, write_bundle
 from neuron_serving.render.monitoring import PUBLISHER
 from tests.harness.userdata import (
@@ -116,6 +122,11 @@ OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
     ),
     "inf2.24xlarge-tp4-api-keys-signal": ("inf2.24xlarge-tp4", {**API_KEYS, "signal": SIGNAL}),
     "inf2.24xlarge-tp4-interruptions-signal": ("inf2.24xlarge-tp4", {"interruptions": True, "signal": SIGNAL}),
+    "inf2.24xlarge-tp4-interruptions-hook-signal": (
+        "inf2.24xlarge-tp4", {"interruptions": True, "termination_hook": TerminationHook(
+            hook_name="neuron-serving-termination", group_name="Stack-Fleet", heartbeat_timeout_seconds=900),
+            "signal": SIGNAL},
+    ),
     "inf2.24xlarge-tp4-interruptions-api-keys-signal": (
         "inf2.24xlarge-tp4", {**API_KEYS, "interruptions": True, "signal": SIGNAL},
     ),
@@ -467,6 +478,32 @@ def test_only_a_host_with_interruptions_has_the_watcher_its_unit_and_a_router_th
     # Without any other AWS option, interruptions still read the metadata: the host calls Auto Scaling.
     alone = render_boot_script(plan, *spec_and_options(plan, {"interruptions": True}))
     assert "/opt/neuron-serving/bin/report-phase" in alone.files
+
+
+def test_with_a_termination_hook_the_watcher_reads_its_names_from_stack_env_and_its_timeout_from_the_unit() -> None:
+    unit = "/etc/systemd/system/neuron-serving-interruption.service"
+    _, without = rendered("inf2.24xlarge-tp4-interruptions-signal")
+    assert "--hook-seconds" not in without.files[unit] and "stack.env" not in without.files[unit]
+    assert "TERMINATION_HOOK_NAME" not in without.files[BUNDLE_ENV]
+    _, boot = rendered("inf2.24xlarge-tp4-interruptions-hook-signal")
+    assert "EnvironmentFile=/etc/neuron-serving/stack.env\n" in boot.files[unit]
+    assert " --phase draining --hook-seconds 900\n" in boot.files[unit]
+    assert "GROUP_NAME=Stack-Fleet\n" in boot.files[BUNDLE_ENV]
+    assert "TERMINATION_HOOK_NAME=neuron-serving-termination\n" in boot.files[BUNDLE_ENV]
+
+
+def test_a_termination_hook_without_interruptions_is_refused_naming_the_option() -> None:
+    hook = TerminationHook(hook_name="neuron-serving-termination", group_name="Stack-Fleet",
+                           heartbeat_timeout_seconds=900)
+    with pytest.raises(ServingConfigError, match=r"^termination_hook \('neuron-serving-termination'\) applies only "
+                       r"with interruptions"):
+        BootOptions(termination_hook=hook)
+
+
+def test_a_termination_hooks_timeout_is_checked_against_the_apis_range() -> None:
+    with pytest.raises(ServingConfigError, match=r"^termination_hook.heartbeat_timeout_seconds \(10\) must be an "
+                       r"integer from 30 to 7200"):
+        TerminationHook(hook_name="h", group_name="g", heartbeat_timeout_seconds=10)
 
 
 def test_a_builder_takes_no_interruptions() -> None:

@@ -35,7 +35,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"b6a15f87c0bc89225f24a91d3470b290aa644c4151cba46e6a8d9fa7a0130285  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"91f657b0c61422e5f42467fb20c00baefdea6ac3687f9eb0b4d2f02b8e5bef04  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -85,13 +85,14 @@ RestartSec=10
 [Install]
 WantedBy=multi-user.target
 # ==> /etc/systemd/system/neuron-serving-interruption.service <==
-# Drains this host on a Spot interruption notice or a rebalance recommendation
-# (userdata/watch_interruption.py): the router's /health answers 503 while every request is still
-# served, the host reports the phase draining and asks its Auto Scaling group to replace it, then
-# waits for its requests in flight. Started by the boot once the router serves; enabled, so it also
-# runs after a reboot. It exits once it has drained; a failure restarts it.
+# Drains this host before EC2 interrupts it or its Auto Scaling group terminates it
+# (userdata/watch_interruption.py): on a Spot interruption notice, or on the group's termination with
+# a termination lifecycle hook, the router's /health answers 503 while every request is still served,
+# the host reports the phase draining, waits for its requests in flight and completes the hook, if
+# any. A rebalance recommendation is only logged. Started by the boot once the router serves;
+# enabled, so it also runs after a reboot. It exits once it has drained; a failure restarts it.
 [Unit]
-Description=Drain the host on a Spot interruption notice or rebalance recommendation
+Description=Drain the host before it is interrupted or terminated
 After=network-online.target haproxy.service
 Wants=network-online.target
 StartLimitIntervalSec=0

@@ -49,11 +49,13 @@ The files travel as the boot bundle (:mod:`~neuron_serving.render.bundle`): a CD
 user data downloads from S3 and installs only when its manifest's SHA-256 is the one the user data
 carries and every file matches the manifest (:meth:`HostBoot.user_data`). The bundle is made at
 synth, so it cannot hold deploy-time values (CDK tokens such as the cache bucket's name); the user
-data does not hold them either. As aws-cdk-lib's ``CloudFormationInit`` does, the stack keeps them,
-with the bundle's place, in the CloudFormation metadata of the host's resource (its launch template,
-:meth:`HostBoot.metadata`), and the user data reads them with ``DescribeStackResource`` into
-``/etc/neuron-serving/stack.env``. So the user data is the same short script (under 2 KB) whatever
-the features: where the values are, the target of its FAILURE signal and the bundle's checksum. The
+data does not hold them either. As aws-cdk-lib's ``CloudFormationInit`` does, the stack keeps them
+in the CloudFormation metadata of the host's resource (its launch template, :meth:`HostBoot.metadata`),
+and the user data reads them with ``DescribeStackResource`` into ``/etc/neuron-serving/stack.env``.
+So the user data is the same short script (about 2 KB) whatever the features: where the values are,
+the target of its FAILURE signal, and the bundle's place and checksum, which stay with the launch
+template version a host was launched from (a host launched from an older one while the stack updates
+reads the current metadata, but its own bundle). The
 boot's steps add the stack's values known at synth (image, cache prefix, prebuilt export, lifecycle
 hook), which come as the bundle's ``bundle.env``, and the files source the whole. The options and
 their checks are in :mod:`~neuron_serving.render.boot_options`.
@@ -517,25 +519,34 @@ class HostBoot:
         """The SHA-256 of the bundle's manifest, which the user data checks the bundle by."""
         return digest(self.files)
 
-    def values(self, bundle: str) -> str:
+    def values(self) -> str:
         """The lines the boot script adds to stack.env from the host resource's metadata: the
-        deploy-time values and ``BUNDLE``, the bundle's S3 URI (bucket and key may be CDK tokens)."""
-        return _env_file({**self.deploy_env, "BUNDLE": bundle})
+        deploy-time values. Not the bundle's place: a host reads the stack's current metadata, which may
+        be newer than the launch template version it was launched from (see :meth:`user_data`)."""
+        return _env_file(dict(self.deploy_env))
 
-    def metadata(self, bundle: str) -> dict[str, str]:
+    def metadata(self) -> dict[str, str]:
         """The CloudFormation metadata of the host's resource (its launch template) that holds
         :meth:`values`: ``{METADATA_KEY: values}``."""
-        return {METADATA_KEY: self.values(bundle)}
+        return {METADATA_KEY: self.values()}
 
-    def user_data(self, region: str, stack_name: str, resource: str) -> str:
+    def user_data(self, region: str, stack_name: str, resource: str, bundle: str) -> str:
         """The boot script (EC2 user data) that reads the stack's values from the metadata of
-        ``resource`` (a logical id) in the stack ``stack_name`` in ``region`` (each may be a CDK
-        token), downloads the bundle they name, checks it, installs its files and runs the boot's
-        steps (``userdata/bootstrap.sh.j2``). Its size does not depend on the stack's features.
+        ``resource`` (a logical id) in the stack ``stack_name`` in ``region``, downloads the bundle at
+        ``bundle`` (its S3 URI; each may be a CDK token), checks it against its digest, installs its files
+        and runs the boot's steps (``userdata/bootstrap.sh.j2``). Its size does not depend on the stack's
+        features.
+
+        The bundle's place is in the user data with its digest, not in the metadata: a host launched from
+        an older launch template version (during a stack update, or a rollback) reads the stack's current
+        metadata, and would find there a newer bundle than the digest its user data checks. The bundle's
+        key is its content's hash (a CDK asset's), so a launch template version names its own bundle for
+        as long as the asset stays in the bucket.
 
         The result is not checked against the user data limit: see :func:`check_user_data_size`.
         """
-        env = {"STACK_REGION": region, "STACK_NAME": stack_name, "HOST_RESOURCE": resource, **self.bootstrap_env}
+        env = {"STACK_REGION": region, "STACK_NAME": stack_name, "HOST_RESOURCE": resource, "BUNDLE": bundle,
+               **self.bootstrap_env}
         script = render(
             "bootstrap.sh.j2",
             stack_env=Unquoted(_env_file(env)),

@@ -12,6 +12,7 @@ cat >"$env_file" <<'EOF'
 STACK_REGION=us-east-1
 STACK_NAME=NeuronLlamaStack
 HOST_RESOURCE=ExportBuilderHost6094748D
+BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.zip
 SIGNAL_RESOURCE=NeuronServingFleet
 EOF
 . "$R/etc/neuron-serving/stack.env"
@@ -39,7 +40,6 @@ python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"91f657b0c61422e5f4
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
-BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.zip
 # ==> /etc/haproxy/draining.acl <==
 # Empty: watch-interruption adds "draining" to the running router's copy when the host drains
 # (neuron_serving/userdata/watch_interruption.py).

@@ -117,27 +117,31 @@ before the group stops a warm pool's host, and again for ``wait-ready`` after it
 that cannot be put is logged; it never fails the boot.
 
 **Spot interruptions.** With ``BootOptions.interruptions`` (``NeuronLlamaStack`` sets it for a fleet
-with ``spot_percent`` above 0), ``neuron-serving-interruption.service`` starts once the router
-serves (and at every later start) and asks the instance metadata (IMDSv2, its token renewed before
-it expires) every second for ``spot/instance-action`` (Amazon EC2 user guide, "Spot Instance
-interruption notices": the action and its time, about two minutes ahead) and
-``events/recommendations/rebalance`` (the same guide, "EC2 instance rebalance recommendations"). On
-the first of either it drains the host, each step logged to
-``/var/log/neuron-serving/interruption.log`` and none stopping the next when it fails: the router's
-``/health`` answers 503 from then on, so the load balancer sends it nothing new, while every request
-in flight or still arriving is served (``add acl`` of the pattern ``draining`` to the running router's
-copy of ``/etc/haproxy/draining.acl`` on its runtime socket, at level user: no reload, no connection
-closed; ``userdata/haproxy.cfg.j2`` says why this and not ``set var`` or a server's drain state); it
-reports the phase ``draining`` (:data:`~neuron_serving.plan.phases.DRAINING`); it asks its Auto Scaling
-group to replace it (``TerminateInstanceInAutoScalingGroup`` without decrementing the desired
-capacity: the group launches a replacement, deregisters the host from the target group, waits the
-deregistration delay and terminates it); then it waits until the router has no request at a replica
-or in its queue, or until 10 s before the notice's time (120 s after a rebalance recommendation, or
-the notice that follows one), and logs what was still in flight when it gave up. It then exits, and
-is not started again until the next start of the host. The drain lives in the running router only: a
-restart of HAProxy ends it (the file on disk holds no pattern, so a host that starts again serves).
-Passing the health check within 2 s of the notice takes the watcher's 1 s poll and one runtime API
-command (tests/router, tests/twin).
+with ``spot_percent`` above 0, with a ``termination_hook``), ``neuron-serving-interruption.service``
+starts once the router serves (and at every later start) and asks the instance metadata (IMDSv2, its
+token renewed before it expires) every second for ``spot/instance-action`` (Amazon EC2 user guide,
+"Spot Instance interruption notices": the action and its time, about two minutes ahead), with a
+termination hook for ``autoscaling/target-lifecycle-state`` (``Terminated`` once the group terminates
+the host: Amazon EC2 Auto Scaling user guide, "Retrieve the target lifecycle state through instance
+metadata"), and for ``events/recommendations/rebalance`` (Amazon EC2 user guide, "EC2 instance
+rebalance recommendations"), which it only logs: the group's Capacity Rebalancing launches a
+replacement first and then terminates the host through its termination lifecycle. On the first Spot
+notice or termination it drains the host, each step logged to ``/var/log/neuron-serving/interruption.log``
+and none stopping the next when it fails: the router's ``/health`` answers 503 from then on, so the load
+balancer sends it nothing new, while every request in flight or still arriving is served (``add acl``
+of the pattern ``draining`` to the running router's copy of ``/etc/haproxy/draining.acl`` on its
+runtime socket, at level user: no reload, no connection closed; ``userdata/haproxy.cfg.j2`` says why
+this and not ``set var`` or a server's drain state); it reports the phase ``draining``
+(:data:`~neuron_serving.plan.phases.DRAINING`); on a Spot notice it asks its Auto Scaling group to replace
+it now (``TerminateInstanceInAutoScalingGroup`` without decrementing the desired capacity); then it waits
+until the router has no request at a replica or in its queue, or until 10 s before the notice's time
+(the hook's heartbeat timeout, after a termination), and logs what was still in flight when it gave
+up; with a termination hook it then completes the lifecycle action with CONTINUE (asked again every 5 s
+while none is pending yet: the group calls the hook once the load balancer has deregistered the host).
+It then exits, and is not started again until the next start of the host. The drain lives in the
+running router only: a restart of HAProxy ends it (the file on disk holds no pattern, so a host that
+starts again serves). Passing the health check within 2 s of the notice takes the watcher's 1 s poll
+and one runtime API command (tests/router, tests/twin).
 
 **Monitoring.** With :class:`~neuron_serving.plan.metrics.MonitoringOptions`, a step right
 after the tools are installed starts the CloudWatch agent, which ships the boot's logs, the

@@ -36,7 +36,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"91f657b0c61422e5f42467fb20c00baefdea6ac3687f9eb0b4d2f02b8e5bef04  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"4cbace8923f78879fa7c0cea5baf2bf722d919abc9c8c7667c3c633e0026891a  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -261,7 +261,7 @@ haproxy -c -f "$R/etc/haproxy/haproxy.cfg.new"
 mv -f "$R/etc/haproxy/haproxy.cfg.new" "$R/etc/haproxy/haproxy.cfg"
 systemctl enable haproxy neuron-serving-interruption
 systemctl restart haproxy
-# From now on a Spot interruption notice or a rebalance recommendation drains the host
+# From now on a Spot interruption notice or the group's termination drains the host
 # (watch-interruption): the router serves, so there is something to drain.
 systemctl start neuron-serving-interruption
 

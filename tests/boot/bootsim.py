@@ -198,8 +198,8 @@ class Host:
         resource (the stack's values) as CloudFormation would, and return its user data."""
         uri = f"s3://{BUNDLE_BUCKET}/{boot.digest}.zip"
         self.publish(uri, zipped_boot(boot, self.root.parent))
-        self.put_metadata(HOST_STACK, host_resource(boot), deployed_metadata(boot, uri))
-        return boot.user_data(BUNDLE_REGION, HOST_STACK, host_resource(boot))
+        self.put_metadata(HOST_STACK, host_resource(boot), deployed_metadata(boot))
+        return boot.user_data(BUNDLE_REGION, HOST_STACK, host_resource(boot), uri)
 
     def boot_async(self, script: HostBoot | str, **knobs: str) -> subprocess.Popen[str]:
         """Start booting with ``script``; the caller waits."""

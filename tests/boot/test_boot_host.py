@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import stat
 from collections.abc import Callable
+from pathlib import Path
 
-from bootsim import EXPORTS, FAKE_HF_TOKEN, MARKER, SECRET_ARN, SMALL_MODEL, Host, make_plan, write_export
+from bootsim import (
+    EXPORTS,
+    FAKE_HF_TOKEN,
+    HOST_STACK,
+    MARKER,
+    SECRET_ARN,
+    SMALL_MODEL,
+    Host,
+    host_resource,
+    make_plan,
+    write_export,
+)
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
-from neuron_serving.render.boot import CHECK_EXPORT, EXPORT_MODEL, RUN_REPLICA
+from neuron_serving.render.boot import BUNDLE_ENV, CHECK_EXPORT, EXPORT_MODEL, RUN_REPLICA
 from neuron_serving.render.boot_options import BootOptions
 from neuron_serving.render.router import render_router_config
 from tests.harness.userdata import boot_of, readable
@@ -329,3 +341,23 @@ def test_without_an_aws_cli_or_snap_the_boot_fails_at_once_in_step_bundle_saying
     assert host.path("/var/log/neuron-serving/status").read_text() == "failed bundle\n"
     assert host.calls("snap") == [["install", "aws-cli", "--classic"]]
     assert host.calls("apt-get") == [] and host.calls("curl") == []
+
+
+def test_a_host_of_an_older_launch_template_version_installs_its_own_bundle_whatever_the_stacks_metadata_holds(
+        make_host: MakeHost) -> None:
+    # Defect 8 of issue 37: a host launched from an older launch template version while the stack updates
+    # read the bundle the stack's current metadata named, and failed its user data's digest.
+    plan = make_plan("inf2.24xlarge", 4)
+    older, newer = boot_of(plan), boot_of(plan, BootOptions(hf_token_secret=SECRET_ARN))
+    assert older.digest != newer.digest
+    host = make_host(plan.instance.devices)
+    first = host.publish_bundle(older)
+    host.publish_bundle(newer)
+    # The stack updated: the launch template's metadata is the newer synth's.
+    stacks = Path(host.env["STUB_STACKS"]) / HOST_STACK
+    host.put_metadata(HOST_STACK, host_resource(older), (stacks / host_resource(newer)).read_text())
+    done = host.boot(first)
+    assert done.returncode == 0, done.stdout
+    [download] = [c for c in host.calls("aws", bundle=True) if c[:2] == ["s3", "cp"] and c[-1] == "z"]
+    assert f"/{older.digest}.zip" in " ".join(download)
+    assert host.path(BUNDLE_ENV).read_text() == older.files[BUNDLE_ENV]

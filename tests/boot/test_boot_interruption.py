@@ -4,7 +4,8 @@ which then runs for real (userdata/watch_interruption.py) against the twin's met
 (tests/router/routersim.py, fake TGI replicas) and the stubs' AWS CLI.
 
 The host twin (tests/twin/test_twin_interruption.py) shows the interruption notice on a booted host;
-here, the rebalance recommendation, the notice that follows one, and failures that must not stop a drain."""
+here, the rebalance recommendation (logged only), the group's termination through its lifecycle hook, the
+notice that follows one, and failures that must not stop a drain."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from bootsim import SIGNAL, Host, make_plan
 
 from neuron_serving.plan.phases import DRAINING, PHASE_TAG
 from neuron_serving.render.boot import INTERRUPTION_LOG, render_boot_script
+from neuron_serving.render.boot_options import TerminationHook
 from neuron_serving.userdata.watch_interruption import DRAIN_FILE
 from tests.harness.userdata import spec_and_options
 from tests.twin.imds import Imds
@@ -34,18 +36,23 @@ from routersim import MISSING_HAPROXY, Router, find_haproxy, generate, router_la
 
 UNIT = "neuron-serving-interruption.service"
 NOTICE = "2026-05-01T12:02:00Z"
+HOOK = TerminationHook(hook_name="neuron-serving-termination", group_name="Stack-Fleet", heartbeat_timeout_seconds=30)
+HOOKED = {"termination_hook": HOOK}
+"""A host of a group with a termination lifecycle hook, as ``NeuronLlamaStack`` makes a Spot fleet."""
 
 
 @pytest.fixture
-def drained_host(make_host: Callable[..., Host], tmp_path: Path) -> Iterator[tuple[Host, Router, Imds]]:
-    """A simulated host booted with interruptions, the real HAProxy serving its router options (its
-    runtime socket and drain file under the host's root, where the watcher looks) and a metadata
-    service on loopback."""
+def drained_host(make_host: Callable[..., Host], tmp_path: Path,
+                 request: pytest.FixtureRequest) -> Iterator[tuple[Host, Router, Imds]]:
+    """A simulated host booted with interruptions (and the options the test's parameter adds, if any), the
+    real HAProxy serving its router options (its runtime socket and drain file under the host's root, where
+    the watcher looks) and a metadata service on loopback."""
     haproxy = find_haproxy()
     if haproxy is None:
         pytest.fail(MISSING_HAPROXY)
     plan = make_plan("inf2.24xlarge", 4)
-    boot = render_boot_script(plan, *spec_and_options(plan, {"signal": SIGNAL, "interruptions": True}))
+    more = getattr(request, "param", {})
+    boot = render_boot_script(plan, *spec_and_options(plan, {"signal": SIGNAL, "interruptions": True, **more}))
     host = make_host(plan.instance.devices)
     done = host.boot(boot)
     assert done.returncode == 0, done.stdout
@@ -66,11 +73,15 @@ def drained_host(make_host: Callable[..., Host], tmp_path: Path) -> Iterator[tup
 
 
 def start_watcher(host: Host, router: Router, imds: Imds, **knobs: str) -> subprocess.Popen[str]:
-    """The unit's command, as systemd runs it (host.env in its environment), asking ``imds``."""
+    """The unit's command, as systemd runs it (its environment files in its environment), asking ``imds``."""
     unit = host.path(f"/etc/systemd/system/{UNIT}").read_text()
     [command] = [line.removeprefix("ExecStart=") for line in unit.splitlines() if line.startswith("ExecStart=")]
     _env, python, program, *args = shlex.split(command)
-    env = dict(line.split("=", 1) for line in host.path("/etc/neuron-serving/host.env").read_text().split())
+    env: dict[str, str] = {}
+    for path in [line.removeprefix("EnvironmentFile=") for line in unit.splitlines()
+                 if line.startswith("EnvironmentFile=")]:
+        # NAME=value lines, the value shell-quoted (render.boot._env_file), as systemd reads them.
+        env.update(dict(word.split("=", 1) for word in shlex.split(host.path(path).read_text())))
     # The runtime socket where the router has it (see drained_host); everything else under the host's root.
     sock = router.log_path.parent / "socket-path"
     return subprocess.Popen([python, str(host.path(program)), *args, "--imds", imds.url,
@@ -108,7 +119,7 @@ def test_the_boot_enables_the_watcher_with_the_router_and_starts_it_once_the_rou
     assert systemctl.index(["restart", "haproxy"]) < systemctl.index(["start", "neuron-serving-interruption"])
 
 
-def test_a_rebalance_recommendation_drains_the_host_and_asks_the_group_to_replace_it(
+def test_a_spot_interruption_notice_drains_the_host_at_once_and_asks_the_group_to_replace_it(
         drained_host: tuple[Host, Router, Imds]) -> None:
     host, router, imds = drained_host
     host.forget_calls()
@@ -116,14 +127,15 @@ def test_a_rebalance_recommendation_drains_the_host_and_asks_the_group_to_replac
     try:
         time.sleep(1.5)
         assert health(router) == 200 and watcher.poll() is None
-        # A 3-second generation in flight when the recommendation comes.
+        # A 3-second generation in flight when the notice comes.
         results: list[bool] = []
         long = threading.Thread(target=stream, args=(router, 30, results))
         long.start()
         wait_for(lambda: sum(len(f.served) for f in router.replicas.values()) == 1, 5)
-        imds.set("events/recommendations/rebalance", json.dumps({"noticeTime": NOTICE}))
+        deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
+        imds.set("spot/instance-action", json.dumps({"action": "terminate", "time": deadline}))
         took = wait_for(lambda: health(router) == 503, 5)
-        assert took < 2.0 + 1.0, f"/health answered 503 {took:.1f} s after the recommendation"
+        assert took < 2.0 + 1.0, f"/health answered 503 {took:.1f} s after the notice"
         assert router.request("POST", "/generate", generate(2)).status == 200
         long.join(timeout=15)
         assert results == [True]
@@ -131,7 +143,7 @@ def test_a_rebalance_recommendation_drains_the_host_and_asks_the_group_to_replac
     finally:
         watcher.kill()
     assert watcher.returncode == 0, output
-    assert f"rebalance recommendation at {NOTICE}: draining" in output
+    assert f"Spot interruption notice: terminate at {deadline}: draining" in output
     assert "no request in flight: drained" in output
     [terminate] = [c for c in host.calls("aws") if c[:2] == ["autoscaling", "terminate-instance-in-auto-scaling-group"]]
     assert terminate[terminate.index("--instance-id") + 1] == host.instance_id
@@ -141,7 +153,83 @@ def test_a_rebalance_recommendation_drains_the_host_and_asks_the_group_to_replac
     assert INTERRUPTION_LOG.startswith("/var/log/neuron-serving/")
 
 
-def test_a_drain_goes_on_when_the_group_and_the_tags_refuse_and_gives_up_at_the_notice_deadline(
+def test_a_rebalance_recommendation_is_logged_and_neither_drains_the_host_nor_asks_the_group_to_replace_it(
+        drained_host: tuple[Host, Router, Imds]) -> None:
+    host, router, imds = drained_host
+    host.forget_calls()
+    watcher = start_watcher(host, router, imds)
+    try:
+        time.sleep(1.5)
+        imds.set("events/recommendations/rebalance", json.dumps({"noticeTime": NOTICE}))
+        # Three of the watcher's polls.
+        time.sleep(3.5)
+        assert health(router) == 200
+        assert watcher.poll() is None, "the watcher ended at a rebalance recommendation"
+    finally:
+        watcher.kill()
+        output, _ = watcher.communicate(timeout=10)
+    assert f"rebalance recommendation at {NOTICE}: serving on" in output
+    assert "draining" not in output
+    assert not [c for c in host.calls("aws") if c[:1] == ["autoscaling"]]
+    assert not [c for c in host.calls("aws") if c[:2] == ["ec2", "create-tags"]]
+
+
+@pytest.mark.parametrize("drained_host", [HOOKED], indirect=True)
+def test_when_its_group_terminates_it_the_host_drains_waits_for_its_requests_then_completes_the_lifecycle_action(
+        drained_host: tuple[Host, Router, Imds]) -> None:
+    host, router, imds = drained_host
+    host.forget_calls()
+    watcher = start_watcher(host, router, imds)
+    try:
+        time.sleep(1.5)
+        results: list[bool] = []
+        long = threading.Thread(target=stream, args=(router, 30, results))
+        long.start()
+        wait_for(lambda: sum(len(f.served) for f in router.replicas.values()) == 1, 5)
+        imds.set("autoscaling/target-lifecycle-state", "Terminated")
+        wait_for(lambda: health(router) == 503, 3)
+        # Not before the generation in flight has finished.
+        assert not [c for c in host.calls("aws") if c[:2] == ["autoscaling", "complete-lifecycle-action"]]
+        long.join(timeout=15)
+        assert results == [True]
+        output, _ = watcher.communicate(timeout=30)
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 0, output
+    assert "the Auto Scaling group Stack-Fleet terminates this host (lifecycle hook neuron-serving-termination)" \
+        ": draining" in output
+    assert output.index("no request in flight: drained") < output.index("completed the termination lifecycle action")
+    [complete] = [c for c in host.calls("aws") if c[:2] == ["autoscaling", "complete-lifecycle-action"]]
+    assert complete[complete.index("--instance-id") + 1] == host.instance_id
+    assert complete[complete.index("--auto-scaling-group-name") + 1] == HOOK.group_name
+    assert complete[complete.index("--lifecycle-hook-name") + 1] == HOOK.hook_name
+    assert complete[complete.index("--lifecycle-action-result") + 1] == "CONTINUE"
+    # The group is already terminating the host: it is not asked again.
+    assert not [c for c in host.calls("aws") if c[:2] == ["autoscaling", "terminate-instance-in-auto-scaling-group"]]
+
+
+@pytest.mark.parametrize("drained_host", [HOOKED], indirect=True)
+def test_a_host_that_cannot_complete_the_lifecycle_action_asks_again_until_the_hooks_timeout(
+        drained_host: tuple[Host, Router, Imds]) -> None:
+    host, router, imds = drained_host
+    host.forget_calls()
+    imds.set("autoscaling/target-lifecycle-state", "Terminated")
+    began = time.monotonic()
+    watcher = start_watcher(host, router, imds, STUB_LIFECYCLE_FAIL="1")
+    try:
+        output, _ = watcher.communicate(timeout=HOOK.heartbeat_timeout_seconds + 30)
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 0, output
+    tries = [c for c in host.calls("aws") if c[:2] == ["autoscaling", "complete-lifecycle-action"]]
+    # Every 5 s for the hook's 30 s.
+    assert 5 <= len(tries) <= 8, len(tries)
+    assert time.monotonic() - began >= HOOK.heartbeat_timeout_seconds
+    assert "gave up completing the lifecycle action" in output
+
+
+@pytest.mark.parametrize("drained_host", [HOOKED], indirect=True)
+def test_a_drain_goes_on_when_the_tags_and_the_lifecycle_action_are_refused_and_gives_up_at_a_notices_deadline(
         drained_host: tuple[Host, Router, Imds]) -> None:
     host, router, imds = drained_host
     results: list[bool] = []
@@ -151,19 +239,23 @@ def test_a_drain_goes_on_when_the_group_and_the_tags_refuse_and_gives_up_at_the_
     long.start()
     wait_for(lambda: sum(len(f.served) for f in router.replicas.values()) == 1, 5)
     deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 13))
-    imds.set("events/recommendations/rebalance", json.dumps({"noticeTime": NOTICE}))
-    watcher = start_watcher(host, router, imds, STUB_TERMINATE_FAIL="1", STUB_TAGS_FAIL="1")
+    imds.set("autoscaling/target-lifecycle-state", "Terminated")
+    watcher = start_watcher(host, router, imds, STUB_LIFECYCLE_FAIL="1", STUB_TAGS_FAIL="1")
     try:
         wait_for(lambda: health(router) == 503, 3)
-        # The interruption notice follows the recommendation: its deadline now bounds the wait.
+        # The interruption notice comes while the group terminates the host: its deadline now bounds the wait.
         imds.set("spot/instance-action", json.dumps({"action": "terminate", "time": deadline}))
         output, _ = watcher.communicate(timeout=30)
     finally:
         watcher.kill()
         long.join(timeout=30)
     assert watcher.returncode == 0, output
-    assert "TerminateInstanceInAutoScalingGroup" in output and "failed (exit" in output
-    assert f"Spot interruption notice: terminate at {deadline}" in output
+    assert "CreateTags operation: You are not authorized" in output
+    assert f"Spot interruption notice: terminate at {deadline}: waiting for the requests in flight until then" \
+        in output
     assert "gave up waiting at the deadline: requests still in flight: 1 at a replica and 0 queued" in output
+    # The notice's time has come: the action is tried once, then left to the hook's timeout.
+    assert "CompleteLifecycleAction operation: No active Lifecycle Action" in output
+    assert "gave up completing the lifecycle action" in output
     assert health(router) == 503
     assert results == [True], "the drain cut the generation in flight"

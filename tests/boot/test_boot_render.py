@@ -46,7 +46,13 @@ from neuron_serving.render.boot import (
     check_user_data_size,
     render_boot_script,
 )
-from neuron_serving.render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook, reports_phases
+from neuron_serving.render.boot_options import (
+    BootOptions,
+    ReadinessSignal,
+    TerminationHook,
+    WarmPoolHook,
+    reports_phases,
+)
 from neuron_serving.render.bundle import digest, manifest, write_bundle
 from neuron_serving.render.monitoring import PUBLISHER
 from tests.harness.userdata import (
@@ -116,6 +122,11 @@ OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
     ),
     "inf2.24xlarge-tp4-api-keys-signal": ("inf2.24xlarge-tp4", {**API_KEYS, "signal": SIGNAL}),
     "inf2.24xlarge-tp4-interruptions-signal": ("inf2.24xlarge-tp4", {"interruptions": True, "signal": SIGNAL}),
+    "inf2.24xlarge-tp4-interruptions-hook-signal": (
+        "inf2.24xlarge-tp4", {"interruptions": True, "termination_hook": TerminationHook(
+            hook_name="neuron-serving-termination", group_name="Stack-Fleet", heartbeat_timeout_seconds=900),
+            "signal": SIGNAL},
+    ),
     "inf2.24xlarge-tp4-interruptions-api-keys-signal": (
         "inf2.24xlarge-tp4", {**API_KEYS, "interruptions": True, "signal": SIGNAL},
     ),
@@ -185,15 +196,16 @@ def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
 
 
 @pytest.mark.parametrize("config", [*CONFIGS, *OPTION_CONFIGS])
-def test_the_user_data_is_under_2_kb_and_the_same_whatever_the_features(config: str) -> None:
+def test_the_user_data_is_under_2_5_kb_and_the_same_whatever_the_features(config: str) -> None:
     _, boot = rendered(config)
     script = user_data(boot)
     size = len(script.encode())
     # The files are in the bundle and the deploy-time values in the host resource's metadata,
-    # whatever their number: the user data is the bootstrap, where those values are, and the
-    # resource its FAILURE signal goes to, if any. Tests of synthesized stacks check the same with
-    # the names CloudFormation fills in (tests/boot/test_boot_synthesized.py).
-    assert size < 2 * KILOBYTE, f"{config}: {size} bytes"
+    # whatever their number: the user data is the bootstrap, where those values are, the bundle's
+    # place (about 120 bytes, the longest a bucket name and an asset hash make it) and the resource
+    # its FAILURE signal goes to, if any. Tests of synthesized stacks check the same with the names
+    # CloudFormation fills in (tests/boot/test_boot_synthesized.py).
+    assert size < 2.5 * KILOBYTE, f"{config}: {size} bytes"
     smallest = min(len(user_data(rendered(c)[1]).encode()) for c in CONFIGS)
     signal = "".join(f"{k}={v}\n" for k, v in boot.bootstrap_env.items())
     assert size - smallest == len(signal.encode()), config
@@ -257,12 +269,12 @@ def test_the_bundle_holds_the_boot_files_and_the_user_data_only_where_the_stack_
                                   "/opt/neuron-serving/bin/check-export", "/opt/neuron-serving/bin/export-model",
                                   "/opt/neuron-serving/bin/run-replica"]
     assert boot.files["/etc/systemd/system/neuron-replica@.service"].rstrip().endswith("WantedBy=multi-user.target")
-    # Only stack.env is in the user data, and in it only where the stack's values are (no signal
-    # here); the bundle's place is among those values, and the values known at synth are bundled.
+    # Only stack.env is in the user data, and in it only where the stack's values are and the bundle's
+    # place (no signal here); the values known at synth are bundled, and this boot has no deploy-time one.
     assert EMBEDDED_FILE.findall(user_data(boot)) == [
-        f"STACK_REGION=us-east-1\nSTACK_NAME={DEPLOYED_STACK}\nHOST_RESOURCE={DEPLOYED_RESOURCE}\n"]
-    assert json.loads(deployed_metadata(boot)) == {METADATA_KEY: f"BUNDLE={DEPLOYED_BUNDLE}\n"}
-    assert DEPLOYED_BUNDLE not in user_data(boot)
+        f"STACK_REGION=us-east-1\nSTACK_NAME={DEPLOYED_STACK}\nHOST_RESOURCE={DEPLOYED_RESOURCE}\n"
+        f"BUNDLE={DEPLOYED_BUNDLE}\n"]
+    assert json.loads(deployed_metadata(boot)) == {METADATA_KEY: ""}
     assert boot.files[BUNDLE_ENV] == f"IMAGE={TGI_3_3_5.reference}\nHF_TOKEN_SECRET=neuron-serving/hf-token\n"
     assert f'sha256sum -c --quiet <<<"{boot.digest}  MANIFEST"' in user_data(boot)
 
@@ -358,15 +370,15 @@ def test_without_fleet_options_the_script_has_no_metadata_readiness_signal_or_ca
 def test_deploy_time_values_stay_one_quoted_word_in_the_metadata_and_only_there() -> None:
     boot = rendered("trn1.32xlarge-tp2-secret-arn-fleet")[1]
     script, files = user_data(boot), embedded_files(boot)
-    # stack.env: the user data's lines (where the values are, and the FAILURE signal's resource),
-    # then the values the host resource's metadata holds.
+    # stack.env: the user data's lines (where the values are, the bundle's place and the FAILURE
+    # signal's resource), then the values the host resource's metadata holds.
     assert files[STACK_ENV] == (
         f"STACK_REGION=us-east-1\nSTACK_NAME={DEPLOYED_STACK}\nHOST_RESOURCE={DEPLOYED_RESOURCE}\n"
-        "SIGNAL_RESOURCE=NeuronServingFleet\n"
+        f"BUNDLE={DEPLOYED_BUNDLE}\nSIGNAL_RESOURCE=NeuronServingFleet\n"
         "CACHE_BUCKET='${Token[TOKEN.123]}'\n"
         "SERVICE='${Token[TOKEN.200]}'\nLOG_GROUP_BOOT='${Token[TOKEN.201]}'\n"
         "LOG_GROUP_REPLICAS='${Token[TOKEN.202]}'\nLOG_GROUP_ROUTER='${Token[TOKEN.203]}'\n"
-        f"LOG_GROUP_METRICS='${{Token[TOKEN.204]}}'\nBUNDLE={DEPLOYED_BUNDLE}\n")
+        "LOG_GROUP_METRICS='${Token[TOKEN.204]}'\n")
     # The values known at synth travel in the bundle; on the host, stack.env holds both.
     assert files[BUNDLE_ENV] == (
         f"IMAGE={TGI_3_3_5.reference}\nHF_TOKEN_SECRET={SECRET_ARN}\nCACHE_PREFIX=exports/\n"
@@ -467,6 +479,32 @@ def test_only_a_host_with_interruptions_has_the_watcher_its_unit_and_a_router_th
     # Without any other AWS option, interruptions still read the metadata: the host calls Auto Scaling.
     alone = render_boot_script(plan, *spec_and_options(plan, {"interruptions": True}))
     assert "/opt/neuron-serving/bin/report-phase" in alone.files
+
+
+def test_with_a_termination_hook_the_watcher_reads_its_names_from_stack_env_and_its_timeout_from_the_unit() -> None:
+    unit = "/etc/systemd/system/neuron-serving-interruption.service"
+    _, without = rendered("inf2.24xlarge-tp4-interruptions-signal")
+    assert "--hook-seconds" not in without.files[unit] and "stack.env" not in without.files[unit]
+    assert "TERMINATION_HOOK_NAME" not in without.files[BUNDLE_ENV]
+    _, boot = rendered("inf2.24xlarge-tp4-interruptions-hook-signal")
+    assert "EnvironmentFile=/etc/neuron-serving/stack.env\n" in boot.files[unit]
+    assert " --phase draining --hook-seconds 900\n" in boot.files[unit]
+    assert "GROUP_NAME=Stack-Fleet\n" in boot.files[BUNDLE_ENV]
+    assert "TERMINATION_HOOK_NAME=neuron-serving-termination\n" in boot.files[BUNDLE_ENV]
+
+
+def test_a_termination_hook_without_interruptions_is_refused_naming_the_option() -> None:
+    hook = TerminationHook(hook_name="neuron-serving-termination", group_name="Stack-Fleet",
+                           heartbeat_timeout_seconds=900)
+    with pytest.raises(ServingConfigError, match=r"^termination_hook \('neuron-serving-termination'\) applies only "
+                       r"with interruptions"):
+        BootOptions(termination_hook=hook)
+
+
+def test_a_termination_hooks_timeout_is_checked_against_the_apis_range() -> None:
+    with pytest.raises(ServingConfigError, match=r"^termination_hook.heartbeat_timeout_seconds \(10\) must be an "
+                       r"integer from 30 to 7200"):
+        TerminationHook(hook_name="h", group_name="g", heartbeat_timeout_seconds=10)
 
 
 def test_a_builder_takes_no_interruptions() -> None:

@@ -419,9 +419,32 @@ def test_a_spot_fleet_drains_its_hosts_which_may_ask_only_their_own_named_group_
     name = _group(template)[1]["Properties"]["AutoScalingGroupName"]
     assert name == boot_script.group_name
     (leave,) = [s for s in template.host_statements()
-                if s["Action"] == "autoscaling:TerminateInstanceInAutoScalingGroup"]
+                if "autoscaling:TerminateInstanceInAutoScalingGroup" in json.dumps(s["Action"])]
     assert f"autoScalingGroupName/{name}" in json.dumps(leave["Resource"])
     assert "/opt/neuron-serving/bin/watch-interruption" in boot_script.boot.files
+
+
+def test_a_spot_fleet_has_a_termination_hook_lasting_the_longest_generation_which_its_hosts_complete(synth):
+    # Defect 5 of issue 37: Capacity Rebalancing terminates the host at risk through the group's termination
+    # lifecycle once its replacement serves; the hosts drain then, and must be able to complete the action.
+    template = synth(fleet="asg", min_capacity="1", max_capacity="3", spot_percent="50")
+    hook = template.only("AWS::AutoScaling::LifecycleHook")
+    assert hook["LifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
+    assert hook["DefaultResult"] == "CONTINUE"
+    assert hook["HeartbeatTimeout"] == longest_generation_seconds(template.stack.plan) + 60
+    name = _group(template)[1]["Properties"]["AutoScalingGroupName"]
+    assert hook["LifecycleHookName"] == template.stack.boot_script.options.termination_hook.hook_name
+    assert hook["AutoScalingGroupName"] == {"Ref": _group(template)[0]}
+    (complete,) = [s for s in template.host_statements()
+                   if "autoscaling:CompleteLifecycleAction" in json.dumps(s["Action"])]
+    resources = complete["Resource"] if isinstance(complete["Resource"], list) else [complete["Resource"]]
+    assert len(resources) == 1 and f"autoScalingGroupName/{name}" in json.dumps(resources[0])
+
+
+def test_an_on_demand_fleet_has_no_termination_hook(synth):
+    template = synth(fleet="asg", min_capacity="1", max_capacity="3")
+    assert template.resources("AWS::AutoScaling::LifecycleHook") == {}
+    assert template.stack.boot_script.termination_hook is None
 
 
 def test_an_on_demand_fleet_has_no_interruption_watcher_nor_the_right_to_leave_its_group(synth):

@@ -20,20 +20,20 @@ from neuron_serving.render.bundle import MANIFEST, write_bundle
 from tests.harness.aws import AwsEmulator
 
 BUNDLE = re.compile(r"^BUNDLE='?(s3://[^/\s]+/([0-9a-f]{64})\.zip)'?$", re.M)
-"""The bundle's S3 URI in the stack's values (:meth:`HostBoot.values`), and its asset hash (the object
-key's stem)."""
+"""The bundle's S3 URI in a user data (:meth:`HostBoot.user_data`), and its asset hash (the object key's
+stem)."""
 
 
-def bundle_uri(values: str) -> str:
-    """The S3 URI of the bundle the stack's values (:meth:`HostBoot.values`) name."""
-    [(uri, _)] = BUNDLE.findall(values)
+def bundle_uri(user_data: str) -> str:
+    """The S3 URI of the bundle ``user_data`` (:meth:`HostBoot.user_data`) names."""
+    [(uri, _)] = BUNDLE.findall(user_data)
     return uri
 
 
-def assembly_bundle(values: str, *assemblies: Path) -> Path:
-    """The directory of the bundle the stack's values name, as a cloud assembly holds it
-    (``asset.<hash>``, the asset's staged copy), from the first of ``assemblies`` that has it."""
-    [(_, asset_hash)] = BUNDLE.findall(values)
+def assembly_bundle(user_data: str, *assemblies: Path) -> Path:
+    """The directory of the bundle ``user_data`` names, as a cloud assembly holds it (``asset.<hash>``,
+    the asset's staged copy), from the first of ``assemblies`` that has it."""
+    [(_, asset_hash)] = BUNDLE.findall(user_data)
     found = [a / f"asset.{asset_hash}" for a in assemblies if (a / f"asset.{asset_hash}" / MANIFEST).is_file()]
     assert found, f"no cloud assembly holds the boot bundle asset.{asset_hash}"
     return found[0]
@@ -43,18 +43,18 @@ _PUBLISHED: dict[str, bytes] = {}
 """Each bundle the CDK CLI zipped in this process, by its S3 URI (its asset hash)."""
 
 
-def publish_bundle(aws: AwsEmulator, values: str, *assemblies: Path) -> None:
-    """The bundle the stack's values name, published by the CDK CLI from the cloud assembly that holds
-    it (:meth:`AwsEmulator.publish_assets`) to the place they name. The CLI runs once per bundle and
+def publish_bundle(aws: AwsEmulator, user_data: str, *assemblies: Path) -> None:
+    """The bundle ``user_data`` names, published by the CDK CLI from the cloud assembly that holds it
+    (:meth:`AwsEmulator.publish_assets`) to the place it names. The CLI runs once per bundle and
     process (about 4 s); later emulators get the same bytes, the CDK's own zip, put in place."""
-    uri = bundle_uri(values)
+    uri = bundle_uri(user_data)
     bucket, key = uri.removeprefix("s3://").split("/", 1)
     if uri in _PUBLISHED:
         aws.put_s3_uri(uri, _PUBLISHED[uri])
         return
     region = re.fullmatch(r"cdk-hnb659fds-assets-\d{12}-([a-z0-9-]+)", bucket)
     assert region is not None, bucket
-    aws.publish_assets(assembly_bundle(values, *assemblies).parent, "NeuronLlamaStack", region.group(1))
+    aws.publish_assets(assembly_bundle(user_data, *assemblies).parent, "NeuronLlamaStack", region.group(1))
     assert key in aws.list_objects(bucket, ""), f"the CDK published no {uri}"
     _PUBLISHED[uri] = aws.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
 
@@ -106,19 +106,20 @@ stack's launch templates (the builder's; the serving hosts' is ``HostF593FDA4``)
 
 
 def user_data(boot: HostBoot) -> str:
-    """``boot``'s user data as a deployed stack's would be (:data:`DEPLOYED_STACK`, us-east-1)."""
-    return boot.user_data("us-east-1", DEPLOYED_STACK, DEPLOYED_RESOURCE)
+    """``boot``'s user data as a deployed stack's would be (:data:`DEPLOYED_STACK`, us-east-1,
+    :data:`DEPLOYED_BUNDLE`)."""
+    return boot.user_data("us-east-1", DEPLOYED_STACK, DEPLOYED_RESOURCE, DEPLOYED_BUNDLE)
 
 
 def deployed_values(boot: HostBoot) -> str:
     """The stack's values ``boot``'s user data reads from the host resource's metadata, as a deployed
-    stack's would be (:data:`DEPLOYED_BUNDLE`)."""
-    return boot.values(DEPLOYED_BUNDLE)
+    stack's would be."""
+    return boot.values()
 
 
-def deployed_metadata(boot: HostBoot, bundle: str = DEPLOYED_BUNDLE) -> str:
+def deployed_metadata(boot: HostBoot) -> str:
     """The host resource's metadata, as DescribeStackResource returns it (a JSON string)."""
-    return json.dumps(boot.metadata(bundle))
+    return json.dumps(boot.metadata())
 
 
 def embedded_files(boot: HostBoot) -> dict[str, str]:

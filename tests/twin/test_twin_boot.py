@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.cdk.conftest import assemblies
-from tests.harness.userdata import publish_bundle
+from tests.harness.userdata import bundle_uri, publish_bundle
 from tests.twin.conftest import World, failure_report, request
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "boot"))
@@ -30,7 +30,7 @@ def stage(world: World, launch: Launch) -> None:
     cache = launch.value("CACHE_BUCKET")
     if cache is not None and cache not in world.aws.bucket_names():
         world.aws.create_bucket(cache, versioned=True)
-    publish_bundle(world.aws, launch.values, *assemblies())
+    publish_bundle(world.aws, launch.script, *assemblies())
 
 
 def completion(port: int, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
@@ -160,7 +160,7 @@ def test_with_s3_unreachable_the_boot_fails_at_once_saying_why(world: World) -> 
     assert status == "FAILURE"
     assert reason.startswith(f"{twin.instance_id} bundle: cannot download the boot bundle"), reason
     log = twin.path("/var/log/neuron-serving/boot.log").read_text()
-    assert f"failed in step bundle: cannot download the boot bundle {launch.value('BUNDLE')}" in log
+    assert f"failed in step bundle: cannot download the boot bundle {bundle_uri(launch.script)}" in log
 
 
 def test_an_internet_facing_stack_serves_api_keys_added_rotated_and_revoked_and_keeps_them_on_a_broken_secret(

@@ -3,8 +3,10 @@ and inf2.8xlarge, ``spot_percent`` 50) booted on the host twin (tests/twin/host.
 lays out that type's one replica, as its metadata service names the type. Then told by that service that
 it will be interrupted: its router, the real HAProxy under systemd, fails the load balancer's health check
 within 2 s (and the watcher's poll) while the generation in flight finishes; the host asks its group to
-replace it and reports the phase ``draining``. The rebalance recommendation is shown on the simulated host
-(tests/boot/test_boot_interruption.py). One boot shows both, as each twin boot costs a minute and more."""
+replace it, reports the phase ``draining`` and, drained, completes the group's termination lifecycle action
+(Auto Scaling calls the termination hook on a Spot interruption notice). The rebalance recommendation and the
+group's own termination are shown on the simulated host (tests/boot/test_boot_interruption.py). One boot shows
+both, as each twin boot costs a minute and more."""
 
 from __future__ import annotations
 
@@ -65,7 +67,7 @@ def test_a_spot_host_of_the_second_type_serves_its_own_layout_then_drains_on_its
     assert status == 200, result
     deadline = time.monotonic() + 60
     log = twin.path("/var/log/neuron-serving/interruption.log")
-    while "no request in flight: drained" not in (log.read_text() if log.exists() else ""):
+    while "completed the termination lifecycle action" not in (log.read_text() if log.exists() else ""):
         assert time.monotonic() < deadline, (log.read_text() if log.exists() else "(no log)") + failure_report(twin)
         time.sleep(0.5)
     text = log.read_text()
@@ -73,6 +75,11 @@ def test_a_spot_host_of_the_second_type_serves_its_own_layout_then_drains_on_its
     [left] = world.aws.recorder.calls("TerminateInstanceInAutoScalingGroup")
     assert left.params["InstanceId"] == twin.instance_id
     assert left.params["ShouldDecrementDesiredCapacity"] in (False, "false")
+    [done] = world.aws.recorder.calls("CompleteLifecycleAction")
+    assert (done.params["InstanceId"], done.params["LifecycleActionResult"]) == (twin.instance_id, "CONTINUE")
+    assert done.params["LifecycleHookName"] == "neuron-serving-termination"
+    assert done.params["AutoScalingGroupName"] == "NeuronLlamaStack-NeuronServingFleet"
+    assert text.index("no request in flight: drained") < text.index("completed the termination lifecycle action")
     # The instance's tags as moto keeps them, which `neuron-serving status` reads.
     tags = world.aws.client("ec2").describe_tags(Filters=[{"Name": "resource-id", "Values": [twin.instance_id]},
                                                           {"Name": "key", "Values": [PHASE_TAG]}])["Tags"]

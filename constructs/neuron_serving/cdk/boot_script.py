@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,14 +33,27 @@ from ..plan.host import HostSpec, resolve_host, s3_parts
 from ..plan.layout import ServingPlan, fleet_layouts
 from ..plan.phases import PHASE_TAGS
 from ..plan.registry import EcrRegistry
-from ..plan.timing import boot_minutes, boot_timeout_problem, readiness_seconds
+from ..plan.timing import boot_minutes, boot_timeout_problem, longest_generation_seconds, readiness_seconds
 from ..plan.volume import DEFAULT_DISK_MINUTES, VolumePerformance, volume_performance
 from ..render.boot import HostBoot, check_user_data_size, render_fleet_boot
-from ..render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook, reports_phases
+from ..render.boot_options import (
+    MAX_HEARTBEAT_TIMEOUT_SECONDS,
+    BootOptions,
+    ReadinessSignal,
+    TerminationHook,
+    WarmPoolHook,
+    reports_phases,
+)
 from ..render.bundle import write_bundle
 from .artifact_cache import COMPILE_CACHE_PREFIX, EXPORTS_PREFIX, NeuronArtifactCache
 from .monitoring import NeuronServingMonitoring
 from .scanners import acknowledge_any_resource, nag_arn
+
+TERMINATION_HOOK = "neuron-serving-termination"
+"""The name of the termination lifecycle hook of a group whose hosts drain (``interruptions``)."""
+TERMINATION_SLACK_SECONDS = 60
+"""What the termination hook's heartbeat timeout adds to the longest generation: the watcher's
+margin before the timeout and its retries of CompleteLifecycleAction."""
 
 
 class NeuronBootScript(Construct):
@@ -49,13 +63,13 @@ class NeuronBootScript(Construct):
     The host's files (scripts, units, configs, the metrics publisher and the key sync) are the boot
     bundle, an S3 asset of the stack (:attr:`bundle`; readable in the cloud assembly as
     ``asset.<hash>/``), which the user data downloads and installs once its checksums match the
-    ones it carries. The stack's values known at synth travel in the bundle too (``bundle.env``);
-    the deploy-time ones (names CloudFormation fills in) and the bundle's place are in the
+    ones it carries, from the place it names: a host launched from an older launch template version
+    (while the stack updates) installs that version's bundle. The stack's values known at synth travel
+    in the bundle too (``bundle.env``); the deploy-time ones (names CloudFormation fills in) are in the
     CloudFormation metadata of the resource the boot script is attached to (:meth:`attach`; the
     launch template of a :class:`NeuronServingLaunchTemplate`), which the host reads at boot as
-    cfn-init does. So the user data is under 2 KB whatever the features (1.96 to 1.99 KB in the
-    stacks the tests synthesize). It is still checked against the EC2 user-data limit (16 KB) when
-    constructed.
+    cfn-init does. So the user data is about 2 KB whatever the features. It is still checked against
+    the EC2 user-data limit (16 KB) when constructed.
 
     :param plan: the serving plan to realise on the host.
     :param instance_types: the instance types the host may be, in order of preference, ``plan``'s own
@@ -92,11 +106,15 @@ class NeuronBootScript(Construct):
     :param load_balancer_authentication: with ``api_keys_secret``, the routers also accept the
         requests the load balancer signed in (OIDC), which it sends without an ``Authorization``
         header. Default: false.
-    :param interruptions: drain each host on a Spot interruption notice or a rebalance recommendation
-        (``BootOptions.interruptions``): its router's health check fails within 2 s while every request
-        is still served, and the host asks its Auto Scaling group to replace it. :meth:`grant_boot` grants
-        ``autoscaling:TerminateInstanceInAutoScalingGroup`` on the group ``group_name`` names, and only
-        there. Default: false.
+    :param interruptions: drain each host on a Spot interruption notice and when its Auto Scaling group
+        terminates it (``BootOptions.interruptions``): its router's health check fails within 2 s while
+        every request is still served; on a Spot notice the host asks its group to replace it; then it waits
+        for its requests in flight and completes the group's termination lifecycle hook
+        (:attr:`termination_hook`, which :class:`NeuronServingFleet` adds to its group). A rebalance
+        recommendation is only logged: the group's Capacity Rebalancing replaces the host first and then
+        terminates it through that hook. :meth:`grant_boot` grants
+        ``autoscaling:TerminateInstanceInAutoScalingGroup`` and ``autoscaling:CompleteLifecycleAction`` on
+        the group ``group_name`` names, and only there. Default: false.
     :param group_name: the name of the Auto Scaling group the hosts run in, fixed before the group
         exists (the fleet takes it as its group's name), with ``interruptions``. Default: the warm pool
         hook's group, else none.
@@ -180,6 +198,13 @@ class NeuronBootScript(Construct):
         self.ready_seconds: int = min(readiness_seconds(plan, self.root_volume.throughput),
                                       int(self.boot_timeout.to_seconds()))
         """How long ``wait-ready`` waits for every replica (``plan.timing.readiness_seconds``)."""
+        self.termination_hook: TerminationHook | None = TerminationHook(
+            hook_name=TERMINATION_HOOK, group_name=self.group_name,
+            heartbeat_timeout_seconds=min(longest_generation_seconds(plan) + TERMINATION_SLACK_SECONDS,
+                                          MAX_HEARTBEAT_TIMEOUT_SECONDS),
+        ) if interruptions and self.group_name is not None else None
+        """With ``interruptions``, the termination lifecycle hook the group must have and the hosts complete
+        once drained: its heartbeat timeout covers the longest generation the plan allows."""
         self.options = BootOptions(
             hf_token_secret=_secret_id(hf_token_secret),
             api_keys_secret=_secret_id(api_keys_secret),
@@ -193,6 +218,7 @@ class NeuronBootScript(Construct):
             export_wait_minutes=int(self.boot_timeout.to_minutes()),
             ready_seconds=self.ready_seconds,
             interruptions=interruptions,
+            termination_hook=self.termination_hook,
         )
         self.boot: HostBoot = render_fleet_boot(self.layouts, self.spec, self.options)
         """The host's files (the bundle) and the stack's values."""
@@ -206,7 +232,7 @@ class NeuronBootScript(Construct):
         """The boot bundle's asset (:mod:`~neuron_serving.render.bundle`)."""
         self._host: CfnResource | None = None
         self.script: str = self.boot.user_data(
-            Aws.REGION, Stack.of(self).stack_name, Lazy.string(_HostResource(self)))
+            Aws.REGION, Stack.of(self).stack_name, Lazy.string(_HostResource(self)), _asset_uri(self.bundle))
         """The rendered boot script (tokens, if any, unresolved)."""
         self.node.add_validation(_Attached(self))
         check_user_data_size(self.script, plan)
@@ -214,7 +240,7 @@ class NeuronBootScript(Construct):
         """The script as EC2 user data, for a launch template."""
 
     def attach(self, resource: CfnResource) -> None:
-        """Keep the stack's deploy-time values and the bundle's place in ``resource``'s metadata
+        """Keep the stack's deploy-time values in ``resource``'s metadata
         (:meth:`~neuron_serving.render.boot.HostBoot.metadata`), where the user data reads them: the
         launch template or instance that runs :attr:`user_data`, in this construct's stack, as
         ``CloudFormationInit.attach`` does. ``NeuronServingLaunchTemplate`` attaches its own; a boot
@@ -234,7 +260,7 @@ class NeuronBootScript(Construct):
                 "resource", resource.node.path, f"must be in the stack of the boot script {self.node.path} "
                 f"({Stack.of(self).stack_name}), whose name its user data carries")])
         self._host = resource
-        for key, value in self.boot.metadata(_asset_uri(self.bundle)).items():
+        for key, value in self.boot.metadata().items():
             resource.add_metadata(key, value)
 
     @property
@@ -267,11 +293,8 @@ class NeuronBootScript(Construct):
             self.monitoring.grant_publish(grantee)
         if self.api_keys_secret is not None:
             self.api_keys_secret.grant_read(grantee)
-        iam.Grant.add_to_principal(
-            grantee=grantee, actions=["s3:GetObject"],
-            resource_arns=[self.bundle.bucket.arn_for_objects(self.bundle.s3_object_key)],
-        )
         stack = Stack.of(self)
+        self._grant_bundles(grantee)
         # The stack's values, in the host resource's metadata (attach), as CloudFormationInit grants
         # cfn-init the same action on the stack.
         iam.Grant.add_to_principal(
@@ -338,13 +361,31 @@ class NeuronBootScript(Construct):
                 "the group's id is assigned at creation; the resource names the one group by name",
             )
 
+    def _grant_bundles(self, grantee: iam.IGrantable) -> None:
+        """``s3:GetObject`` on the asset bucket's zipped assets, not only on this synth's bundle: a host
+        launched from an older launch template version, while the stack updates, downloads that version's
+        bundle, and the role's policy names the current one by then. The CDK keys an asset by its content's
+        hash at the bucket's root (``<hash>.zip``), so no narrower pattern holds every version's bundle;
+        the grant is read-only, on the stack's own asset bucket."""
+        iam.Grant.add_to_principal(
+            grantee=grantee, actions=["s3:GetObject"], resource_arns=[self.bundle.bucket.arn_for_objects("*.zip")],
+        )
+        stack = Stack.of(self)
+        _acknowledge_prefix(
+            stack, f"arn:{_nag_text(stack, stack.partition)}:s3:::{_nag_text(stack, self.bundle.s3_bucket_name)}/*.zip",
+            "a host launched from an older launch template version while the stack updates reads that "
+            "version's boot bundle, keyed by its content's hash at the asset bucket's root; read only",
+        )
+
     def _grant_leave_group(self, grantee: iam.IGrantable, group_name: str) -> None:
-        """``autoscaling:TerminateInstanceInAutoScalingGroup`` on the one group, for a draining host
-        (``watch-interruption``): the action's resource is the group (Service Authorization Reference,
-        Amazon EC2 Auto Scaling), whose id is assigned at creation, so its ARN names it by name."""
+        """``autoscaling:TerminateInstanceInAutoScalingGroup`` and ``autoscaling:CompleteLifecycleAction``
+        on the one group, for a draining host (``watch-interruption``): each action's resource is the
+        group (Service Authorization Reference, Amazon EC2 Auto Scaling), whose id is assigned at creation,
+        so its ARN names it by name."""
         stack = Stack.of(self)
         iam.Grant.add_to_principal(
-            grantee=grantee, actions=["autoscaling:TerminateInstanceInAutoScalingGroup"],
+            grantee=grantee,
+            actions=["autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:CompleteLifecycleAction"],
             resource_arns=[stack.format_arn(
                 service="autoscaling", resource="autoScalingGroup",
                 resource_name=f"*:autoScalingGroupName/{group_name}", arn_format=ArnFormat.COLON_RESOURCE_NAME)],
@@ -455,6 +496,19 @@ def _secret_id(secret: secretsmanager.ISecret | None) -> str | None:
 
 def _asset_uri(asset: s3_assets.Asset) -> str:
     return f"s3://{asset.s3_bucket_name}/{asset.s3_object_key}"
+
+
+def _nag_text(stack: Stack, value: str) -> str:
+    """How cdk-nag writes ``value`` (a name, a pseudo parameter, or a token CloudFormation fills in with
+    ``Fn::Sub``, as the default synthesizer's asset bucket) in its finding ids: a ``Ref`` and each
+    ``${Name}`` become ``<Name>`` (cdk-nag 3.0.2 ``src/utils/flatten-cfn-reference.ts``)."""
+    resolved = stack.resolve(value)
+    if isinstance(resolved, dict) and set(resolved) == {"Ref"}:
+        return f"<{resolved['Ref']}>"
+    text = resolved["Fn::Sub"] if isinstance(resolved, dict) and isinstance(resolved.get("Fn::Sub"), str) else resolved
+    if not isinstance(text, str):
+        raise ValueError(f"cannot name {resolved} in a cdk-nag finding")
+    return re.sub(r"\$\{([^}]+)\}", r"<\1>", text)
 
 
 def _acknowledge_prefix(stack: Stack, resource: str, reason: str) -> None:

@@ -42,6 +42,9 @@ class NeuronServingFleet(Construct):
     - ELB health checks, with a grace period that covers pull, export and load.
     - Scale-in lets in-flight generations finish: the group deregisters a host from the target
       group and waits out its deregistration delay before terminating it.
+    - With a boot script that has ``interruptions`` (a Spot fleet), a termination lifecycle hook: each
+      host drains and completes it once its requests in flight are done, and Capacity Rebalancing
+      launches a Spot host's replacement before it terminates the host at risk.
     - Optional warm pool of stopped hosts that already hold the image and the export, when the
       boot script was given a ``warm_pool_hook``.
 
@@ -230,6 +233,16 @@ class NeuronServingFleet(Construct):
                 start_time=capacity_block.scale_in_time, min_size=0, max_size=0, desired_capacity=0,
             )
         self.min_capacity = min_capacity
+        if (termination := boot_script.termination_hook) is not None:
+            # A terminating host drains, waits for its requests in flight and completes this hook; should it
+            # not, the group terminates it after the timeout all the same.
+            self.auto_scaling_group.add_lifecycle_hook(
+                "Terminate",
+                lifecycle_hook_name=termination.hook_name,
+                lifecycle_transition=autoscaling.LifecycleTransition.INSTANCE_TERMINATING,
+                heartbeat_timeout=Duration.seconds(termination.heartbeat_timeout_seconds),
+                default_result=autoscaling.DefaultResult.CONTINUE,
+            )
         if hook is not None:
             self.auto_scaling_group.add_lifecycle_hook(
                 "Launch",

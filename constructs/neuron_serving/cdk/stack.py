@@ -161,7 +161,7 @@ class NeuronLlamaStack(Stack):
                 if settings.warm_pool
                 else None
             ),
-            # Spot hosts drain on an interruption notice or a rebalance recommendation.
+            # Spot hosts drain on an interruption notice or their group's termination (its lifecycle hook).
             interruptions=fleet and settings.spot_percent > 0,
             group_name=f"{self.stack_name}-{FLEET_ID}" if fleet and settings.spot_percent > 0 else None,
             boot_timeout=(

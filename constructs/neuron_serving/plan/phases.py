@@ -93,7 +93,7 @@ PHASES = (
     Phase(WARMED, "prepared in the warm pool, stopped until the group needs it"),
     Phase(READY, "serving"),
     Phase(FAILED, "the boot failed"),
-    Phase(DRAINING, "draining for a Spot interruption or rebalance recommendation: no new requests from the "
+    Phase(DRAINING, "draining for a Spot interruption or its group's termination: no new requests from the "
           "load balancer, its group replaces it"),
 )
 """Every phase, in the order a boot goes through them (a host skips those it has no use for), then

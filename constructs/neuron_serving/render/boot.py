@@ -49,11 +49,13 @@ The files travel as the boot bundle (:mod:`~neuron_serving.render.bundle`): a CD
 user data downloads from S3 and installs only when its manifest's SHA-256 is the one the user data
 carries and every file matches the manifest (:meth:`HostBoot.user_data`). The bundle is made at
 synth, so it cannot hold deploy-time values (CDK tokens such as the cache bucket's name); the user
-data does not hold them either. As aws-cdk-lib's ``CloudFormationInit`` does, the stack keeps them,
-with the bundle's place, in the CloudFormation metadata of the host's resource (its launch template,
-:meth:`HostBoot.metadata`), and the user data reads them with ``DescribeStackResource`` into
-``/etc/neuron-serving/stack.env``. So the user data is the same short script (under 2 KB) whatever
-the features: where the values are, the target of its FAILURE signal and the bundle's checksum. The
+data does not hold them either. As aws-cdk-lib's ``CloudFormationInit`` does, the stack keeps them
+in the CloudFormation metadata of the host's resource (its launch template, :meth:`HostBoot.metadata`),
+and the user data reads them with ``DescribeStackResource`` into ``/etc/neuron-serving/stack.env``.
+So the user data is the same short script (about 2 KB) whatever the features: where the values are,
+the target of its FAILURE signal, and the bundle's place and checksum, which stay with the launch
+template version a host was launched from (a host launched from an older one while the stack updates
+reads the current metadata, but its own bundle). The
 boot's steps add the stack's values known at synth (image, cache prefix, prebuilt export, lifecycle
 hook), which come as the bundle's ``bundle.env``, and the files source the whole. The options and
 their checks are in :mod:`~neuron_serving.render.boot_options`.
@@ -115,27 +117,31 @@ before the group stops a warm pool's host, and again for ``wait-ready`` after it
 that cannot be put is logged; it never fails the boot.
 
 **Spot interruptions.** With ``BootOptions.interruptions`` (``NeuronLlamaStack`` sets it for a fleet
-with ``spot_percent`` above 0), ``neuron-serving-interruption.service`` starts once the router
-serves (and at every later start) and asks the instance metadata (IMDSv2, its token renewed before
-it expires) every second for ``spot/instance-action`` (Amazon EC2 user guide, "Spot Instance
-interruption notices": the action and its time, about two minutes ahead) and
-``events/recommendations/rebalance`` (the same guide, "EC2 instance rebalance recommendations"). On
-the first of either it drains the host, each step logged to
-``/var/log/neuron-serving/interruption.log`` and none stopping the next when it fails: the router's
-``/health`` answers 503 from then on, so the load balancer sends it nothing new, while every request
-in flight or still arriving is served (``add acl`` of the pattern ``draining`` to the running router's
-copy of ``/etc/haproxy/draining.acl`` on its runtime socket, at level user: no reload, no connection
-closed; ``userdata/haproxy.cfg.j2`` says why this and not ``set var`` or a server's drain state); it
-reports the phase ``draining`` (:data:`~neuron_serving.plan.phases.DRAINING`); it asks its Auto Scaling
-group to replace it (``TerminateInstanceInAutoScalingGroup`` without decrementing the desired
-capacity: the group launches a replacement, deregisters the host from the target group, waits the
-deregistration delay and terminates it); then it waits until the router has no request at a replica
-or in its queue, or until 10 s before the notice's time (120 s after a rebalance recommendation, or
-the notice that follows one), and logs what was still in flight when it gave up. It then exits, and
-is not started again until the next start of the host. The drain lives in the running router only: a
-restart of HAProxy ends it (the file on disk holds no pattern, so a host that starts again serves).
-Passing the health check within 2 s of the notice takes the watcher's 1 s poll and one runtime API
-command (tests/router, tests/twin).
+with ``spot_percent`` above 0, with a ``termination_hook``), ``neuron-serving-interruption.service``
+starts once the router serves (and at every later start) and asks the instance metadata (IMDSv2, its
+token renewed before it expires) every second for ``spot/instance-action`` (Amazon EC2 user guide,
+"Spot Instance interruption notices": the action and its time, about two minutes ahead), with a
+termination hook for ``autoscaling/target-lifecycle-state`` (``Terminated`` once the group terminates
+the host: Amazon EC2 Auto Scaling user guide, "Retrieve the target lifecycle state through instance
+metadata"), and for ``events/recommendations/rebalance`` (Amazon EC2 user guide, "EC2 instance
+rebalance recommendations"), which it only logs: the group's Capacity Rebalancing launches a
+replacement first and then terminates the host through its termination lifecycle. On the first Spot
+notice or termination it drains the host, each step logged to ``/var/log/neuron-serving/interruption.log``
+and none stopping the next when it fails: the router's ``/health`` answers 503 from then on, so the load
+balancer sends it nothing new, while every request in flight or still arriving is served (``add acl``
+of the pattern ``draining`` to the running router's copy of ``/etc/haproxy/draining.acl`` on its
+runtime socket, at level user: no reload, no connection closed; ``userdata/haproxy.cfg.j2`` says why
+this and not ``set var`` or a server's drain state); it reports the phase ``draining``
+(:data:`~neuron_serving.plan.phases.DRAINING`); on a Spot notice it asks its Auto Scaling group to replace
+it now (``TerminateInstanceInAutoScalingGroup`` without decrementing the desired capacity); then it waits
+until the router has no request at a replica or in its queue, or until 10 s before the notice's time
+(the hook's heartbeat timeout, after a termination), and logs what was still in flight when it gave
+up; with a termination hook it then completes the lifecycle action with CONTINUE (asked again every 5 s
+while none is pending yet: the group calls the hook once the load balancer has deregistered the host).
+It then exits, and is not started again until the next start of the host. The drain lives in the
+running router only: a restart of HAProxy ends it (the file on disk holds no pattern, so a host that
+starts again serves). Passing the health check within 2 s of the notice takes the watcher's 1 s poll
+and one runtime API command (tests/router, tests/twin).
 
 **Monitoring.** With :class:`~neuron_serving.plan.metrics.MonitoringOptions`, a step right
 after the tools are installed starts the CloudWatch agent, which ships the boot's logs, the
@@ -334,6 +340,7 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
     # Only a host that may compile consults the compile caches.
     compile_cache = options.compile_cache if spec.compiles else None
     signal, hook, monitoring = options.signal, options.warm_pool_hook, options.monitoring
+    termination = options.termination_hook
     s3 = cache is not None or prebuilt_s3 is not None or compile_cache is not None
     api_keys = options.api_keys_secret is not None
     report = reports_phases(spec, options)
@@ -348,8 +355,9 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
         "CACHE_BUCKET": cache[0] if cache else None,
         "CACHE_PREFIX": (f"{cache[1]}/" if cache[1] else "") if cache else None,
         "COMPILE_CACHE": compile_cache,
-        "GROUP_NAME": hook.group_name if hook else None,
+        "GROUP_NAME": hook.group_name if hook else termination.group_name if termination else None,
         "HOOK_NAME": hook.hook_name if hook else None,
+        "TERMINATION_HOOK_NAME": termination.hook_name if termination else None,
         "SERVICE": monitoring.service if monitoring else None,
         # For report-phase's boot phase metric and api-keys sync's failure metric; the publisher has
         # its namespace in its config.
@@ -416,7 +424,8 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
         files[WATCH_INTERRUPTION] = _userdata_file(WATCH_INTERRUPTION_SOURCE)
         files[f"/etc/systemd/system/{INTERRUPTION_UNIT}.service"] = render(
             f"{INTERRUPTION_UNIT}.service.j2", program=WATCH_INTERRUPTION, report_phase=REPORT_PHASE,
-            phase=_phase(DRAINING), log=INTERRUPTION_LOG)
+            phase=_phase(DRAINING), log=INTERRUPTION_LOG,
+            hook_seconds=termination.heartbeat_timeout_seconds if termination else None)
         files[DRAIN_FILE] = DRAIN_FILE_TEXT
     if api_keys:
         files[API_KEYS] = _userdata_file(API_KEYS_SOURCE)
@@ -514,25 +523,34 @@ class HostBoot:
         """The SHA-256 of the bundle's manifest, which the user data checks the bundle by."""
         return digest(self.files)
 
-    def values(self, bundle: str) -> str:
+    def values(self) -> str:
         """The lines the boot script adds to stack.env from the host resource's metadata: the
-        deploy-time values and ``BUNDLE``, the bundle's S3 URI (bucket and key may be CDK tokens)."""
-        return _env_file({**self.deploy_env, "BUNDLE": bundle})
+        deploy-time values. Not the bundle's place: a host reads the stack's current metadata, which may
+        be newer than the launch template version it was launched from (see :meth:`user_data`)."""
+        return _env_file(dict(self.deploy_env))
 
-    def metadata(self, bundle: str) -> dict[str, str]:
+    def metadata(self) -> dict[str, str]:
         """The CloudFormation metadata of the host's resource (its launch template) that holds
         :meth:`values`: ``{METADATA_KEY: values}``."""
-        return {METADATA_KEY: self.values(bundle)}
+        return {METADATA_KEY: self.values()}
 
-    def user_data(self, region: str, stack_name: str, resource: str) -> str:
+    def user_data(self, region: str, stack_name: str, resource: str, bundle: str) -> str:
         """The boot script (EC2 user data) that reads the stack's values from the metadata of
-        ``resource`` (a logical id) in the stack ``stack_name`` in ``region`` (each may be a CDK
-        token), downloads the bundle they name, checks it, installs its files and runs the boot's
-        steps (``userdata/bootstrap.sh.j2``). Its size does not depend on the stack's features.
+        ``resource`` (a logical id) in the stack ``stack_name`` in ``region``, downloads the bundle at
+        ``bundle`` (its S3 URI; each may be a CDK token), checks it against its digest, installs its files
+        and runs the boot's steps (``userdata/bootstrap.sh.j2``). Its size does not depend on the stack's
+        features.
+
+        The bundle's place is in the user data with its digest, not in the metadata: a host launched from
+        an older launch template version (during a stack update, or a rollback) reads the stack's current
+        metadata, and would find there a newer bundle than the digest its user data checks. The bundle's
+        key is its content's hash (a CDK asset's), so a launch template version names its own bundle for
+        as long as the asset stays in the bucket.
 
         The result is not checked against the user data limit: see :func:`check_user_data_size`.
         """
-        env = {"STACK_REGION": region, "STACK_NAME": stack_name, "HOST_RESOURCE": resource, **self.bootstrap_env}
+        env = {"STACK_REGION": region, "STACK_NAME": stack_name, "HOST_RESOURCE": resource, "BUNDLE": bundle,
+               **self.bootstrap_env}
         script = render(
             "bootstrap.sh.j2",
             stack_env=Unquoted(_env_file(env)),

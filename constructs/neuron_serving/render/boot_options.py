@@ -1,8 +1,8 @@
 """What a boot script needs beyond the serving plan and its host's spec
 (:class:`~neuron_serving.plan.host.HostSpec`): what the stack supplies (:class:`BootOptions`: secret
 ids, the cache, log groups) and the CloudFormation resources the host reports to
-(:class:`ReadinessSignal`, :class:`WarmPoolHook`), each checked when made: every problem at once,
-naming the option."""
+(:class:`ReadinessSignal`, :class:`WarmPoolHook`, :class:`TerminationHook`), each checked when made:
+every problem at once, naming the option."""
 
 from __future__ import annotations
 
@@ -72,19 +72,48 @@ class WarmPoolHook:
         problems = Problems()
         _check_word(problems, "warm_pool_hook.hook_name", self.hook_name)
         _check_word(problems, "warm_pool_hook.group_name", self.group_name)
-        timeout = self.heartbeat_timeout_seconds
-        if not isinstance(timeout, int) or isinstance(timeout, bool) or not (
-            MIN_HEARTBEAT_TIMEOUT_SECONDS <= timeout <= MAX_HEARTBEAT_TIMEOUT_SECONDS
-        ):
-            problems.add("warm_pool_hook.heartbeat_timeout_seconds", timeout,
-                         f"must be an integer from {MIN_HEARTBEAT_TIMEOUT_SECONDS} to {MAX_HEARTBEAT_TIMEOUT_SECONDS} "
-                         "(the PutLifecycleHook API's HeartbeatTimeout)")
+        _check_heartbeat(problems, "warm_pool_hook.heartbeat_timeout_seconds", self.heartbeat_timeout_seconds)
         problems.raise_if_any()
 
     @property
     def heartbeat_interval_seconds(self) -> int:
         """How often the boot script records a heartbeat: four chances per timeout."""
         return self.heartbeat_timeout_seconds // 4
+
+
+@dataclass(frozen=True)
+class TerminationHook:
+    """The Auto Scaling termination lifecycle hook (``autoscaling:EC2_INSTANCE_TERMINATING``) a host with
+    interruptions completes once it has drained, so the group terminates it only when its requests in
+    flight are done.
+
+    Whatever ends the host, a scale-in, a Spot replacement by Capacity Rebalancing, an interruption
+    notice or the host's own request to leave, the group sets the instance metadata's
+    ``autoscaling/target-lifecycle-state`` to ``Terminated`` (Amazon EC2 Auto Scaling user guide,
+    "Retrieve the target lifecycle state through instance metadata"), deregisters the host from the
+    load balancer, waiting out its deregistration delay, and only then holds it in ``Terminating:Wait``
+    until the action is completed or the heartbeat timeout ends (the same guide, "How lifecycle hooks
+    work", and "Capacity Rebalancing": "waits for the instance to deregister from the load balancer
+    before calling the termination lifecycle hook"). ``watch-interruption`` drains on the first of
+    these and completes the action with CONTINUE.
+
+    :param hook_name: the lifecycle hook's name.
+    :param group_name: the Auto Scaling group's name (a CDK token is fine).
+    :param heartbeat_timeout_seconds: the hook's heartbeat timeout: how long the group waits for the
+        host once it is in ``Terminating:Wait``, and how long the host waits for its requests in flight
+        before it completes the action all the same.
+    """
+
+    hook_name: str
+    group_name: str
+    heartbeat_timeout_seconds: int
+
+    def __post_init__(self) -> None:
+        problems = Problems()
+        _check_word(problems, "termination_hook.hook_name", self.hook_name)
+        _check_word(problems, "termination_hook.group_name", self.group_name)
+        _check_heartbeat(problems, "termination_hook.heartbeat_timeout_seconds", self.heartbeat_timeout_seconds)
+        problems.raise_if_any()
 
 
 WAIT_POLL_SECONDS = 30
@@ -143,14 +172,20 @@ class BootOptions:
         warm pool hook it may not exceed the hook's heartbeat timeout: started from the pool, the
         host waits with no heartbeat. Default: ``plan.timing.readiness_seconds`` at the plan's
         default root volume throughput (``plan.volume.default_throughput``).
-    :param interruptions: drain the host on a Spot interruption notice or a rebalance recommendation
-        (``neuron-serving-interruption.service``, ``userdata/watch_interruption.py``; see the module
-        documentation of :mod:`~neuron_serving.render.boot`): the router's ``/health`` answers 503
-        within 2 s while every request is still served, the host reports the phase ``draining`` and
-        asks its Auto Scaling group to replace it, then waits for its requests in flight. For hosts of
+    :param interruptions: drain the host on a Spot interruption notice, and on its group's termination
+        with ``termination_hook`` (``neuron-serving-interruption.service``, ``userdata/watch_interruption.py``;
+        see the module documentation of :mod:`~neuron_serving.render.boot`): the router's ``/health``
+        answers 503 within 2 s while every request is still served, the host reports the phase
+        ``draining`` (on a Spot notice, it also asks its Auto Scaling group to replace it), then waits for
+        its requests in flight. A rebalance recommendation is only logged: the group's Capacity
+        Rebalancing replaces the host, then terminates it through its termination lifecycle. For hosts of
         an Auto Scaling group only; the instance role needs
         ``autoscaling:TerminateInstanceInAutoScalingGroup`` on the group (``NeuronBootScript.grant_boot``).
         Default: false.
+    :param termination_hook: with ``interruptions``, the group's termination lifecycle hook, which the
+        host completes with CONTINUE once drained; the instance role needs
+        ``autoscaling:CompleteLifecycleAction`` on the group. Default: none (the group terminates the
+        host once the load balancer's deregistration delay is over).
 
     Boot progress (see the module documentation) has no option of its own: it is on exactly when
     the host reads its instance metadata (:func:`reports_phases`), that is with any option above
@@ -173,6 +208,7 @@ class BootOptions:
     export_wait_minutes: int = MAX_CLOUDFORMATION_MINUTES
     ready_seconds: int | None = None
     interruptions: bool = False
+    termination_hook: TerminationHook | None = None
 
     def __post_init__(self) -> None:
         problems = Problems()
@@ -214,6 +250,15 @@ class BootOptions:
             problems.add("ready_seconds", ready, "must be a whole number of seconds, at least 1, or None")
         if not isinstance(self.interruptions, bool):
             problems.add("interruptions", self.interruptions, "must be true or false")
+        if self.termination_hook is not None and not isinstance(self.termination_hook, TerminationHook):
+            problems.add("termination_hook", self.termination_hook, "must be a TerminationHook or None")
+        elif self.termination_hook is not None and self.interruptions is not True:
+            problems.add("termination_hook", self.termination_hook.hook_name, "applies only with interruptions: "
+                         "the interruption watcher completes it")
+        if (self.termination_hook is not None and self.warm_pool_hook is not None
+                and self.termination_hook.group_name != self.warm_pool_hook.group_name):
+            problems.add("termination_hook.group_name", self.termination_hook.group_name,
+                         f"must be the warm pool hook's group ({self.warm_pool_hook.group_name})")
         problems.raise_if_any()
 
 
@@ -242,6 +287,14 @@ def check_boot(spec: HostSpec, options: BootOptions) -> None:
         problems.add("export_role", spec.export_role, "takes no signal or warm_pool_hook: a builder serves "
                      "nothing, and leaves its group once the export is in the cache")
     problems.raise_if_any()
+
+
+def _check_heartbeat(problems: Problems, setting: str, timeout: object) -> None:
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or not (
+        MIN_HEARTBEAT_TIMEOUT_SECONDS <= timeout <= MAX_HEARTBEAT_TIMEOUT_SECONDS
+    ):
+        problems.add(setting, timeout, f"must be an integer from {MIN_HEARTBEAT_TIMEOUT_SECONDS} to "
+                     f"{MAX_HEARTBEAT_TIMEOUT_SECONDS} (the PutLifecycleHook API's HeartbeatTimeout)")
 
 
 def _check_word(problems: Problems, setting: str, value: object) -> None:

@@ -352,8 +352,9 @@ class StackSettings:
         `target_requests_per_minute` (which counts per host).""", shown="`instance_type` alone")
     spot_percent: int = setting(0, """The share of the fleet above `on_demand_base_capacity` that runs on Spot,
         0 to 100 (`fleet=asg`), allocated capacity-optimized across `instance_types` in their order. A host told
-        of its interruption (or of a rebalance recommendation) stops taking requests and lets those in flight
-        finish before it goes; capacity rebalancing launches its replacement. Not with `warm_pool`.""",
+        of its interruption, or terminated by its group, stops taking requests and lets those in flight finish
+        before it goes; on a rebalance recommendation, capacity rebalancing launches its replacement before it
+        terminates the host. Not with `warm_pool`.""",
         check=_between(0, 100, "percent"))
     on_demand_base_capacity: int | None = setting(None, """With `spot_percent`: the fleet's size, in hosts of
         `instance_type`, that is always On-Demand.""", shown="`min_capacity`")

@@ -12,6 +12,7 @@ cat >"$env_file" <<'EOF'
 STACK_REGION=us-east-1
 STACK_NAME=NeuronLlamaStack
 HOST_RESOURCE=ExportBuilderHost6094748D
+BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.zip
 EOF
 . "$R/etc/neuron-serving/stack.env"
 cfn() { aws cloudformation "$1" --region "$STACK_REGION" --stack-name "$STACK_NAME" --logical-resource-id "$2" "${@:3}"; }
@@ -38,7 +39,6 @@ python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"7c2c614fea1b68acd1
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
-BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.zip
 # ==> /etc/haproxy/haproxy.cfg.new <==
 <left out>
 # ==> /etc/logrotate.d/neuron-serving-metrics <==

@@ -12,6 +12,7 @@ cat >"$env_file" <<'EOF'
 STACK_REGION=us-east-1
 STACK_NAME=NeuronLlamaStack
 HOST_RESOURCE=ExportBuilderHost6094748D
+BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.zip
 SIGNAL_RESOURCE=NeuronServingFleet
 EOF
 . "$R/etc/neuron-serving/stack.env"
@@ -45,7 +46,6 @@ LOG_GROUP_BOOT='${Token[TOKEN.201]}'
 LOG_GROUP_REPLICAS='${Token[TOKEN.202]}'
 LOG_GROUP_ROUTER='${Token[TOKEN.203]}'
 LOG_GROUP_METRICS='${Token[TOKEN.204]}'
-BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.zip
 # ==> /etc/haproxy/haproxy.cfg.new <==
 <left out>
 # ==> /etc/logrotate.d/neuron-serving-metrics <==

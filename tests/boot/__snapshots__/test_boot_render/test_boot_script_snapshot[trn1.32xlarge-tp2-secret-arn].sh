@@ -34,7 +34,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"1f795b4a8820462b09f9be1b635131e5403ea1a213680b3c15c1d458e40d260c  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"22c59f69d3943057051fd80a37f7c81c80ffb285176e3bba5b52a5d8b0864f31  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -169,22 +169,81 @@ run_step storage
 # underscores). Their data ends when the instance stops, so a host that may be stopped (a warm pool)
 # keeps its exports on the root volume; a reboot keeps it, and fstab mounts it again (nofail: after
 # a stop, the root volume's directory serves and the replicas export or download again).
+# What is there already is used, and only drives nobody uses are formatted: mdadm --create or
+# mkfs.ext4 -F on a drive in use fails (or destroys what is on it). AWS's DLAMIs mount the instance
+# store themselves at /opt/dlami/nvme (their release notes' nvme_location, e.g. "Deep Learning ARM64
+# Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20261006", DLAMI developer guide); the Neuron DLAMIs'
+# notes do not list it, so there it is assumed, and any other mount or array is found as well.
+# Who uses a drive, from the kernel: the mount table (proc_pid_mounts(5), /proc/self/mounts: source,
+# mount point, ...; spaces as \040) and sysfs, where each block device's holders are the md arrays
+# and device-mapper devices built on it, and a disk's partitions are directories of their own
+# (Linux Documentation/ABI/stable/sysfs-block, /sys/block/<disk>/holders, /sys/block/<disk>/<part>).
+# An md array that is not running is assembled at boot by mdadm's udev rules before this runs, and
+# the instance store keeps nothing across a stop: no stale superblock to look for (mdadm --examine).
+mounts=$R/proc/self/mounts
+mounted_at() { awk -v d="$1" '$2 == d {found = 1} END {exit !found}' "$mounts"; }
+# mount_of DEV: where the block device DEV is mounted, if it is.
+mount_of() {
+  local src at _
+  while read -r src at _; do
+    [ "$(readlink -f "$R$src")" != "$1" ] || { printf '%b\n' "$at"; return 0; }
+  done <"$mounts"
+  return 1
+}
+exports=/var/lib/neuron-serving
 mapfile -t disks < <(for d in "$R"/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_*; do
   [ -e "$d" ] && [[ $d != *-part* ]] && readlink -f "$d"; done | sort -u)
-if [ ${#disks[@]} -gt 0 ] && ! mountpoint -q "$R/var/lib/neuron-serving"; then
-  dev=${disks[0]}
-  if [ ${#disks[@]} -gt 1 ]; then
+# An md array built on its drives and where it is mounted, where a drive or partition of it is
+# mounted, and the drives with no partition, holder or mount.
+array='' array_at='' drive_at='' free=()
+for d in "${disks[@]}"; do
+  n=${d##*/} used=''
+  nodes=("$n")
+  for p in "$R/sys/block/$n/$n"*/; do [ -d "$p" ] && p=${p%/} && nodes+=("${p##*/}"); done
+  for h in "$R/sys/block/$n/holders"/* "$R/sys/block/$n/$n"*/holders/*; do [ -e "$h" ] && nodes+=("${h##*/}"); done
+  for node in "${nodes[@]}"; do
+    [ "$node" != "$n" ] && used=1
+    [[ $node != md* ]] || array=${d%/*}/$node
+    at=$(mount_of "${d%/*}/$node") || continue
+    used=1
+    if [[ $node = md* ]]; then array_at=$at; else drive_at=$at; fi
+  done
+  [ -n "$used" ] || free+=("$d")
+done
+store=''
+if mounted_at /opt/dlami/nvme; then
+  store=/opt/dlami/nvme
+elif [ -n "$array" ]; then
+  store=$array_at
+elif [ ${#free[@]} = 0 ]; then
+  # Better a drive's file system someone mounted than the root volume; a free drive, though, is
+  # all ours.
+  store=$drive_at
+fi
+if mounted_at "$exports"; then
+  # A reboot: fstab mounted it again.
+  log "exports on the instance store, mounted already"
+elif [ -n "$store" ]; then
+  # A directory of its own there, mounted where the exports live; after a reboot, once the
+  # instance store's own mount is back (systemd.mount(5), x-systemd.requires-mounts-for=).
+  mkdir -p "$R$store/neuron-serving" "$R$exports"
+  mount --bind "$R$store/neuron-serving" "$R$exports"
+  echo "$store/neuron-serving $exports none bind,nofail,x-systemd.requires-mounts-for=$store 0 0" >>"$R/etc/fstab"
+  log "exports on the instance store already mounted at $store"
+elif [ -n "$array" ] || [ ${#free[@]} -gt 0 ]; then
+  dev=${array:-${free[0]}}
+  if [ -z "$array" ] && [ ${#free[@]} -gt 1 ]; then
     command -v mdadm >/dev/null || apt_install mdadm
     # mdadm(8): --create with --level=0 stripes; --run starts the array without asking.
-    mdadm --create "$R/dev/md/neuron-serving" --run --level=0 --raid-devices=${#disks[@]} "${disks[@]}"
+    mdadm --create "$R/dev/md/neuron-serving" --run --level=0 --raid-devices=${#free[@]} "${free[@]}"
     dev=$R/dev/md/neuron-serving
   fi
   # mke2fs(8): no discard of the fresh drives, inode tables initialised in the background.
   mkfs.ext4 -q -F -L neuron-serving -E nodiscard,lazy_itable_init=1 "$dev"
-  mkdir -p "$R/var/lib/neuron-serving"
-  mount "$dev" "$R/var/lib/neuron-serving"
-  echo "LABEL=neuron-serving /var/lib/neuron-serving ext4 defaults,nofail 0 2" >>"$R/etc/fstab"
-  log "exports on the instance store: ${#disks[@]} NVMe drive(s) at $dev"
+  mkdir -p "$R$exports"
+  mount "$dev" "$R$exports"
+  echo "LABEL=neuron-serving $exports ext4 defaults,nofail 0 2" >>"$R/etc/fstab"
+  log "exports on the instance store at $dev: ${array:+the array built on its drives}${array:-${#free[@]} free NVMe drive(s) of ${#disks[@]}}"
 fi
 
 run_step install-tools

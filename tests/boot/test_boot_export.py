@@ -461,6 +461,21 @@ def test_the_export_consults_the_public_hub_cache_and_the_s3_compile_cache_witho
         assert container["HostConfig"]["NetworkMode"] != "host"
 
 
+def test_the_export_with_the_s3_compile_cache_is_given_the_hosts_region(make_host: MakeHost) -> None:
+    # Without one, the compile cache's S3 client (boto3, in libneuronxla: not public) would sign for
+    # us-east-1 at S3's global endpoint and lean on redirects for a bucket elsewhere (botocore
+    # args.py _should_force_s3_global).
+    plan = small_plan()
+    host = make_host(1)
+    assert host.boot(boot_of(plan, BootOptions(compile_cache="s3://cache-bucket/compile-cache"))).returncode == 0
+    [region] = [line.split("=", 1)[1] for line in host.path("/etc/neuron-serving/host.env").read_text().splitlines()
+                if line.startswith("REGION=")]
+    assert region
+    env = _env(_export_container(host))
+    assert env["AWS_REGION"] == region
+    assert env["AWS_DEFAULT_REGION"] == region
+
+
 def test_a_private_hub_cache_is_read_with_the_token(make_host: MakeHost) -> None:
     plan = small_plan()
     host = make_host(1)

@@ -35,7 +35,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"df4ea26f75b533d70b4f2c2df27516e4b19117e0391a9dc295d61321b16036fc  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"b36f09271962124e3ca7d367bf870c7cab7c25045ea99cbb55741171c2ae3e99  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -125,7 +125,7 @@ StartLimitIntervalSec=0
 [Service]
 # After an interrupted export, the first start redoes it: 30 to 60+ minutes.
 TimeoutStartSec=infinity
-# The AWS CLI (export-model, report-phase) is a snap (/snap/bin) or AWS's installer's
+# The AWS CLI that the scripts call is a snap (/snap/bin) or AWS's installer's
 # (/usr/local/bin); systemd gives services /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin, without
 # /snap/bin (systemd.exec(5), systemd 252 and 255, "Environment Variables in Spawned Processes", $PATH).
 Environment=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin
@@ -173,7 +173,7 @@ After=haproxy.service
 Type=oneshot
 # wait-ready gives up on its own.
 TimeoutStartSec=infinity
-# The AWS CLI (report-phase, complete-lifecycle) is a snap (/snap/bin) or AWS's installer's
+# The AWS CLI that the scripts call is a snap (/snap/bin) or AWS's installer's
 # (/usr/local/bin); systemd gives services /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin, without
 # /snap/bin (systemd.exec(5), systemd 252 and 255, "Environment Variables in Spawned Processes", $PATH).
 Environment=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin

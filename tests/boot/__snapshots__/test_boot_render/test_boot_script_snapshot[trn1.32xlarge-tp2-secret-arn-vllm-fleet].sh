@@ -35,7 +35,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"9b9b76b14e5dbcb3c72586895d8ece53abaf0ef2d5b67d9f4b361ec235f1bb3f  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"e2c6569ac2ec4a228593ef32d67cefe829596d7697e10fa1f069ddecad3cf54d  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -126,7 +126,7 @@ StartLimitIntervalSec=0
 [Service]
 # After an interrupted export, the first start redoes it: 30 to 60+ minutes.
 TimeoutStartSec=infinity
-# The AWS CLI (export-model, report-phase) is a snap (/snap/bin) or AWS's installer's
+# The AWS CLI that the scripts call is a snap (/snap/bin) or AWS's installer's
 # (/usr/local/bin); systemd gives services /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin, without
 # /snap/bin (systemd.exec(5), systemd 252 and 255, "Environment Variables in Spawned Processes", $PATH).
 Environment=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin
@@ -174,7 +174,7 @@ After=haproxy.service
 Type=oneshot
 # wait-ready gives up on its own.
 TimeoutStartSec=infinity
-# The AWS CLI (report-phase, complete-lifecycle) is a snap (/snap/bin) or AWS's installer's
+# The AWS CLI that the scripts call is a snap (/snap/bin) or AWS's installer's
 # (/usr/local/bin); systemd gives services /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin, without
 # /snap/bin (systemd.exec(5), systemd 252 and 255, "Environment Variables in Spawned Processes", $PATH).
 Environment=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin

@@ -34,6 +34,9 @@ from tests.harness.dockerd import FakeDockerd
 from tests.harness.userdata import deployed_metadata, zipped_boot
 
 STUBS = Path(__file__).parent / "stubs"
+ROOT_MOUNT = "/dev/nvme0n1p1 / ext4 rw,relatime 0 0\n"
+"""The simulated host's ``/proc/self/mounts`` (proc_pid_mounts(5): source, mount point, type, options,
+two zeros): the root volume, an EBS NVMe drive's first partition as on EC2's Ubuntu images."""
 
 
 def stub_module(name: str) -> Any:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from bootsim import MODEL, STUBS, Host, SigningKeys, make_plan, require
+from bootsim import MODEL, ROOT_MOUNT, STUBS, Host, SigningKeys, make_plan, require
 from inside import ServingImage
 
 from neuron_serving.plan import ServingPlan
@@ -41,6 +41,9 @@ def make_host(tmp_path: Path) -> Iterator[Callable[..., Host]]:
         base = tmp_path / f"host{count}"
         root = base / "root"
         (root / "dev").mkdir(parents=True)
+        # The kernel's mount table as the boot reads it (proc_pid_mounts(5)): the root volume only.
+        (root / "proc/self").mkdir(parents=True)
+        (root / "proc/self/mounts").write_text(ROOT_MOUNT)
         for n in range(devices):
             (root / "dev" / f"neuron{n}").touch()
         state = base / "stub-state"

@@ -37,6 +37,8 @@ time.
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -175,3 +177,60 @@ def test_systemd_analyze_verify_reports_a_broken_unit(
     result = verify(systemd_analyze, tmp_path, units)
     assert result.returncode != 0
     assert reported in result.stdout + result.stderr
+
+
+EXEC = re.compile(r"^Exec(?:Start|StartPre|StartPost|Stop|StopPost|Reload|Condition)=[-@:+!]*(.*)$", re.MULTILINE)
+CALLS_AWS = re.compile(r"""(?:^|[\s;&|(!{\[])["']?aws["']?[\s,]""")
+"""A command word ``aws`` in a shell line, or the string ``"aws"`` opening a Python argv."""
+
+
+def _code(text: str) -> str:
+    """``text`` without its comment lines, which mention ``aws`` in prose."""
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def units_calling_aws(config: str) -> dict[str, list[str]]:
+    """Each unit the boot writes whose commands run the AWS CLI, directly or through any script of the
+    bundle they run (and those run in turn), with the files that call it: derived from the rendered
+    files, so that a new unit or script that calls ``aws`` is covered without naming it here."""
+    files = embedded_files(rendered(config)[1])
+    found = {}
+    for path, text in files.items():
+        if not path.startswith(UNIT_DIR + "/"):
+            continue
+        seen: set[str] = set()
+        todo = [word for command in EXEC.findall(text) for word in shlex.split(command)]
+        callers = [path] if "aws" in todo else []
+        todo = [word for word in todo if word in files]
+        while todo:
+            script = todo.pop()
+            if script in seen:
+                continue
+            seen.add(script)
+            code = _code(files[script])
+            if CALLS_AWS.search(code):
+                callers.append(script)
+            todo += [other for other in files if other != script and other in code]
+        if callers:
+            found[path.rpartition("/")[2]] = sorted(callers)
+    return found
+
+
+def test_the_units_that_run_the_aws_cli_are_found_through_the_scripts_they_run() -> None:
+    found = units_calling_aws("trn1.32xlarge-tp2-secret-arn-fleet")
+    # The ready unit reaches the CLI only through wait-ready's report-phase, and complete-lifecycle.
+    assert found[READY] == ["/opt/neuron-serving/bin/complete-lifecycle", "/opt/neuron-serving/bin/report-phase"]
+    assert "/opt/neuron-serving/bin/export-model" in found[REPLICA]
+    assert METRICS not in found
+
+
+@pytest.mark.parametrize("config", [*CONFIGS, *OPTION_CONFIGS])
+def test_every_unit_that_runs_the_aws_cli_has_the_snap_and_the_installers_bin_on_its_path(config: str) -> None:
+    # The AWS CLI is a snap (/snap/bin: the bootstrap's `snap install aws-cli --classic`) or AWS's
+    # installer's (/usr/local/bin); systemd's own PATH for services lacks /snap/bin (systemd.exec(5),
+    # systemd 252 and 255, "Environment Variables in Spawned Processes", $PATH).
+    files = embedded_files(rendered(config)[1])
+    for unit in units_calling_aws(config):
+        paths = re.findall(r"^Environment=PATH=(\S+)$", files[f"{UNIT_DIR}/{unit}"], re.MULTILINE)
+        assert len(paths) == 1, f"{unit}: no PATH of its own"
+        assert {"/snap/bin", "/usr/local/bin", "/usr/bin", "/bin"} <= set(paths[0].split(":")), unit

@@ -12,6 +12,7 @@ cat >"$env_file" <<'EOF'
 STACK_REGION=us-east-1
 STACK_NAME=NeuronLlamaStack
 HOST_RESOURCE=ExportBuilderHost6094748D
+BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.zip
 SIGNAL_RESOURCE=NeuronServingFleet
 EOF
 . "$R/etc/neuron-serving/stack.env"
@@ -35,11 +36,10 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"4cc62d20b7fc4a786723478d5a92b8f759c26e75a7f77b3b66f8dc24f5948dcc  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"4c9f199c49089118a5b71d7cecada5a527bfd71a2228bc99e935efa9072df0a9  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
-BUNDLE=s3://cdk-hnb659fds-assets-123456789012-us-east-1/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.zip
 # ==> /etc/haproxy/draining.acl <==
 # Empty: watch-interruption adds "draining" to the running router's copy when the host drains
 # (neuron_serving/userdata/watch_interruption.py).
@@ -75,6 +75,10 @@ StartLimitIntervalSec=0
 [Service]
 # After an interrupted export, the first start redoes it: 30 to 60+ minutes.
 TimeoutStartSec=infinity
+# The AWS CLI that the scripts call is a snap (/snap/bin) or AWS's installer's
+# (/usr/local/bin); systemd gives services /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin, without
+# /snap/bin (systemd.exec(5), systemd 252 and 255, "Environment Variables in Spawned Processes", $PATH).
+Environment=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin
 ExecStartPre=/opt/neuron-serving/bin/export-model
 ExecStartPre=-/usr/bin/env docker rm -f replica-%i
 ExecStart=/opt/neuron-serving/bin/run-replica %i
@@ -85,13 +89,14 @@ RestartSec=10
 [Install]
 WantedBy=multi-user.target
 # ==> /etc/systemd/system/neuron-serving-interruption.service <==
-# Drains this host on a Spot interruption notice or a rebalance recommendation
-# (userdata/watch_interruption.py): the router's /health answers 503 while every request is still
-# served, the host reports the phase draining and asks its Auto Scaling group to replace it, then
-# waits for its requests in flight. Started by the boot once the router serves; enabled, so it also
-# runs after a reboot. It exits once it has drained; a failure restarts it.
+# Drains this host before EC2 interrupts it or its Auto Scaling group terminates it
+# (userdata/watch_interruption.py): on a Spot interruption notice, or on the group's termination with
+# a termination lifecycle hook, the router's /health answers 503 while every request is still served,
+# the host reports the phase draining, waits for its requests in flight and completes the hook, if
+# any. A rebalance recommendation is only logged. Started by the boot once the router serves;
+# enabled, so it also runs after a reboot. It exits once it has drained; a failure restarts it.
 [Unit]
-Description=Drain the host on a Spot interruption notice or rebalance recommendation
+Description=Drain the host before it is interrupted or terminated
 After=network-online.target haproxy.service
 Wants=network-online.target
 StartLimitIntervalSec=0
@@ -260,7 +265,7 @@ haproxy -c -f "$R/etc/haproxy/haproxy.cfg.new"
 mv -f "$R/etc/haproxy/haproxy.cfg.new" "$R/etc/haproxy/haproxy.cfg"
 systemctl enable haproxy neuron-serving-interruption
 systemctl restart haproxy
-# From now on a Spot interruption notice or a rebalance recommendation drains the host
+# From now on a Spot interruption notice or the group's termination drains the host
 # (watch-interruption): the router serves, so there is something to drain.
 systemctl start neuron-serving-interruption
 
@@ -348,8 +353,28 @@ finish() {
 report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
 # --max-workers files at once instead of the client's 8 (neuron_serving.plan.transfer).
 hub() {
-  retry docker run --rm --entrypoint huggingface-cli -v "$exports:/models" "$IMAGE" \
-    download --max-workers 16 "$@"
+  refused=''
+  retry hub_try "$@" && return
+  [ -z "$refused" ] || fail "$refused"
+  return 1
+}
+# A Hub that refuses the caller (401 or 403) refuses every try: the download ends at once, saying so.
+# huggingface-cli exits 1 with the traceback of huggingface_hub's error, whose line names the class
+# and the status (src/huggingface_hub/utils/_http.py hf_raise_for_status, at v0.34.4 and v0.36.2):
+# "GatedRepoError: 401 Client Error." (gated, no token) or "403 Client Error." (token not granted),
+# "HfHubHTTPError: 401 Client Error: Unauthorized for url: ..." with the Hub's "Invalid credentials in
+# Authorization header" (an unknown token), "RepositoryNotFoundError: 401 Client Error." (private, no
+# token), and for any other 403 a line "403 Forbidden: <the Hub's message>." (tried with both
+# versions against tests/harness/fake_hub.py).
+hub_try() {
+  local from code
+  from=$(wc -c <"$log")
+  docker run --rm --entrypoint huggingface-cli -v "$exports:/models" "$IMAGE" \
+    download --max-workers 16 "$@" && return
+  code=$(tail -c +$((from + 1)) "$log" | sed -n -E 's/^(huggingface_hub\.errors\.[A-Za-z]+: )?(40[13]) (Client Error|Forbidden).*/\2/p' | head -n 1)
+  [ -n "$code" ] || return 1
+  refused="the Hub refused $1 without a token (HTTP $code): it is gated or private; set hf_token_secret to a secret holding a token granted access to it"
+  return 1
 }
 # retry COMMAND...: a download, tried 5 times with waits of 10, 20, 40... s between, as
 # the image pull is: one reset connection must not fail the boot. The client retries neither the first
@@ -360,12 +385,13 @@ hub() {
 # _hf_hub_download_to_local_dir) and resumes <file>.<etag>.incomplete with a Range request, or with
 # hf_transfer on (the TGI image) starts that file over (_download_to_tmp_and_move); aws s3 sync
 # copies only what is missing or differs in size or time (aws/aws-cli 1.45.55
-# awscli/customizations/s3/syncstrategy/base.py, SizeAndLastModifiedSync).
+# awscli/customizations/s3/syncstrategy/base.py, SizeAndLastModifiedSync). A try that says why no
+# other can succeed (hub_try's refused) is the last.
 retry() {
   delay=10
   for attempt in $(seq 5); do
     "$@" >>"$log" 2>&1 && return
-    [ "$attempt" -lt 5 ] || return
+    [ "$attempt" -lt 5 ] && [ -z "${refused:-}" ] || return
     echo "export-model: download failed (attempt $attempt of 5); retrying in ${delay}s" | tee -a "$log"
     sleep "$delay"
     delay=$((delay * 2))

@@ -35,7 +35,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"7c2c614fea1b68acd18b830b75a7fa50d50bd0dc62c065da54ed4dafd52ba5d5  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"bae6873d66a08149967cb9849a344f59b9effe76098e8923d76215bda02c857c  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -94,6 +94,10 @@ StartLimitIntervalSec=0
 [Service]
 # After an interrupted export, the first start redoes it: 30 to 60+ minutes.
 TimeoutStartSec=infinity
+# The AWS CLI that the scripts call is a snap (/snap/bin) or AWS's installer's
+# (/usr/local/bin); systemd gives services /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin, without
+# /snap/bin (systemd.exec(5), systemd 252 and 255, "Environment Variables in Spawned Processes", $PATH).
+Environment=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin
 ExecStartPre=/opt/neuron-serving/bin/export-model
 ExecStartPre=-/usr/bin/env docker rm -f replica-%i
 ExecStart=/opt/neuron-serving/bin/run-replica %i
@@ -342,8 +346,28 @@ finish() {
 report() { "$R/opt/neuron-serving/bin/report-phase" "$@"; }
 # --max-workers files at once instead of the client's 8 (neuron_serving.plan.transfer).
 hub() {
-  retry docker run --rm --entrypoint huggingface-cli -v "$exports:/models" "$IMAGE" \
-    download --max-workers 16 "$@"
+  refused=''
+  retry hub_try "$@" && return
+  [ -z "$refused" ] || fail "$refused"
+  return 1
+}
+# A Hub that refuses the caller (401 or 403) refuses every try: the download ends at once, saying so.
+# huggingface-cli exits 1 with the traceback of huggingface_hub's error, whose line names the class
+# and the status (src/huggingface_hub/utils/_http.py hf_raise_for_status, at v0.34.4 and v0.36.2):
+# "GatedRepoError: 401 Client Error." (gated, no token) or "403 Client Error." (token not granted),
+# "HfHubHTTPError: 401 Client Error: Unauthorized for url: ..." with the Hub's "Invalid credentials in
+# Authorization header" (an unknown token), "RepositoryNotFoundError: 401 Client Error." (private, no
+# token), and for any other 403 a line "403 Forbidden: <the Hub's message>." (tried with both
+# versions against tests/harness/fake_hub.py).
+hub_try() {
+  local from code
+  from=$(wc -c <"$log")
+  docker run --rm --entrypoint huggingface-cli -v "$exports:/models" "$IMAGE" \
+    download --max-workers 16 "$@" && return
+  code=$(tail -c +$((from + 1)) "$log" | sed -n -E 's/^(huggingface_hub\.errors\.[A-Za-z]+: )?(40[13]) (Client Error|Forbidden).*/\2/p' | head -n 1)
+  [ -n "$code" ] || return 1
+  refused="the Hub refused $1 without a token (HTTP $code): it is gated or private; set hf_token_secret to a secret holding a token granted access to it"
+  return 1
 }
 # retry COMMAND...: a download, tried 5 times with waits of 10, 20, 40... s between, as
 # the image pull is: one reset connection must not fail the boot. The client retries neither the first
@@ -354,12 +378,13 @@ hub() {
 # _hf_hub_download_to_local_dir) and resumes <file>.<etag>.incomplete with a Range request, or with
 # hf_transfer on (the TGI image) starts that file over (_download_to_tmp_and_move); aws s3 sync
 # copies only what is missing or differs in size or time (aws/aws-cli 1.45.55
-# awscli/customizations/s3/syncstrategy/base.py, SizeAndLastModifiedSync).
+# awscli/customizations/s3/syncstrategy/base.py, SizeAndLastModifiedSync). A try that says why no
+# other can succeed (hub_try's refused) is the last.
 retry() {
   delay=10
   for attempt in $(seq 5); do
     "$@" >>"$log" 2>&1 && return
-    [ "$attempt" -lt 5 ] || return
+    [ "$attempt" -lt 5 ] && [ -z "${refused:-}" ] || return
     echo "export-model: download failed (attempt $attempt of 5); retrying in ${delay}s" | tee -a "$log"
     sleep "$delay"
     delay=$((delay * 2))

@@ -35,7 +35,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"452d1d8e3cb24d5cd8880b3d3c9c7e5cee9256ae1d7bf72b9330b3c427068a1b  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"cb152c87ee4ad3753a133b22c9be22b665e32604ee78f3e602c5da91fbd8aee4  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -84,6 +84,10 @@ StartLimitIntervalSec=0
 [Service]
 # After an interrupted export, the first start redoes it: 30 to 60+ minutes.
 TimeoutStartSec=infinity
+# The AWS CLI that the scripts call is a snap (/snap/bin) or AWS's installer's
+# (/usr/local/bin); systemd gives services /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin, without
+# /snap/bin (systemd.exec(5), systemd 252 and 255, "Environment Variables in Spawned Processes", $PATH).
+Environment=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin
 ExecStartPre=/opt/neuron-serving/bin/export-model
 ExecStartPre=-/usr/bin/env docker rm -f replica-%i
 ExecStart=/opt/neuron-serving/bin/run-replica %i
@@ -165,22 +169,81 @@ run_step storage
 # underscores). Their data ends when the instance stops, so a host that may be stopped (a warm pool)
 # keeps its exports on the root volume; a reboot keeps it, and fstab mounts it again (nofail: after
 # a stop, the root volume's directory serves and the replicas export or download again).
+# What is there already is used, and only drives nobody uses are formatted: mdadm --create or
+# mkfs.ext4 -F on a drive in use fails (or destroys what is on it). AWS's DLAMIs mount the instance
+# store themselves at /opt/dlami/nvme (their release notes' nvme_location, e.g. "Deep Learning ARM64
+# Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20261006", DLAMI developer guide); the Neuron DLAMIs'
+# notes do not list it, so there it is assumed, and any other mount or array is found as well.
+# Who uses a drive, from the kernel: the mount table (proc_pid_mounts(5), /proc/self/mounts: source,
+# mount point, ...; spaces as \040) and sysfs, where each block device's holders are the md arrays
+# and device-mapper devices built on it, and a disk's partitions are directories of their own
+# (Linux Documentation/ABI/stable/sysfs-block, /sys/block/<disk>/holders, /sys/block/<disk>/<part>).
+# An md array that is not running is assembled at boot by mdadm's udev rules before this runs, and
+# the instance store keeps nothing across a stop: no stale superblock to look for (mdadm --examine).
+mounts=$R/proc/self/mounts
+mounted_at() { awk -v d="$1" '$2 == d {found = 1} END {exit !found}' "$mounts"; }
+# mount_of DEV: where the block device DEV is mounted, if it is.
+mount_of() {
+  local src at _
+  while read -r src at _; do
+    [ "$(readlink -f "$R$src")" != "$1" ] || { printf '%b\n' "$at"; return 0; }
+  done <"$mounts"
+  return 1
+}
+exports=/var/lib/neuron-serving
 mapfile -t disks < <(for d in "$R"/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_*; do
   [ -e "$d" ] && [[ $d != *-part* ]] && readlink -f "$d"; done | sort -u)
-if [ ${#disks[@]} -gt 0 ] && ! mountpoint -q "$R/var/lib/neuron-serving"; then
-  dev=${disks[0]}
-  if [ ${#disks[@]} -gt 1 ]; then
+# An md array built on its drives and where it is mounted, where a drive or partition of it is
+# mounted, and the drives with no partition, holder or mount.
+array='' array_at='' drive_at='' free=()
+for d in "${disks[@]}"; do
+  n=${d##*/} used=''
+  nodes=("$n")
+  for p in "$R/sys/block/$n/$n"*/; do [ -d "$p" ] && p=${p%/} && nodes+=("${p##*/}"); done
+  for h in "$R/sys/block/$n/holders"/* "$R/sys/block/$n/$n"*/holders/*; do [ -e "$h" ] && nodes+=("${h##*/}"); done
+  for node in "${nodes[@]}"; do
+    [ "$node" != "$n" ] && used=1
+    [[ $node != md* ]] || array=${d%/*}/$node
+    at=$(mount_of "${d%/*}/$node") || continue
+    used=1
+    if [[ $node = md* ]]; then array_at=$at; else drive_at=$at; fi
+  done
+  [ -n "$used" ] || free+=("$d")
+done
+store=''
+if mounted_at /opt/dlami/nvme; then
+  store=/opt/dlami/nvme
+elif [ -n "$array" ]; then
+  store=$array_at
+elif [ ${#free[@]} = 0 ]; then
+  # Better a drive's file system someone mounted than the root volume; a free drive, though, is
+  # all ours.
+  store=$drive_at
+fi
+if mounted_at "$exports"; then
+  # A reboot: fstab mounted it again.
+  log "exports on the instance store, mounted already"
+elif [ -n "$store" ]; then
+  # A directory of its own there, mounted where the exports live; after a reboot, once the
+  # instance store's own mount is back (systemd.mount(5), x-systemd.requires-mounts-for=).
+  mkdir -p "$R$store/neuron-serving" "$R$exports"
+  mount --bind "$R$store/neuron-serving" "$R$exports"
+  echo "$store/neuron-serving $exports none bind,nofail,x-systemd.requires-mounts-for=$store 0 0" >>"$R/etc/fstab"
+  log "exports on the instance store already mounted at $store"
+elif [ -n "$array" ] || [ ${#free[@]} -gt 0 ]; then
+  dev=${array:-${free[0]}}
+  if [ -z "$array" ] && [ ${#free[@]} -gt 1 ]; then
     command -v mdadm >/dev/null || apt_install mdadm
     # mdadm(8): --create with --level=0 stripes; --run starts the array without asking.
-    mdadm --create "$R/dev/md/neuron-serving" --run --level=0 --raid-devices=${#disks[@]} "${disks[@]}"
+    mdadm --create "$R/dev/md/neuron-serving" --run --level=0 --raid-devices=${#free[@]} "${free[@]}"
     dev=$R/dev/md/neuron-serving
   fi
   # mke2fs(8): no discard of the fresh drives, inode tables initialised in the background.
   mkfs.ext4 -q -F -L neuron-serving -E nodiscard,lazy_itable_init=1 "$dev"
-  mkdir -p "$R/var/lib/neuron-serving"
-  mount "$dev" "$R/var/lib/neuron-serving"
-  echo "LABEL=neuron-serving /var/lib/neuron-serving ext4 defaults,nofail 0 2" >>"$R/etc/fstab"
-  log "exports on the instance store: ${#disks[@]} NVMe drive(s) at $dev"
+  mkdir -p "$R$exports"
+  mount "$dev" "$R$exports"
+  echo "LABEL=neuron-serving $exports ext4 defaults,nofail 0 2" >>"$R/etc/fstab"
+  log "exports on the instance store at $dev: ${array:+the array built on its drives}${array:-${#free[@]} free NVMe drive(s) of ${#disks[@]}}"
 fi
 
 run_step install-tools
@@ -327,8 +390,28 @@ finish() {
 report() { :; }
 # --max-workers files at once instead of the client's 8 (neuron_serving.plan.transfer).
 hub() {
-  retry docker run --rm --entrypoint huggingface-cli --env-file "$R"/etc/neuron-serving/hf-token.env -v "$exports:/models" "$IMAGE" \
-    download --max-workers 16 "$@"
+  refused=''
+  retry hub_try "$@" && return
+  [ -z "$refused" ] || fail "$refused"
+  return 1
+}
+# A Hub that refuses the caller (401 or 403) refuses every try: the download ends at once, saying so.
+# huggingface-cli exits 1 with the traceback of huggingface_hub's error, whose line names the class
+# and the status (src/huggingface_hub/utils/_http.py hf_raise_for_status, at v0.34.4 and v0.36.2):
+# "GatedRepoError: 401 Client Error." (gated, no token) or "403 Client Error." (token not granted),
+# "HfHubHTTPError: 401 Client Error: Unauthorized for url: ..." with the Hub's "Invalid credentials in
+# Authorization header" (an unknown token), "RepositoryNotFoundError: 401 Client Error." (private, no
+# token), and for any other 403 a line "403 Forbidden: <the Hub's message>." (tried with both
+# versions against tests/harness/fake_hub.py).
+hub_try() {
+  local from code
+  from=$(wc -c <"$log")
+  docker run --rm --entrypoint huggingface-cli --env-file "$R"/etc/neuron-serving/hf-token.env -v "$exports:/models" "$IMAGE" \
+    download --max-workers 16 "$@" && return
+  code=$(tail -c +$((from + 1)) "$log" | sed -n -E 's/^(huggingface_hub\.errors\.[A-Za-z]+: )?(40[13]) (Client Error|Forbidden).*/\2/p' | head -n 1)
+  [ -n "$code" ] || return 1
+  refused="the Hub refused the token of hf_token_secret $HF_TOKEN_SECRET for $1 (HTTP $code): put a valid token in the secret, of an account granted access to $1"
+  return 1
 }
 # retry COMMAND...: a download, tried 5 times with waits of 10, 20, 40... s between, as
 # the image pull is: one reset connection must not fail the boot. The client retries neither the first
@@ -339,12 +422,13 @@ hub() {
 # _hf_hub_download_to_local_dir) and resumes <file>.<etag>.incomplete with a Range request, or with
 # hf_transfer on (the TGI image) starts that file over (_download_to_tmp_and_move); aws s3 sync
 # copies only what is missing or differs in size or time (aws/aws-cli 1.45.55
-# awscli/customizations/s3/syncstrategy/base.py, SizeAndLastModifiedSync).
+# awscli/customizations/s3/syncstrategy/base.py, SizeAndLastModifiedSync). A try that says why no
+# other can succeed (hub_try's refused) is the last.
 retry() {
   delay=10
   for attempt in $(seq 5); do
     "$@" >>"$log" 2>&1 && return
-    [ "$attempt" -lt 5 ] || return
+    [ "$attempt" -lt 5 ] && [ -z "${refused:-}" ] || return
     echo "export-model: download failed (attempt $attempt of 5); retrying in ${delay}s" | tee -a "$log"
     sleep "$delay"
     delay=$((delay * 2))

@@ -46,7 +46,13 @@ from neuron_serving.render.boot import (
     check_user_data_size,
     render_boot_script,
 )
-from neuron_serving.render.boot_options import BootOptions, ReadinessSignal, WarmPoolHook, reports_phases
+from neuron_serving.render.boot_options import (
+    BootOptions,
+    ReadinessSignal,
+    WarmPoolHook,
+    publishes,
+    reports_phases,
+)
 from neuron_serving.render.bundle import digest, manifest, write_bundle
 from neuron_serving.render.monitoring import PUBLISHER
 from tests.harness.userdata import (
@@ -171,9 +177,11 @@ def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
     readiness = {"signal", "warm_pool_hook"} & set(options)
     base = OPTION_CONFIGS[config][0] if config in OPTION_CONFIGS else config
     plan = CONFIGS[base][0]()
-    reports = reports_phases(*spec_and_options(plan, {"hf_token_secret": CONFIGS[base][1], **options}))
+    spec, boot_options = spec_and_options(plan, {"hf_token_secret": CONFIGS[base][1], **options})
+    reports = reports_phases(spec, boot_options)
     assert set(files) == SCRIPTS | {f"/opt/neuron-serving/bin/{name}" for name, wanted in [
         ("wait-ready", readiness), ("complete-lifecycle", "warm_pool_hook" in options), ("report-phase", reports),
+        ("report-publish", reports and publishes(spec, boot_options)),
         ("start-monitoring", "monitoring" in options), ("load-api-keys", "api_keys_secret" in options)] if wanted}
     paths = []
     for name, text in files.items():

@@ -161,7 +161,7 @@ from ..plan.engines import (
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.host import FIRST_PULL_WAIT_SECONDS, PUBLIC_HUB_CACHE, HostSpec, has_space, hf_repo, s3_parts
 from ..plan.layout import Replica, ServingPlan, compile_memory_problem
-from ..plan.metrics import EMF_LOG, LOG_KINDS, SERVICE, MonitoringOptions
+from ..plan.metrics import EMF_LOG, EXPORT_PUBLISH_FAILURES, INSTANCE, LOG_KINDS, SERVICE, MonitoringOptions
 from ..plan.phases import (
     BOOT_PHASE_METRIC,
     DETAIL_TAG,
@@ -172,6 +172,10 @@ from ..plan.phases import (
     PHASE_NAMES,
     PHASE_TAG,
     PHASES_FILE,
+    PUBLISH_FAILED,
+    PUBLISH_RACED,
+    PUBLISH_TAG,
+    PUBLISHED,
     READY,
     SECONDS_TAG,
     SINCE_TAG,
@@ -183,7 +187,7 @@ from ..plan.transfer import AWS_CLI_CONFIG, HUB_DOWNLOAD_WORKERS, aws_cli_config
 from ..plan.volume import default_throughput
 from ..userdata.api_keys import METRICS_FILE as API_KEYS_METRICS_FILE
 from ..userdata.watch_interruption import DRAIN_FILE, DRAIN_FILE_TEXT
-from .boot_options import WAIT_POLL_SECONDS, BootOptions, check_boot, reports_phases
+from .boot_options import WAIT_POLL_SECONDS, BootOptions, check_boot, publishes, reports_phases
 from .bundle import TOKEN_MARK, digest
 from .monitoring import (
     AGENT_CONFIG_TEMPLATE,
@@ -224,6 +228,9 @@ WAIT_READY = f"{BIN}/wait-ready"
 COMPLETE_LIFECYCLE = f"{BIN}/complete-lifecycle"
 REPORT_PHASE = f"{BIN}/report-phase"
 """``report-phase PHASE [DETAIL]``: the phase as tags on the host's own instance (``userdata/report-phase.sh.j2``)."""
+REPORT_PUBLISH = f"{BIN}/report-publish"
+"""``report-publish OUTCOME [REASON]``: what became of the export's publish to the artifact cache, as a tag on
+the host's own instance and, when it failed, a metric (``userdata/report-publish.sh.j2``)."""
 START_MONITORING = f"{BIN}/start-monitoring"
 METRICS_UNIT = "neuron-serving-metrics"
 API_KEYS = f"{BIN}/api-keys"
@@ -338,6 +345,7 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
     api_keys = options.api_keys_secret is not None
     report = reports_phases(spec, options)
     report_phase = REPORT_PHASE if report else None
+    report_publish = REPORT_PUBLISH if report and publishes(spec, options) else None
     log_groups = monitoring.log_groups if monitoring else {}
     # The stack's values: those CloudFormation fills in go to stack.env, which the user data writes
     # as is; the rest to bundle.env, which the boot's steps add to it (userdata/boot-steps.sh.j2).
@@ -384,6 +392,10 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
             hub_workers=HUB_DOWNLOAD_WORKERS,
             aws_cli_config=AWS_CLI_CONFIG,
             report_phase=report_phase,
+            report_publish=report_publish,
+            published=PUBLISHED,
+            raced=PUBLISH_RACED,
+            failed=PUBLISH_FAILED,
             download_export=_phase("download-export"),
             export_model=_phase("export-model"),
             wait_export=_phase("wait-export"),
@@ -437,6 +449,11 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
                                      ends=ENDS, phases_file=PHASES_FILE, metrics=monitoring is not None,
                                      metric=BOOT_PHASE_METRIC, service_dimension=SERVICE,
                                      dimension=PHASE_DIMENSION)
+    if report_publish is not None:
+        files[report_publish] = render("report-publish.sh.j2", tag=PUBLISH_TAG, limit=TAG_VALUE_LIMIT,
+                                       published=PUBLISHED, raced=PUBLISH_RACED, failed=PUBLISH_FAILED,
+                                       metrics=monitoring is not None, metric=EXPORT_PUBLISH_FAILURES,
+                                       service_dimension=SERVICE, instance_dimension=INSTANCE)
     if hook is not None:
         files[COMPLETE_LIFECYCLE] = render("complete-lifecycle.sh.j2")
         files["/etc/systemd/system/neuron-serving-ready.service"] = render("neuron-serving-ready.service.j2")

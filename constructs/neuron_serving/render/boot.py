@@ -22,7 +22,9 @@ builds; devices handed to docker stay the real ``/dev/neuronN``):
   ``userdata/neuron-serving-ready.service.j2``);
 - when the host reads its instance metadata (:func:`~neuron_serving.render.boot_options.reports_phases`),
   ``/opt/neuron-serving/bin/report-phase``, which tags the instance with the boot's phase
-  (``userdata/report-phase.sh.j2``; see **Boot progress** below);
+  (``userdata/report-phase.sh.j2``; see **Boot progress** below); on a host that also publishes its export
+  (:func:`~neuron_serving.render.boot_options.publishes`), ``/opt/neuron-serving/bin/report-publish``
+  (``userdata/report-publish.sh.j2``; see **Artifact cache** below);
 - with monitoring, ``/opt/neuron-serving/bin/start-monitoring`` (``userdata/start-monitoring.sh.j2``),
   which installs the CloudWatch agent when missing (only once AWS's signature of the package
   verifies, by the key ``MonitoringOptions.agent_key_fingerprint`` pins) and configures it, the
@@ -69,7 +71,13 @@ host that downloads serves the upload only if its files are exactly the manifest
 same checksums, and then only if ``check-export`` passes; otherwise (and when the download
 fails) it logs why, naming the files that differ, and exports for itself. The host role may
 create ``COMPLETE`` but never replace or delete it (the stack's ``NeuronArtifactCache.grant_cache``),
-so whoever alters a published upload makes other hosts export, never serve its files. Files are
+so whoever alters a published upload makes other hosts export, never serve its files. A host that
+exported says what became of its publish in its tag :data:`~neuron_serving.plan.phases.PUBLISH_TAG`
+(``published``, ``another host published first``, or ``failed: <the AWS CLI's error>``), which
+``neuron-serving status`` shows, and with monitoring puts
+:data:`~neuron_serving.plan.metrics.EXPORT_PUBLISH_FAILURES` = 1 when it failed (``report-publish``):
+it still serves its own export and signals SUCCESS, but each host after it compiles again. A builder
+whose publish failed fails its boot, naming the error. Files are
 hashed in parallel, one ``sha256sum`` per CPU, so checking takes about as long as hashing the
 largest file, one rank's weight shard: some 20 s for the 8 GB shard of an 8B model at degree 2
 (coreutils' SHA-256 runs at about 370 MB/s per core on the test machine).

@@ -181,7 +181,7 @@ def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
     reports = reports_phases(spec, boot_options)
     assert set(files) == SCRIPTS | {f"/opt/neuron-serving/bin/{name}" for name, wanted in [
         ("wait-ready", readiness), ("complete-lifecycle", "warm_pool_hook" in options), ("report-phase", reports),
-        ("report-publish", reports and publishes(spec, boot_options)),
+        ("report-publish", publishes(spec, boot_options)),
         ("start-monitoring", "monitoring" in options), ("load-api-keys", "api_keys_secret" in options)] if wanted}
     paths = []
     for name, text in files.items():

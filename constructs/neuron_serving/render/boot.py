@@ -353,7 +353,8 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
     api_keys = options.api_keys_secret is not None
     report = reports_phases(spec, options)
     report_phase = REPORT_PHASE if report else None
-    report_publish = REPORT_PUBLISH if report and publishes(spec, options) else None
+    # A host that publishes has an artifact cache, so it reports its phases too.
+    report_publish = REPORT_PUBLISH if publishes(spec, options) else None
     log_groups = monitoring.log_groups if monitoring else {}
     # The stack's values: those CloudFormation fills in go to stack.env, which the user data writes
     # as is; the rest to bundle.env, which the boot's steps add to it (userdata/boot-steps.sh.j2).

@@ -18,13 +18,14 @@ import pytest
 from bootsim import FAKE_HF_TOKEN, HOOK, MARKER, MONITORING, SIGNAL, SMALL_MODEL, Host, make_plan
 
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
-from neuron_serving.plan.metrics import DEFAULT_NAMESPACE
+from neuron_serving.plan.metrics import DEFAULT_NAMESPACE, EXPORT_PUBLISH_FAILURES
 from neuron_serving.plan.phases import (
     BOOT_PHASE_METRIC,
     DETAIL_TAG,
     FAILED,
     PHASE_DIMENSION,
     PHASE_TAG,
+    PUBLISH_TAG,
     READY,
     SECONDS_TAG,
     SINCE_TAG,
@@ -446,3 +447,35 @@ def test_cloudwatch_out_of_reach_does_not_fail_the_boot(aws_host: Callable[..., 
     # awscli 1.46.3 exits 255 when it cannot connect.
     assert "report-phase: the boot's phase times not put as metrics (exit 255)" in log
     assert [s["Status"] for s in _ok(aws, "SignalResource")] == ["SUCCESS"]
+
+
+# --- a failed publish to the artifact cache (report-publish: CreateTags, PutMetricData) ----------------------------
+
+def test_a_publish_to_a_bucket_that_does_not_exist_is_tagged_failed_and_counted_in_cloudwatch(
+    aws_host: Callable[..., Host], aws: AwsEmulator,
+) -> None:
+    host = aws_host(1, real_tags=True)
+    result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL),
+                               BootOptions(artifact_cache="s3://no-such-bucket/exports", signal=SIGNAL,
+                                           monitoring=MONITORING)))
+    assert result.returncode == 0, result.stdout  # it serves its own export
+    tag = aws.instance_tags(host.instance_id)[PUBLISH_TAG]
+    # The real CLI's error: s3 sync lists the destination first, in a bucket S3 (moto) does not have.
+    assert tag == ("failed: fatal error: An error occurred NoSuchBucket when calling the ListObjectsV2 operation: "
+                   "The specified bucket does not exist")
+    cloudwatch = aws.client("cloudwatch")
+    listed = cloudwatch.list_metrics(Namespace=DEFAULT_NAMESPACE, MetricName=EXPORT_PUBLISH_FAILURES)["Metrics"]
+    service = ("Service", MONITORING.service)
+    assert sorted(tuple((d["Name"], d["Value"]) for d in m["Dimensions"]) for m in listed) == sorted([
+        (service,), (service, ("InstanceId", host.instance_id))])
+    now = datetime.now(UTC)
+    # Per instance: moto 5.2.5 takes the dimensions asked for as a subset (moto/cloudwatch/models.py,
+    # MetricDatumBase.filter), so asked for Service alone it would add the per-instance datum too, which
+    # CloudWatch, matching the whole set, does not.
+    [point] = cloudwatch.get_metric_statistics(
+        Namespace=DEFAULT_NAMESPACE, MetricName=EXPORT_PUBLISH_FAILURES, Statistics=["Sum"], Period=3600,
+        Dimensions=[{"Name": "Service", "Value": MONITORING.service},
+                    {"Name": "InstanceId", "Value": host.instance_id}],
+        StartTime=now - timedelta(hours=1), EndTime=now + timedelta(hours=1))["Datapoints"]
+    assert (point["Sum"], point["Unit"]) == (1, "Count")
+    assert "report-publish" not in host.path("/var/log/neuron-serving/boot.log").read_text()

@@ -51,6 +51,7 @@ from neuron_serving.render.boot_options import (
     ReadinessSignal,
     TerminationHook,
     WarmPoolHook,
+    publishes,
     reports_phases,
 )
 from neuron_serving.render.bundle import digest, manifest, write_bundle
@@ -182,9 +183,11 @@ def test_shellcheck_passes_on_the_boot_script_and_every_script_it_writes(
     readiness = {"signal", "warm_pool_hook"} & set(options)
     base = OPTION_CONFIGS[config][0] if config in OPTION_CONFIGS else config
     plan = CONFIGS[base][0]()
-    reports = reports_phases(*spec_and_options(plan, {"hf_token_secret": CONFIGS[base][1], **options}))
+    spec, boot_options = spec_and_options(plan, {"hf_token_secret": CONFIGS[base][1], **options})
+    reports = reports_phases(spec, boot_options)
     assert set(files) == SCRIPTS | {f"/opt/neuron-serving/bin/{name}" for name, wanted in [
         ("wait-ready", readiness), ("complete-lifecycle", "warm_pool_hook" in options), ("report-phase", reports),
+        ("report-publish", publishes(spec, boot_options)),
         ("start-monitoring", "monitoring" in options), ("load-api-keys", "api_keys_secret" in options)] if wanted}
     paths = []
     for name, text in files.items():

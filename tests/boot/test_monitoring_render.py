@@ -16,6 +16,7 @@ from neuron_serving.plan.engines.tgi import TGI
 from neuron_serving.plan.metrics import (
     API_KEY_SYNC_FAILURES,
     EMF_LOG,
+    EXPORT_PUBLISH_FAILURES,
     INTERVAL_SECONDS,
     METRICS,
     PUBLISHER_SOURCES,
@@ -94,8 +95,10 @@ def test_the_publisher_config_metrics_are_the_catalog_with_its_units_and_dimensi
 
 
 def test_the_api_key_sync_failures_are_the_syncs_and_not_in_the_publishers_config() -> None:
-    # The boot's phase times are report-phase's (PutMetricData), the key sync's failures the sync's.
-    assert {m.name for m in METRICS if m.source not in PUBLISHER_SOURCES} == {API_KEY_SYNC_FAILURES, BOOT_PHASE_METRIC}
+    # The boot's phase times are report-phase's (PutMetricData), the failed publishes report-publish's (the
+    # same), the key sync's failures the sync's.
+    assert {m.name for m in METRICS if m.source not in PUBLISHER_SOURCES} == {
+        API_KEY_SYNC_FAILURES, BOOT_PHASE_METRIC, EXPORT_PUBLISH_FAILURES}
     metrics = json.loads(render_publisher_config(make_plan("inf2.48xlarge", 8), TGI, MONITORING))["metrics"]
     assert API_KEY_SYNC_FAILURES not in metrics
 

@@ -7,13 +7,15 @@ import pytest
 from aws_cdk.assertions import Match
 
 from neuron_serving import AlarmThresholds, ServingConfigError
-from neuron_serving.plan.metrics import API_KEY_SYNC_FAILURES, DEFAULT_NAMESPACE, LOG_KINDS
-from neuron_serving.plan.phases import BOOT_PHASE_METRIC, MEASURED
+from neuron_serving.plan.metrics import API_KEY_SYNC_FAILURES, DEFAULT_NAMESPACE, EXPORT_PUBLISH_FAILURES, LOG_KINDS
+from neuron_serving.plan.phases import BOOT_PHASE_METRIC, MEASURED, PUBLISH_TAG
 
 from .conftest import service_authorization_reference, synthesize
 
 FLEET = {"fleet": "asg", "min_capacity": "2", "max_capacity": "4"}
 ALARMS = {"ErrorRate", "NoHealthyHosts", "P99Latency", "NeuronExecutionErrors", "UncorrectedEcc", "DiskNearlyFull"}
+DEFAULT_ALARMS = ALARMS | {"ExportPublish"}
+"""The default stack's: its hosts compile and publish the export to the stack's artifact cache."""
 
 
 def _alarms(template):
@@ -96,10 +98,10 @@ def test_latency_widgets_show_p50_p90_p99_and_utilization_average_and_maximum_pe
     assert search.startswith("SEARCH('{NeuronServing,Service,InstanceId} MetricName=\"NeuronCoreUtilization\"")
 
 
-def test_six_alarms_notify_the_topic_on_alarm_and_on_recovery_and_ignore_missing_data(synth):
+def test_seven_alarms_notify_the_topic_on_alarm_and_on_recovery_and_ignore_missing_data(synth):
     template = synth()
     alarms = _alarms(template)
-    assert {next(n for n in ALARMS if k.startswith(f"Monitoring{n}")) for k in alarms} == ALARMS
+    assert {next(n for n in DEFAULT_ALARMS if k.startswith(f"Monitoring{n}")) for k in alarms} == DEFAULT_ALARMS
     (topic,) = template.resources("AWS::SNS::Topic").keys() - {k for k in template.resources("AWS::SNS::Topic")
                                                                 if k.startswith("Fleet")}
     for alarm in alarms.values():
@@ -255,8 +257,8 @@ def test_with_api_keys_the_api_key_sync_alarm_fires_on_a_failed_sync_of_any_host
         "AlarmDescription": Match.string_like_regexp(
             r"api-keys sync failed .* keep the keys they had.*journalctl -u neuron-serving-api-keys"),
     })
-    assert {next(n for n in (*ALARMS, "ApiKeySync") if k.startswith(f"Monitoring{n}"))
-            for k in _alarms(template)} == ALARMS | {"ApiKeySync"}
+    assert {next(n for n in (*DEFAULT_ALARMS, "ApiKeySync") if k.startswith(f"Monitoring{n}"))
+            for k in _alarms(template)} == DEFAULT_ALARMS | {"ApiKeySync"}
 
 
 def test_without_api_keys_there_is_no_api_key_sync_alarm_nor_its_dashboard_line(synth):
@@ -274,6 +276,48 @@ def test_with_api_keys_the_dashboard_shows_failed_syncs_beside_the_refused_reque
     [serving] = [w["properties"]["markdown"] for w in widgets
                  if w["type"] == "text" and w["properties"]["markdown"].startswith("## Serving")]
     assert "`journalctl -u neuron-serving-api-keys`" in serving and "`<instance id>/api-keys`" in serving
+
+
+# --- The artifact cache: the hosts' failed publishes ---------------------------------------------------------------
+
+
+def test_hosts_that_publish_exports_have_an_alarm_on_any_failed_publish_that_says_what_to_check(synth):
+    template = synth()
+    (topic,) = [k for k in template.resources("AWS::SNS::Topic") if k.startswith("Monitoring")]
+    template.template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": DEFAULT_NAMESPACE,
+        "MetricName": EXPORT_PUBLISH_FAILURES,
+        "Dimensions": [{"Name": "Service", "Value": "NeuronLlamaStack"}],
+        "Statistic": "Sum",
+        "Period": 300,
+        "Threshold": 1,
+        "EvaluationPeriods": 1,
+        "DatapointsToAlarm": 1,
+        "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+        "TreatMissingData": "notBreaching",
+        "AlarmActions": [{"Ref": topic}],
+        "OKActions": [{"Ref": topic}],
+        "AlarmDescription": Match.string_like_regexp(
+            r"could not publish the export to the artifact cache.*compiles again.*neuron-serving status.*"
+            + PUBLISH_TAG + r".*/var/log/neuron-serving/export\.log.*s3:PutObject.*bucket"),
+    })
+
+
+def test_hosts_that_publish_exports_show_their_failed_publishes_in_the_boots_row(synth):
+    widgets = _dashboard_body(synth())["widgets"]
+    (failures,) = [w["properties"]["metrics"] for w in widgets
+                   if w["type"] == "metric" and w["properties"].get("title") == "Exports not published"]
+    assert failures == [[DEFAULT_NAMESPACE, EXPORT_PUBLISH_FAILURES, "Service", "NeuronLlamaStack",
+                         {"label": "failed publishes (all hosts, per hour)", "period": 3600, "stat": "Sum"}]]
+    [boots] = [w["properties"]["markdown"] for w in widgets
+               if w["type"] == "text" and w["properties"]["markdown"].startswith("## Boots")]
+    assert "could not publish the export to the artifact cache" in boots
+
+
+def test_hosts_that_serve_a_prebuilt_export_publish_nothing_and_have_no_publish_alarm_nor_widget(synth):
+    template = synth(prebuilt_export="s3://team-exports/llama3-8b/tp2")
+    assert not any(p.get("MetricName") == EXPORT_PUBLISH_FAILURES for p in _alarms(template).values())
+    assert EXPORT_PUBLISH_FAILURES not in json.dumps(_dashboard_body(template))
 
 
 def test_the_api_key_sync_alarm_threshold_is_a_whole_number_of_at_least_one():

@@ -4,7 +4,8 @@ For every snapshot configuration, every metric the synthesized dashboard, alarms
 policies reference in our namespace (namespace, name, dimension set, and the dimension values we
 know at synth) must be produced by the host's real publisher, run with the configuration the
 boot script renders for that stack, on the recorded neuron-monitor reports, the engine's
-/metrics pages and the HAProxy page, or by the host's report-phase when a boot ends. Metrics in
+/metrics pages and the HAProxy page, by the host's report-phase when a boot ends, or by its
+report-publish when a publish to the artifact cache fails. Metrics in
 AWS namespaces must be ones the load balancer and Auto Scaling publish, with their dimensions.
 """
 
@@ -20,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from neuron_serving.plan.metrics import DEFAULT_NAMESPACE, METRICS
-from neuron_serving.plan.phases import MEASURED, PHASES_FILE, READY
-from neuron_serving.render.boot import REPORT_PHASE
+from neuron_serving.plan.metrics import DEFAULT_NAMESPACE, EXPORT_PUBLISH_FAILURES, METRICS
+from neuron_serving.plan.phases import MEASURED, PHASES_FILE, PUBLISH_FAILED, READY
+from neuron_serving.render.boot import REPORT_PHASE, REPORT_PUBLISH
 from neuron_serving.render.monitoring import render_publisher_config
 from neuron_serving.userdata import api_keys
 
@@ -117,29 +118,30 @@ def _sync_failure_events(namespace: str, service: str, tmp_path: Path) -> list[d
     return events
 
 
-def _boot_phase_references(stack, tmp_path: Path) -> set[Reference]:
-    """What a host of this stack puts when its boot ends: its rendered report-phase, run under bash
-    with an ``aws`` that records its arguments (AWS's stand-in), on a record of every phase that
-    takes minutes, as references with the dimension values it put."""
+def _put_references(stack, tmp_path: Path, script_path: str, *args: str) -> set[Reference]:
+    """What a host of this stack puts with its rendered ``script_path`` run with ``args`` under bash, with an
+    ``aws`` that records its arguments (AWS's stand-in), on a record of every phase that takes minutes, as
+    references with the dimension values it put."""
     root, bin_dir, calls = tmp_path / "host", tmp_path / "bin", tmp_path / "aws-calls"
     options = stack.boot_script.options.monitoring
-    script = root / REPORT_PHASE.lstrip("/")
-    script.parent.mkdir(parents=True)
-    script.write_text(stack.boot_script.boot.files[REPORT_PHASE])
+    script = root / script_path.lstrip("/")
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(stack.boot_script.boot.files[script_path])
     env_dir = root / "etc" / "neuron-serving"
-    env_dir.mkdir(parents=True)
+    env_dir.mkdir(parents=True, exist_ok=True)
     (env_dir / "host.env").write_text("REGION=us-east-1\nINSTANCE_ID=i-0123456789abcdef0\n")
     (env_dir / "stack.env").write_text(f"SERVICE={shlex.quote(options.service)}\n"
                                        f"METRICS_NAMESPACE={shlex.quote(options.namespace)}\n")
     record = root / PHASES_FILE.lstrip("/")
-    record.parent.mkdir(parents=True)
+    record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text("".join(f"{p.name}\t2026-11-23T10:00:00Z\t2026-11-23T10:05:00Z\t300\n" for p in MEASURED))
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     (bin_dir / "aws").write_text(f"#!{sys.executable}\nimport json, sys\n"
                                  f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
     (bin_dir / "aws").chmod(0o755)
+    calls.unlink(missing_ok=True)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "NEURON_SERVING_ROOT": str(root)}
-    subprocess.run(["bash", str(script), READY], env=env, check=True)
+    subprocess.run(["bash", str(script), *args], env=env, check=True)
     refs: set[Reference] = set()
     for argv in map(json.loads, calls.read_text().splitlines()):
         if argv[:2] == ["cloudwatch", "put-metric-data"]:
@@ -150,16 +152,29 @@ def _boot_phase_references(stack, tmp_path: Path) -> set[Reference]:
     return refs
 
 
+def _boot_phase_references(stack, tmp_path: Path) -> set[Reference]:
+    """What report-phase puts when a boot ends."""
+    return _put_references(stack, tmp_path, REPORT_PHASE, READY)
+
+
+def _export_publish_references(stack, tmp_path: Path) -> set[Reference]:
+    """What report-publish puts when a host's publish failed, on a stack whose hosts publish; else nothing."""
+    if REPORT_PUBLISH not in stack.boot_script.boot.files:
+        return set()
+    return _put_references(stack, tmp_path, REPORT_PUBLISH, PUBLISH_FAILED, "An error occurred (AccessDenied)")
+
+
 def _produced(stack, tmp_path: Path) -> set[Reference]:
     """What the host publisher writes for this stack, run on the recorded inputs (two rounds, so
-    counters have deltas), what report-phase puts when a boot ends, and with API keys what a failed
-    key sync writes, as references with the dimension values they wrote."""
+    counters have deltas), what report-phase puts when a boot ends, what report-publish puts when a publish
+    fails, and with API keys what a failed key sync writes, as references with the dimension values they
+    wrote."""
     options, engine = stack.boot_script.options.monitoring, stack.boot_script.engine
     events = fixture_events(json.loads(render_publisher_config(stack.plan, engine, options)),
                             service=options.service, engine=engine)
     if stack.boot_script.options.api_keys_secret is not None:
         events += _sync_failure_events(options.namespace, options.service, tmp_path)
-    produced = _boot_phase_references(stack, tmp_path)
+    produced = _boot_phase_references(stack, tmp_path) | _export_publish_references(stack, tmp_path)
     for namespace, name, keys in metrics_produced(events):
         for event in events:
             if name in event and all(k in event for k in keys):
@@ -185,6 +200,8 @@ def test_every_dashboard_alarm_and_scaling_metric_has_a_producer(config, synth, 
     # The test looks at something: every row of the dashboard, and both AWS services for a fleet.
     assert {r[1] for r in ours} >= {"InFlightRequests", "TimePerOutputToken", "NeuronCoreUtilization",
                                     "ExecutionErrors", "EccUncorrectedEvents", "DiskUtilization", "BootPhaseSeconds"}
+    if _export_publish_references(template.stack, tmp_path / "publish"):
+        assert EXPORT_PUBLISH_FAILURES in {r[1] for r in ours}
     if template.stack.fleet is not None:
         assert ("AWS/AutoScaling", "GroupDesiredCapacity", ("AutoScalingGroupName",)) in aws
 

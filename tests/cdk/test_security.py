@@ -24,7 +24,7 @@ from neuron_serving import (
     plan_serving,
 )
 from neuron_serving.cdk.endpoint import NeuronServingEndpoint
-from neuron_serving.plan.phases import PHASE_TAGS
+from neuron_serving.plan.phases import PHASE_TAGS, PUBLISH_TAG
 from neuron_serving.render.boot import API_KEYS
 from neuron_serving.render.boot_options import reports_phases
 from neuron_serving.render.router import KEYS_FILE
@@ -206,7 +206,7 @@ def test_every_host_action_is_one_aws_defines_and_star_only_where_it_names_no_re
 
 
 @pytest.mark.parametrize("context", [{}, {"fleet": "asg", "warm_pool": "true"}])
-def test_the_host_may_tag_only_its_own_instance_and_only_with_the_boot_phase_keys(synth, context):
+def test_the_host_may_tag_only_its_own_instance_and_only_with_the_boot_phase_and_publish_keys(synth, context):
     (statement,) = [s for s in synth(**context).host_statements() if "ec2:CreateTags" in json.dumps(s["Action"])]
     assert statement["Action"] == "ec2:CreateTags" and statement["Effect"] == "Allow"
     assert statement["Resource"] == {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ec2:",
@@ -214,7 +214,7 @@ def test_the_host_may_tag_only_its_own_instance_and_only_with_the_boot_phase_key
                                                        ":instance/*"]]}
     assert statement["Condition"] == {
         "StringEquals": {"aws:ARN": "${ec2:SourceInstanceARN}"},
-        "ForAllValues:StringEquals": {"aws:TagKeys": list(PHASE_TAGS)},
+        "ForAllValues:StringEquals": {"aws:TagKeys": [*PHASE_TAGS, PUBLISH_TAG]},
         "Null": {"aws:TagKeys": "false"},
     }
     # aws:TagKeys is a condition key of ec2:CreateTags on instances; aws:ARN, which names the

@@ -19,7 +19,17 @@ import pytest
 from neuron_serving.cli import _parser, main
 from neuron_serving.ops.output import Printer
 from neuron_serving.ops.status import stack_failing, status
-from neuron_serving.plan.phases import DETAIL_TAG, PHASE_TAG, PHASES, SECONDS_TAG, SINCE_TAG, find_phase
+from neuron_serving.plan.phases import (
+    DETAIL_TAG,
+    PHASE_TAG,
+    PHASES,
+    PUBLISH_RACED,
+    PUBLISH_TAG,
+    PUBLISHED,
+    SECONDS_TAG,
+    SINCE_TAG,
+    find_phase,
+)
 from tests.harness.aws import REGION
 from tests.ops.conftest import STACK, Deployment, model_checked_answer, need_moto, stamp
 
@@ -415,3 +425,42 @@ def test_a_mixed_fleet_shows_each_hosts_type_zone_and_capacity_and_counts_them(d
                                                                     reserved: "6 of 6"}
     assert (f"hosts: 1 inf2.24xlarge in {zone} (reservation cr-0123456789abcdef0), 1 inf2.24xlarge in {zone} "
             f"(spot), 1 inf2.48xlarge in {zone} (on-demand)") in text
+
+
+# --- The export's publish to the artifact cache ----------------------------------------------------------------
+
+
+FAILED_PUBLISH = "failed: An error occurred AccessDenied when calling the PutObject operation: Access Denied"
+"""The tag of a host whose publish S3 refused, as report-publish writes it (tests/boot/test_boot_publish.py)."""
+
+
+def test_a_serving_host_whose_publish_failed_is_named_with_the_reason_and_the_status_still_succeeds(deployment):
+    instance_id = single(deployment, {**phase_tags("ready", 2, "6 of 6 ready"), PUBLISH_TAG: FAILED_PUBLISH})
+    code, text = run()
+    assert code == 0  # it serves: a failed publish is no failed boot
+    assert (f"host {instance_id} could not publish its export to the artifact cache: An error occurred AccessDenied "
+            "when calling the PutObject operation: Access Denied. It serves its own export; every host after it "
+            "compiles again") in " ".join(text.split())
+
+
+def test_a_failed_publish_is_in_the_json_document(deployment):
+    single(deployment, {**phase_tags("ready", 2, "6 of 6 ready"), PUBLISH_TAG: FAILED_PUBLISH})
+    (host,) = json.loads(run("--output", "json")[1])["hosts"]
+    assert (host["export_publish"], host["export_publish_failed"]) == (FAILED_PUBLISH, True)
+
+
+def test_the_watch_says_that_a_hosts_publish_failed(deployment):
+    single(deployment, {**phase_tags("ready", 1, "6 of 6 ready"), PUBLISH_TAG: FAILED_PUBLISH})
+    code, text = run("--watch")
+    assert code == 0
+    assert ("export not published: An error occurred AccessDenied when calling the PutObject operation: Access "
+            "Denied") in text
+
+
+@pytest.mark.parametrize("outcome", [PUBLISHED, PUBLISH_RACED])
+def test_a_host_that_published_or_lost_the_race_shows_no_failed_publish(deployment, outcome):
+    single(deployment, {**phase_tags("ready", 2, "6 of 6 ready"), PUBLISH_TAG: outcome})
+    code, text = run()
+    assert code == 0 and "could not publish" not in text
+    (host,) = json.loads(run("--output", "json")[1])["hosts"]
+    assert (host["export_publish"], host["export_publish_failed"]) == (outcome, False)

@@ -31,7 +31,7 @@ from ..plan.engines import Engine, ServingImage
 from ..plan.errors import ServingConfigError, problem
 from ..plan.host import HostSpec, resolve_host, s3_parts
 from ..plan.layout import ServingPlan, fleet_layouts
-from ..plan.phases import PHASE_TAGS
+from ..plan.phases import HOST_TAGS
 from ..plan.registry import EcrRegistry
 from ..plan.timing import boot_minutes, boot_timeout_problem, longest_generation_seconds, readiness_seconds
 from ..plan.volume import DEFAULT_DISK_MINUTES, VolumePerformance, volume_performance
@@ -434,8 +434,9 @@ class NeuronBootScript(Construct):
           StringEquals on it is false and the statement allows nothing: reporting stops, never the
           boot (report-phase logs the refusal).
         - ``ForAllValues:StringEquals`` on ``aws:TagKeys`` (a condition key of ec2:CreateTags on
-          instances, Service Authorization Reference): only the four keys of
-          :data:`~neuron_serving.plan.phases.PHASE_TAGS`, so the host cannot rewrite ``Name`` or
+          instances, Service Authorization Reference): only the keys of
+          :data:`~neuron_serving.plan.phases.HOST_TAGS` (the phase's four and the publish's outcome), so
+          the host cannot rewrite ``Name`` or
           the tags that identify its stack or group. ``ForAllValues`` is true for a request
           without tags (the same IAM user guide page), hence the ``Null`` check that
           ``aws:TagKeys`` is present.
@@ -446,7 +447,7 @@ class NeuronBootScript(Construct):
             resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*")],
             conditions={
                 "StringEquals": {"aws:ARN": "${ec2:SourceInstanceARN}"},
-                "ForAllValues:StringEquals": {"aws:TagKeys": list(PHASE_TAGS)},
+                "ForAllValues:StringEquals": {"aws:TagKeys": list(HOST_TAGS)},
                 "Null": {"aws:TagKeys": "false"},
             },
         ))

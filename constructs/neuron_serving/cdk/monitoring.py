@@ -27,6 +27,7 @@ from ..plan.metrics import (
     DEFAULT_NAMESPACE,
     ERROR_TYPE,
     EXECUTION_ERROR_TYPES,
+    EXPORT_PUBLISH_FAILURES,
     INSTANCE,
     INSTANCE_TYPE,
     LOG_KINDS,
@@ -36,7 +37,7 @@ from ..plan.metrics import (
     MonitoringOptions,
     metric,
 )
-from ..plan.phases import BOOT_PHASE_METRIC, MEASURED
+from ..plan.phases import BOOT_PHASE_METRIC, MEASURED, PUBLISH_TAG
 from ..render.boot import API_KEYS_UNIT
 from ..settings import limits
 from .scanners import LOG_GROUP_KEY_REASON, acknowledge_any_resource, skip_checkov
@@ -267,6 +268,7 @@ class NeuronServingMonitoring(Construct):
         capacity_reservations: Sequence[str] = (),
         boot_minutes: int = 45,
         api_keys: bool = False,
+        publishes_exports: bool = False,
     ) -> None:
         """Add the dashboard and alarms for hosts of ``plan`` behind this load balancer.
 
@@ -285,6 +287,9 @@ class NeuronServingMonitoring(Construct):
             waits this long so that a scale-out from zero does not page.
         :param api_keys: the hosts' boot script has ``api_keys_secret``: the dashboard also shows
             their failed key syncs, and the ``ApiKeySync`` alarm watches them. Default: false.
+        :param publishes_exports: the hosts compile the model and publish the export to an artifact cache
+            (``neuron_serving.render.boot_options.publishes``): the dashboard also shows their failed
+            publishes, and the ``ExportPublish`` alarm watches them. Default: false.
         """
         self._traffic_row(endpoint_load_balancer, target_group)
         engine = engine or ENGINES[DEFAULT_ENGINE]
@@ -292,7 +297,7 @@ class NeuronServingMonitoring(Construct):
         self._serving_row(plan, engine, api_keys=api_keys)
         self._neuron_row()
         self._host_row(launch_shortfall, capacity_reservations)
-        self._boot_row()
+        self._boot_row(publishes_exports=publishes_exports)
         self._alarms(endpoint_load_balancer, target_group, desired_capacity, boot_minutes)
         if launch_shortfall is not None:
             self._alarm(
@@ -304,6 +309,8 @@ class NeuronServingMonitoring(Construct):
                 cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD)
         if api_keys:
             self._api_keys_alarm()
+        if publishes_exports:
+            self._export_publish_alarm()
         CfnOutput(self, "DashboardUrl", value=self.dashboard_url, description="The serving dashboard")
         CfnOutput(self, "AlarmTopicArn", value=self.alarm_topic.topic_arn, description="Alarms are published here")
         for kind, group in self.log_groups.items():
@@ -435,17 +442,24 @@ class NeuronServingMonitoring(Construct):
             ),
         )
 
-    def _boot_row(self) -> None:
+    def _boot_row(self, *, publishes_exports: bool) -> None:
         self._row(
             "## Boots\nHow long each phase of the hosts' boots took, as each host measured it, put once its boot "
             "ended (ready, failed, or prepared in the warm pool): the slowest host in each hour. "
             "`neuron-serving status` shows each host's phases beside the plan's estimates; a phase far above "
-            "its estimate points at the download, the export or the root volume's throughput.",
+            "its estimate points at the download, the export or the root volume's throughput."
+            + (" A host that compiled the model and could not publish the export to the artifact cache serves its "
+               "own, but each host after it compiles again: `neuron-serving status` and the host's export.log say "
+               "why." if publishes_exports else ""),
             _graph("Boot phases, slowest host (s)", [
                 self.metric(BOOT_PHASE_METRIC, statistic="Maximum", period=ONE_HOUR, dimensions={PHASE: phase.name},
                             label=phase.name)
                 for phase in MEASURED
             ]),
+            *([_graph("Exports not published", [
+                self.metric(EXPORT_PUBLISH_FAILURES, statistic="Sum", period=ONE_HOUR,
+                            label="failed publishes (all hosts, per hour)"),
+            ])] if publishes_exports else []),
         )
 
     # --- alarms ------------------------------------------------------------------------------
@@ -530,6 +544,20 @@ class NeuronServingMonitoring(Construct):
             f"Why: journalctl -u {API_KEYS_UNIT} on the host, or the Reason of the lines in the metrics log group's "
             "stream <instance id>/api-keys",
             self.metric(API_KEY_SYNC_FAILURES, statistic="Sum", period=FIVE_MINUTES), t.api_key_sync_failures, 1, 1,
+            cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        )
+
+    def _export_publish_alarm(self) -> None:
+        # A publish fails once per host that compiled: any one is worth a look, as each host after it
+        # compiles again (an hour or more of a large instance each).
+        self._alarm(
+            "ExportPublish", "a host compiled the model but could not publish the export to the artifact cache: it "
+            "serves its own export, and every host launched after it finds no export and compiles again. Why: "
+            f"neuron-serving status (the host's tag {PUBLISH_TAG}), or /var/log/neuron-serving/export.log (the boot "
+            "log group's stream <instance id>/export). Check that the hosts' role may s3:PutObject below the "
+            "cache's prefix (NeuronArtifactCache.grant_cache), that the cache bucket exists, and that the hosts "
+            "reach S3 (its VPC endpoint or a NAT gateway)",
+            self.metric(EXPORT_PUBLISH_FAILURES, statistic="Sum", period=FIVE_MINUTES), 1, 1, 1,
             cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
         )
 

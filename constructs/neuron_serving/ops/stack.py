@@ -11,7 +11,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..plan.phases import DETAIL_TAG, PHASE_TAG, SECONDS_TAG, SINCE_TAG, WARMED, Phase, find_phase, parse_seconds
+from ..plan.phases import (
+    DETAIL_TAG,
+    PHASE_TAG,
+    PUBLISH_TAG,
+    SECONDS_TAG,
+    SINCE_TAG,
+    WARMED,
+    Phase,
+    find_phase,
+    parse_seconds,
+)
 from .aws import REGION_HELP, Aws, OpsError, stack_not_found
 
 DEFAULT_STACK = "NeuronLlamaStack"
@@ -96,6 +106,8 @@ class Host:
     :param since: when it entered the phase, or None.
     :param seconds: each phase it has finished and its seconds (:data:`SECONDS_TAG`), in the
         order it entered them; empty before the first ends, or from a host of an older version.
+    :param publish: what became of its publish of the export it compiled to the artifact cache
+        (:data:`PUBLISH_TAG`); empty for a host that published nothing (yet).
     """
 
     instance_id: str
@@ -112,6 +124,7 @@ class Host:
     capacity: str = ON_DEMAND
     """Where its capacity comes from: :data:`ON_DEMAND`, :data:`SPOT`, :data:`CAPACITY_BLOCK`, or
     ``reservation cr-...`` (an On-Demand Capacity Reservation)."""
+    publish: str = ""
 
     @classmethod
     def from_instance(cls, instance: dict[str, Any], lifecycle_state: str | None = None) -> Host:
@@ -131,6 +144,7 @@ class Host:
             seconds=tuple(parse_seconds(tags.get(SECONDS_TAG, "")).items()),
             instance_type=str(instance.get("InstanceType", "")),
             capacity=capacity_kind(instance),
+            publish=tags.get(PUBLISH_TAG, ""),
         )
 
     @property

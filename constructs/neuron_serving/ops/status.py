@@ -1,6 +1,7 @@
 """``neuron-serving status``: the stack, and each host's boot phase, how long it has been in it against
-the plan's estimate, how long each phase it finished took against its estimate, and whether the load
-balancer finds it healthy; ``--watch`` until every host serves or one fails.
+the plan's estimate, how long each phase it finished took against its estimate, whether the load
+balancer finds it healthy, and whether it could not publish the export it compiled to the artifact
+cache; ``--watch`` until every host serves or one fails.
 
 AWS calls (and the IAM actions they need): cloudformation:DescribeStacks; ec2:DescribeInstances;
 for a fleet autoscaling:DescribeAutoScalingGroups and autoscaling:DescribeWarmPool;
@@ -22,7 +23,7 @@ from typing import Any
 from rich.console import Group
 from rich.live import Live
 
-from ..plan.phases import FAILED, READY, WARMED, find_phase
+from ..plan.phases import FAILED, PUBLISH_FAILED, READY, WARMED, find_phase
 from .aws import EXIT_FAILURE, Aws, OpsError, run_aws
 from .output import Clock, Printer, Sleep, output_option, positive_seconds
 from .stack import Host, StackInfo, describe_stack, find_hosts, stack_options, while_in_progress
@@ -89,6 +90,15 @@ class HostStatus:
         return self.host.phase is None and self.target_state == "healthy"
 
     @property
+    def publish_failure(self) -> str | None:
+        """Why the host could not publish the export it compiled to the artifact cache, or None when it
+        did, lost the race to another host, or published nothing."""
+        outcome, _, reason = self.host.publish.partition(":")
+        if outcome != PUBLISH_FAILED:
+            return None
+        return reason.strip() or "no reason given"
+
+    @property
     def phase_name(self) -> str:
         return self.host.phase or "starting"
 
@@ -118,6 +128,8 @@ class HostStatus:
             "target_health": {"state": self.target_state, "reason": self.target_reason},
             "replicas_healthy": self.replicas_healthy or None,
             "phase_times": [t.document() for t in self.finished],
+            "export_publish": host.publish or None,
+            "export_publish_failed": self.publish_failure is not None,
         }
 
 
@@ -272,6 +284,9 @@ def render(printer: Printer, snapshot: Snapshot) -> Group:
     else:
         parts.append("no hosts yet" + (" (the stack is still being created)"
                                        if stack.status.endswith("_IN_PROGRESS") else ""))
+    # A failed publish does not stop a host, which serves its own export; but each host after it compiles
+    # again, which nothing else here would show.
+    parts += [_publish_line(s) for s in snapshot.hosts if s.publish_failure is not None]
     # Each host's finished phases, as it measured them, beside the plan's estimates.
     times = [(_host_label(s), t.phase, _took(t)) for s in snapshot.hosts for t in s.finished]
     if times:
@@ -279,6 +294,12 @@ def render(printer: Printer, snapshot: Snapshot) -> Group:
                                    title="boot phases finished, as each host measured them, against the plan's "
                                    "estimate"))
     return Group(*parts)
+
+
+def _publish_line(status: HostStatus) -> str:
+    return (f"host {_host_label(status)} could not publish its export to the artifact cache: "
+            f"{status.publish_failure}. It serves its own export; every host after it compiles again until one "
+            "publishes (docs/operations.md, \"A failed publish\")")
 
 
 def mix(snapshot: Snapshot) -> str:
@@ -295,7 +316,8 @@ def _line(snapshot: Snapshot, status: HostStatus) -> str:
     last = f"{status.finished[-1].phase} took {_took(status.finished[-1])}" if status.finished else ""
     for extra in (_timing_cell(status), status.host.detail, last,
                   f"replicas healthy {status.replicas_healthy}" if status.replicas_healthy else "",
-                  f"target {_health_cell(status)}"):
+                  f"target {_health_cell(status)}",
+                  f"export not published: {status.publish_failure}" if status.publish_failure is not None else ""):
         if extra:
             parts.append(extra)
     return "  ".join(parts)
@@ -375,7 +397,7 @@ def _append(out: Printer, snapshot: Snapshot, shown: dict[str, str]) -> None:
         out.print(f"{snapshot.at.strftime('%H:%M:%S')}  {stack_line}")
     for status in snapshot.hosts:
         key = "|".join((status.phase_name, status.host.detail, status.replicas_healthy, _health_cell(status),
-                        str(status.overdue), str(status.host.warm)))
+                        str(status.overdue), str(status.host.warm), status.host.publish))
         if shown.get(status.host.instance_id) != key:
             shown[status.host.instance_id] = key
             out.print(_line(snapshot, status))
@@ -389,7 +411,9 @@ def register(commands: Any) -> None:
         description="The stack's status and outputs; each host's boot phase (reported by the host in its "
                     "tags), the time in it against the plan's estimate, how long each phase it finished took "
                     "against its estimate, its replicas and the load balancer's "
-                    "health check. Exit status 1 when a host's boot failed or the stack failed or rolls back, "
+                    "health check, and each host that could not publish the export it compiled to the artifact "
+                    "cache (it serves, but every host after it compiles again). Exit status 1 when a host's boot "
+                    "failed or the stack failed or rolls back, "
                     "else 0. Needs cloudformation:DescribeStacks (and, while the stack is being created and has "
                     "no outputs yet, cloudformation:ListStackResources and cloudformation:GetTemplate), "
                     "ec2:DescribeInstances, autoscaling:DescribeAutoScalingGroups and "

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ..userdata.api_keys import FAILURE_METRIC
 from .engines import Engine
 from .errors import Problems
-from .phases import BOOT_PHASE_METRIC, PHASE_DIMENSION
+from .phases import BOOT_PHASE_METRIC, PHASE_DIMENSION, PUBLISH_TAG
 
 DEFAULT_NAMESPACE = "NeuronServing"
 """CloudWatch namespace of every metric below, unless the monitoring construct is given another."""
@@ -48,6 +48,10 @@ spells it."""
 
 API_KEY_SYNC_FAILURES = FAILURE_METRIC
 """The metric ``api-keys sync`` writes for each run that fails (``userdata/api_keys.py``)."""
+
+EXPORT_PUBLISH_FAILURES = "ExportPublishFailures"
+"""The metric a host puts when it compiled the model and could not publish the export to the artifact
+cache (``report-publish``, ``userdata/report-publish.sh.j2``)."""
 
 SERVICE = "Service"
 INSTANCE = "InstanceId"
@@ -83,7 +87,8 @@ class MetricSpec:
     :param unit: an EMF / CloudWatch unit (``Count``, ``Seconds``, ``Percent``, ``Bytes``).
     :param source: ``replica`` (a replica's ``/metrics``, with the engine's names), ``router`` (HAProxy's), ``neuron``
         (neuron-monitor), ``host`` (neuron-monitor's system data, and the root file system), ``api-keys``
-        (``api-keys sync`` itself, on hosts with API keys) or ``boot`` (``report-phase``, once a boot ends).
+        (``api-keys sync`` itself, on hosts with API keys), ``boot`` (``report-phase``, once a boot ends) or
+        ``export`` (``report-publish``, once a host that compiled has tried to publish its export).
     :param dimension_sets: the dimension sets it is published with.
     :param description: what it measures and where it comes from.
     """
@@ -160,6 +165,12 @@ METRICS: tuple[MetricSpec, ...] = (
                "Runs of api-keys sync that failed (1 per failed run, nothing when it succeeds): the secret could "
                "not be read or used, or the router refused the new keys; the keys in force stay. Each line "
                "says why (its Reason), in the metrics log group's stream <instance id>/api-keys."),
+    # The export's publish to the artifact cache: report-publish puts it (PutMetricData, not EMF) when it fails.
+    MetricSpec(EXPORT_PUBLISH_FAILURES, "Count", "export", INSTANCE_SETS,
+               "1 when a host that compiled the model could not publish its export to the artifact cache (the "
+               "upload or the conditional write of COMPLETE failed, for any reason but another host publishing "
+               "first), nothing otherwise: the host serves its own export, and each host after it compiles "
+               f"again. Its tag {PUBLISH_TAG} and export.log say why."),
 )
 
 BY_NAME = {m.name: m for m in METRICS}

@@ -38,6 +38,19 @@ SINCE_TAG = f"{TAG_PREFIX}phase-since"
 DETAIL_TAG = f"{TAG_PREFIX}detail"
 SECONDS_TAG = f"{TAG_PREFIX}phase-seconds"
 PHASE_TAGS = (PHASE_TAG, SINCE_TAG, DETAIL_TAG, SECONDS_TAG)
+"""The tag keys of a phase report."""
+PUBLISH_TAG = f"{TAG_PREFIX}export-publish"
+"""What became of a host's publish of the export it compiled to the artifact cache, written once, after
+the publish: :data:`PUBLISHED`, :data:`PUBLISH_RACED`, or :data:`PUBLISH_FAILED` with the reason
+(``failed: <the AWS CLI's error>``). A separate tag, as the phase tags move on while the host serves."""
+PUBLISHED = "published"
+PUBLISH_RACED = "another host published first"
+"""Not a failure: racing hosts publish one export (the conditional write of ``COMPLETE``), the others serve
+their own."""
+PUBLISH_FAILED = "failed"
+"""The publish failed for another reason (refused, unreachable, a CLI error): the host serves its own
+export, and every later host finds no export and compiles again."""
+HOST_TAGS = (*PHASE_TAGS, PUBLISH_TAG)
 """Every tag key a host writes: its role may write these and no other."""
 
 TAG_VALUE_LIMIT = 256

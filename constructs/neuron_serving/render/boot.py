@@ -22,7 +22,9 @@ builds; devices handed to docker stay the real ``/dev/neuronN``):
   ``userdata/neuron-serving-ready.service.j2``);
 - when the host reads its instance metadata (:func:`~neuron_serving.render.boot_options.reports_phases`),
   ``/opt/neuron-serving/bin/report-phase``, which tags the instance with the boot's phase
-  (``userdata/report-phase.sh.j2``; see **Boot progress** below);
+  (``userdata/report-phase.sh.j2``; see **Boot progress** below); on a host that also publishes its export
+  (:func:`~neuron_serving.render.boot_options.publishes`), ``/opt/neuron-serving/bin/report-publish``
+  (``userdata/report-publish.sh.j2``; see **Artifact cache** below);
 - with monitoring, ``/opt/neuron-serving/bin/start-monitoring`` (``userdata/start-monitoring.sh.j2``),
   which installs the CloudWatch agent when missing (only once AWS's signature of the package
   verifies, by the key ``MonitoringOptions.agent_key_fingerprint`` pins) and configures it, the
@@ -71,7 +73,13 @@ host that downloads serves the upload only if its files are exactly the manifest
 same checksums, and then only if ``check-export`` passes; otherwise (and when the download
 fails) it logs why, naming the files that differ, and exports for itself. The host role may
 create ``COMPLETE`` but never replace or delete it (the stack's ``NeuronArtifactCache.grant_cache``),
-so whoever alters a published upload makes other hosts export, never serve its files. Files are
+so whoever alters a published upload makes other hosts export, never serve its files. A host that
+exported says what became of its publish in its tag :data:`~neuron_serving.plan.phases.PUBLISH_TAG`
+(``published``, ``another host published first``, or ``failed: <the AWS CLI's error>``), which
+``neuron-serving status`` shows, and with monitoring puts
+:data:`~neuron_serving.plan.metrics.EXPORT_PUBLISH_FAILURES` = 1 when it failed (``report-publish``):
+it still serves its own export and signals SUCCESS, but each host after it compiles again. A builder
+whose publish failed fails its boot, naming the error. Files are
 hashed in parallel, one ``sha256sum`` per CPU, so checking takes about as long as hashing the
 largest file, one rank's weight shard: some 20 s for the 8 GB shard of an 8B model at degree 2
 (coreutils' SHA-256 runs at about 370 MB/s per core on the test machine).
@@ -167,7 +175,7 @@ from ..plan.engines import (
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.host import FIRST_PULL_WAIT_SECONDS, PUBLIC_HUB_CACHE, HostSpec, has_space, hf_repo, s3_parts
 from ..plan.layout import Replica, ServingPlan, compile_memory_problem
-from ..plan.metrics import EMF_LOG, LOG_KINDS, SERVICE, MonitoringOptions
+from ..plan.metrics import EMF_LOG, EXPORT_PUBLISH_FAILURES, INSTANCE, LOG_KINDS, SERVICE, MonitoringOptions
 from ..plan.phases import (
     BOOT_PHASE_METRIC,
     DETAIL_TAG,
@@ -178,6 +186,10 @@ from ..plan.phases import (
     PHASE_NAMES,
     PHASE_TAG,
     PHASES_FILE,
+    PUBLISH_FAILED,
+    PUBLISH_RACED,
+    PUBLISH_TAG,
+    PUBLISHED,
     READY,
     SECONDS_TAG,
     SINCE_TAG,
@@ -189,7 +201,7 @@ from ..plan.transfer import AWS_CLI_CONFIG, HUB_DOWNLOAD_WORKERS, aws_cli_config
 from ..plan.volume import default_throughput
 from ..userdata.api_keys import METRICS_FILE as API_KEYS_METRICS_FILE
 from ..userdata.watch_interruption import DRAIN_FILE, DRAIN_FILE_TEXT
-from .boot_options import WAIT_POLL_SECONDS, BootOptions, check_boot, reports_phases
+from .boot_options import WAIT_POLL_SECONDS, BootOptions, check_boot, publishes, reports_phases
 from .bundle import TOKEN_MARK, digest
 from .monitoring import (
     AGENT_CONFIG_TEMPLATE,
@@ -230,6 +242,9 @@ WAIT_READY = f"{BIN}/wait-ready"
 COMPLETE_LIFECYCLE = f"{BIN}/complete-lifecycle"
 REPORT_PHASE = f"{BIN}/report-phase"
 """``report-phase PHASE [DETAIL]``: the phase as tags on the host's own instance (``userdata/report-phase.sh.j2``)."""
+REPORT_PUBLISH = f"{BIN}/report-publish"
+"""``report-publish OUTCOME [REASON]``: what became of the export's publish to the artifact cache, as a tag on
+the host's own instance and, when it failed, a metric (``userdata/report-publish.sh.j2``)."""
 START_MONITORING = f"{BIN}/start-monitoring"
 METRICS_UNIT = "neuron-serving-metrics"
 API_KEYS = f"{BIN}/api-keys"
@@ -345,6 +360,8 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
     api_keys = options.api_keys_secret is not None
     report = reports_phases(spec, options)
     report_phase = REPORT_PHASE if report else None
+    # A host that publishes has an artifact cache, so it reports its phases too.
+    report_publish = REPORT_PUBLISH if publishes(spec, options) else None
     log_groups = monitoring.log_groups if monitoring else {}
     # The stack's values: those CloudFormation fills in go to stack.env, which the user data writes
     # as is; the rest to bundle.env, which the boot's steps add to it (userdata/boot-steps.sh.j2).
@@ -392,6 +409,10 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
             hub_workers=HUB_DOWNLOAD_WORKERS,
             aws_cli_config=AWS_CLI_CONFIG,
             report_phase=report_phase,
+            report_publish=report_publish,
+            published=PUBLISHED,
+            raced=PUBLISH_RACED,
+            failed=PUBLISH_FAILED,
             download_export=_phase("download-export"),
             export_model=_phase("export-model"),
             wait_export=_phase("wait-export"),
@@ -446,6 +467,11 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
                                      ends=ENDS, phases_file=PHASES_FILE, metrics=monitoring is not None,
                                      metric=BOOT_PHASE_METRIC, service_dimension=SERVICE,
                                      dimension=PHASE_DIMENSION)
+    if report_publish is not None:
+        files[report_publish] = render("report-publish.sh.j2", tag=PUBLISH_TAG, limit=TAG_VALUE_LIMIT,
+                                       published=PUBLISHED, raced=PUBLISH_RACED, failed=PUBLISH_FAILED,
+                                       metrics=monitoring is not None, metric=EXPORT_PUBLISH_FAILURES,
+                                       service_dimension=SERVICE, instance_dimension=INSTANCE)
     if hook is not None:
         files[COMPLETE_LIFECYCLE] = render("complete-lifecycle.sh.j2")
         files["/etc/systemd/system/neuron-serving-ready.service"] = render("neuron-serving-ready.service.j2")

@@ -192,9 +192,10 @@ class BootOptions:
     that calls AWS (an S3 artifact cache or the spec's S3 prebuilt export, API keys, a signal, a warm pool hook,
     monitoring or interruptions). Such a host already has its region and instance id and an AWS role; one
     without calls no AWS API at all and needs no role, and it would gain one only to report. The
-    instance role then needs ``ec2:CreateTags`` on the instance itself and for the four keys of
-    :data:`~neuron_serving.plan.phases.PHASE_TAGS` only (``NeuronBootScript.grant_boot`` grants
-    exactly that); without it the host logs each refused report and boots all the same.
+    instance role then needs ``ec2:CreateTags`` on the instance itself and for the keys of
+    :data:`~neuron_serving.plan.phases.HOST_TAGS` only (the phase's four, and the publish's outcome of a host
+    that :func:`publishes`; ``NeuronBootScript.grant_boot`` grants exactly that); without it the host logs
+    each refused report and boots all the same.
     """
 
     hf_token_secret: str | None = None
@@ -272,6 +273,14 @@ def reports_phases(spec: HostSpec, options: BootOptions) -> bool:
         (options.artifact_cache is not None or options.compile_cache is not None) and spec.exports)
     return (s3 or options.api_keys_secret is not None or options.signal is not None
             or options.warm_pool_hook is not None or options.monitoring is not None or options.interruptions)
+
+
+def publishes(spec: HostSpec, options: BootOptions) -> bool:
+    """Whether the host publishes the export it compiles to the artifact cache: it has one, and it may
+    compile (a builder, or a host that serves). Such a host reports what became of the publish
+    (``report-publish``: the tag :data:`~neuron_serving.plan.phases.PUBLISH_TAG` and, with monitoring,
+    the metric :data:`~neuron_serving.plan.metrics.EXPORT_PUBLISH_FAILURES` when it failed)."""
+    return options.artifact_cache is not None and spec.compiles
 
 
 def check_boot(spec: HostSpec, options: BootOptions) -> None:

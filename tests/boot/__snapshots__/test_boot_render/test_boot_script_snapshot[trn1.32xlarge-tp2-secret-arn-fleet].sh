@@ -36,7 +36,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"346745bcb6d13e0d3ed10714d08f0628b0bdf30539e0751ed36c64f5f93a7290  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"7ed1bac7d71706ed840fe73398fc2c652d970f507b11103f514b3126567b44fc  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -651,20 +651,35 @@ if ! docker run --rm --entrypoint optimum-cli "${args[@]}" -v "$exports:/models"
 fi
 rm -rf "$final.src"
 finish "exported"
+# Tags the instance with what became of the publish and, when it failed, counts it as a metric
+# (report-publish): a failure would otherwise show only here, while every later host compiles again.
+published() { "$R/opt/neuron-serving/bin/report-publish" "$@"; }
 up=$cached/$INSTANCE_ID
 echo "export-model: publishing $s3$up/"
-if ! { echo "$up" && sums "$final"; } >"$final.from" ||
-  ! aws s3 sync --only-show-errors --exclude "${marker##*/}" "$final" "$s3$up/" >>"$log" 2>&1 ||
-  ! aws s3api put-object --bucket "$CACHE_BUCKET" --key "$cached/COMPLETE" --body "$final.from" \
+why=
+if { echo "$up" && sums "$final"; } >"$final.from" &&
+  aws s3 sync --only-show-errors --exclude "${marker##*/}" "$final" "$s3$up/" >>"$log" 2>&1 &&
+  aws s3api put-object --bucket "$CACHE_BUCKET" --key "$cached/COMPLETE" --body "$final.from" \
     --if-none-match '*' >>"$log" 2>&1; then
+  published published
+else
   # The last line of the log is the AWS CLI's error. Only S3's PreconditionFailed (HTTP 412: the
   # key exists) means that another host published first; botocore names the code: "An error
   # occurred (PreconditionFailed) when calling the PutObject operation: ..." (awscli 1.46.3
   # against moto, tests/harness/test_aws.py). Any other failure (denied, throttled, a CLI without
   # the option) is said as it is. An upload without COMPLETE is never used, so it goes.
   err=$(tail -n 1 "$log")
-  [[ $err != *PreconditionFailed* ]] || err="another host published first"
-  echo "export-model: not published: $err"
+  if [[ $err == *PreconditionFailed* ]]; then
+    echo "export-model: not published: another host published first"
+    published 'another host published first'
+  else
+    echo "export-model: not published: $err (the hosts after this one find no export in $s3$cached/ and" \
+      "compile again; see $log)" | tee -a "$log"
+    # A failed upload names its file first, "upload failed: SOURCE to DEST ERROR" (aws/aws-cli 2.36.7
+    # and 1.45.55 awscli/customizations/s3/results.py, FAILURE_FORMAT): the reason is the error.
+    why=${err#upload failed: * to * }
+    published failed "$why"
+  fi
   aws s3 rm --recursive --only-show-errors "$s3$up/" >>"$log" 2>&1 || true
 fi
 # ==> /opt/neuron-serving/bin/publish-metrics <==
@@ -757,6 +772,43 @@ data=$(sed -n "$((put + 1)),${total}p" "$phases" | service=$service awk -F '\t' 
 aws cloudwatch put-metric-data --cli-connect-timeout 10 --cli-read-timeout 20 --region "$REGION" \
   --namespace "$METRICS_NAMESPACE" --metric-data "[${data%,}]" ||
   echo "report-phase: the boot's phase times not put as metrics (exit $?)" >&2
+exit 0
+# ==> /opt/neuron-serving/bin/report-publish <==
+#!/bin/bash
+# report-publish OUTCOME [REASON]: what became of the publish of the export this host compiled to the
+# artifact cache (export-model), for the operator, who otherwise sees it only in export.log: the tag
+# neuron-serving:export-publish on this instance, which `neuron-serving status` shows:
+# "published", "another host published first", or "failed: REASON"; and when it failed, the CloudWatch metric ExportPublishFailures = 1, per
+# Service and per Service and InstanceId, which the stack's alarm watches.
+# A failed publish does not stop a host that serves (it serves its own export), so this never fails:
+# a refused call is logged on stderr (boot.log). The role may tag this instance only.
+R=${NEURON_SERVING_ROOT:-}
+# REGION and INSTANCE_ID, from the boot script's metadata step.
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/host.env"
+# A tag value holds at most 256 letters, digits, spaces and + - = . _ : / @ (EC2 user guide,
+# "Tag restrictions"): any other character becomes a space; none of those needs quoting in JSON.
+value=$(printf %s "$1${2:+: $2}" | LC_ALL=C tr -cs 'A-Za-z0-9 +=._:/@-' ' ' | head -c 256)
+value=${value% }
+# The short timeouts of report-phase: an EC2 endpoint out of reach must not hold the boot up.
+aws ec2 create-tags --cli-connect-timeout 10 --cli-read-timeout 20 --region "$REGION" --resources "$INSTANCE_ID" \
+  --tags "[{\"Key\":\"neuron-serving:export-publish\",\"Value\":\"$value\"}]" >/dev/null ||
+  echo "report-publish: $1 not reported (exit $?)" >&2
+[ "$1" = failed ] || exit 0
+# The stack's SERVICE and METRICS_NAMESPACE.
+# shellcheck source=/dev/null
+. "$R/etc/neuron-serving/stack.env"
+service=${SERVICE//\\/\\\\}
+service=${service//\"/\\\"}
+# As api-keys sync counts a failed run: 1 per failure, nothing when it succeeds; PutMetricData at once
+# rather than an EMF line, which a builder or a host stopped soon after might never ship (the boot's
+# phase times are put the same way). PutMetricData, MetricDatum: Amazon CloudWatch API Reference.
+fleet="{\"Name\":\"Service\",\"Value\":\"$service\"}"
+datum="{\"MetricName\":\"ExportPublishFailures\",\"Unit\":\"Count\",\"Value\":1,\"Dimensions\":[$fleet"
+aws cloudwatch put-metric-data --cli-connect-timeout 10 --cli-read-timeout 20 --region "$REGION" \
+  --namespace "$METRICS_NAMESPACE" \
+  --metric-data "[$datum]},$datum,{\"Name\":\"InstanceId\",\"Value\":\"$INSTANCE_ID\"}]}]" ||
+  echo "report-publish: the failed publish not put as a metric (exit $?)" >&2
 exit 0
 # ==> /opt/neuron-serving/bin/run-replica <==
 #!/bin/bash

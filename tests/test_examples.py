@@ -106,6 +106,9 @@ def test_two_models_share_one_load_balancer_routed_by_host_without_name_clashes(
     assert len(dashboards) == 2 and len({json.dumps(d) for d in dashboards}) == 2
     bodies = [json.dumps(d["DashboardBody"]) for d in of("AWS::CloudWatch::Dashboard")]
     assert '-Llama' in bodies[0] + bodies[1] and '-Small' in bodies[0] + bodies[1]
+    # Each model's hosts compile and publish their export, so each dashboard alarms on a failed publish.
+    publish_alarms = [a for a in of("AWS::CloudWatch::Alarm") if a.get("MetricName") == "ExportPublishFailures"]
+    assert len(publish_alarms) == 2
     # Each fleet waits for its own hosts' readiness signals.
     fleets = [k for k, r in template["Resources"].items() if r["Type"] == "AWS::AutoScaling::AutoScalingGroup"]
     assert sorted(fleets) == ["LlamaFleet", "SmallFleet"]

@@ -70,7 +70,8 @@ class TwoModels(Stack):
                                            target_port=plan.router_port)
             fleet.scale_on_in_flight_requests(monitoring)
             monitoring.watch(plan=plan, engine=boot.engine, endpoint_load_balancer=endpoint.load_balancer,
-                             target_group=group, desired_capacity=fleet.metric_desired_capacity())
+                             target_group=group, desired_capacity=fleet.metric_desired_capacity(),
+                             publishes_exports=boot.publishes_exports)
             CfnOutput(self, f"{model.name}HostHeader", value=model.host,
                       description=f"Send {model.request.model_id} requests with this Host header")
         CfnOutput(self, "EndpointUrl", value=endpoint.url,

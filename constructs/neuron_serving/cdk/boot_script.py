@@ -42,6 +42,7 @@ from ..render.boot_options import (
     ReadinessSignal,
     TerminationHook,
     WarmPoolHook,
+    publishes,
     reports_phases,
 )
 from ..render.bundle import write_bundle
@@ -282,6 +283,13 @@ class NeuronBootScript(Construct):
     def image(self) -> str:
         """The reference hosts run: the image's tag, with its digest when pinned."""
         return self.spec.image.reference
+
+    @property
+    def publishes_exports(self) -> bool:
+        """Whether the hosts compile the model and publish the export to the artifact cache, and so
+        report a publish that failed: pass it to
+        :meth:`NeuronServingMonitoring.watch` (``publishes_exports``) for its alarm."""
+        return publishes(self.spec, self.options)
 
     def grant_boot(self, grantee: iam.IGrantable) -> None:
         """Give ``grantee`` (the host role) exactly what the boot script calls."""

@@ -37,7 +37,7 @@ from ..plan.layout import ServingPlan, layout_document
 from ..plan.performance import predict, prediction_document
 from ..plan.phases import phase_minutes
 from ..plan.timing import boot_minutes, longest_generation_seconds
-from ..render.boot_options import ReadinessSignal, WarmPoolHook, publishes
+from ..render.boot_options import ReadinessSignal, WarmPoolHook
 from ..render.router import STREAM_TIMEOUT_SECONDS
 from ..settings import SETTING_NAMES, StackSettings, settings_docstring
 from ..settings.suggestions import unknown_problems
@@ -261,7 +261,7 @@ class NeuronLlamaStack(Stack):
                                    *([settings.capacity_block] if settings.capacity_block else [])),
             boot_minutes=boot_minutes(self.plan, throughput=self.boot_script.root_volume.throughput, exports=False),
             api_keys=self.api_keys_secret is not None,
-            publishes_exports=publishes(self.boot_script.spec, self.boot_script.options),
+            publishes_exports=self.boot_script.publishes_exports,
         )
         if settings.permissions_boundary:
             boundary = settings.permissions_boundary

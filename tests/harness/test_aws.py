@@ -32,6 +32,8 @@ if _MISSING:
 import botocore.config  # noqa: E402
 import botocore.exceptions  # noqa: E402
 
+from neuron_serving.plan.instances import INSTANCES  # noqa: E402
+from neuron_serving.plan.transfer import NETWORK_GBPS  # noqa: E402
 from tests.harness.aws import (  # noqa: E402
     FAKE_ACCESS_KEY,
     FAKE_SECRET_KEY,
@@ -427,3 +429,48 @@ def test_the_crt_client_uploads_and_downloads_a_multipart_object_through_the_har
               AWS_CONFIG_FILE=str(config))
     assert down.returncode == 0, down.stderr[-3000:]
     assert (tmp_path / "back").read_bytes() == big.read_bytes()
+
+
+def _plan_config(tmp_path: Path, instance_type: str) -> Path:
+    """The host's AWS CLI config file for a plan on ``instance_type``."""
+    from neuron_serving.plan import ServingRequest, plan_serving
+    from neuron_serving.plan.transfer import aws_cli_config
+
+    config = tmp_path / f"{instance_type}.config"
+    config.write_text(aws_cli_config(plan_serving(ServingRequest("llama-3.1-8b", instance_type))))
+    return config
+
+
+@pytest.mark.parametrize("instance_type", sorted(INSTANCES))
+def test_the_cli_v2_takes_the_hosts_transfer_config_at_the_instances_bandwidth(
+    emulator: AwsEmulator, tmp_path: Path, instance_type: str,
+) -> None:
+    # The CLI's own parser reads the file (awscli/customizations/s3/transferconfig.py at 2.36.7) and the
+    # CRT client logs the throughput target it was given (awscli/s3transfer/crt.py,
+    # _get_crt_throughput_target_gbps: bytes per second * 8 / 10**9).
+    config = _plan_config(tmp_path, instance_type)
+    small = tmp_path / "COMPLETE"
+    small.write_text("done\n")
+    result = sh(emulator, f"aws s3 cp {small} s3://{BUCKET}/exports/k/COMPLETE --region {REGION} --debug",
+                AWS_CONFIG_FILE=str(config))
+    assert result.returncode == 0, result.stderr[-3000:]
+    [logged] = [line.rpartition(": ")[2] for line in result.stderr.splitlines()
+                if "Using CRT throughput target in gbps" in line]
+    assert float(logged) == NETWORK_GBPS[instance_type]
+
+
+def test_the_hosts_transfer_config_leaves_the_part_size_to_the_crt_client(
+    emulator: AwsEmulator, tmp_path: Path,
+) -> None:
+    # Given no multipart_chunksize, AWS CLI v2 gives the CRT client no part size and the client picks
+    # its own (aws/aws-cli 2.36.7, awscli/customizations/s3/factory.py, _create_crt_client): the
+    # host's config must upload in as many parts as the CRT client's own choice.
+    big = tmp_path / "model.safetensors"
+    big.write_bytes(b"\1" * (40 * 1024**2))
+    crt_only = tmp_path / "crt.config"
+    crt_only.write_text("[default]\ns3 =\n  preferred_transfer_client = crt\n")
+    for key, config in (("own", crt_only), ("host", _plan_config(tmp_path, "inf2.24xlarge"))):
+        up = sh(emulator, f"aws s3 cp {big} s3://{BUCKET}/{key} --region {REGION}", AWS_CONFIG_FILE=str(config))
+        assert up.returncode == 0, up.stderr[-3000:]
+    assert _parts(emulator, "own") > 1
+    assert _parts(emulator, "host") == _parts(emulator, "own")

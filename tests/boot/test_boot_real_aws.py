@@ -66,10 +66,12 @@ def _ok(aws: AwsEmulator, operation: str) -> list[dict[str, object]]:
     return [c.params for c in calls]
 
 
+# trn1.2xlarge: a network of 12.5 Gbps, whose transfer config AWS CLI v2 once refused (issue 37, defect 1).
+@pytest.mark.parametrize("instance_type", ["inf2.xlarge", "trn1.2xlarge"])
 def test_a_fleet_exports_once_publishes_to_s3_and_the_next_host_downloads_and_both_signal(
-    aws_host: Callable[[int], Host], aws: AwsEmulator,
+    aws_host: Callable[[int], Host], aws: AwsEmulator, instance_type: str,
 ) -> None:
-    plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
+    plan = make_plan(instance_type, model_id=SMALL_MODEL)
     script = boot_of(plan, BootOptions(artifact_cache=CACHE, signal=SIGNAL))
     first, second = aws_host(1), aws_host(1)
     assert first.boot(script).returncode == 0, first.path("/var/log/neuron-serving/boot.log").read_text()

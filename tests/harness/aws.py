@@ -1,4 +1,4 @@
-"""AWS on loopback for simulated hosts: the REAL AWS CLI (v1) talks to moto's server and to a recorder.
+"""AWS on loopback for simulated hosts: the REAL AWS CLI (v2) talks to moto's server and to a recorder.
 
 - :class:`MotoServer`: moto's server (``moto[server]``, pinned in ``requirements-aws.txt``) in a child
   process on 127.0.0.1 and a free port. It serves S3 and Secrets Manager (and whatever else moto
@@ -23,11 +23,12 @@
   the environment that sends a plain ``aws ...`` to them and nowhere else; helpers set up and read
   moto's state through boto3.
 
-Models: the AWS CLI 1.46 ships its own copy of botocore (``awscli.botocore``, 1.43.62 with awscli
-1.46.3), separate from the ``botocore`` boto3 uses. The recorder validates against the CLI's copy
+Models: the AWS CLI v2 ships its own copy of botocore (``awscli.botocore``, versioned ``2.0.0dev155``
+in the 2.36.7 wheel; aws/aws-cli 2.36.7, awscli/botocore/__init__.py), separate from the ``botocore``
+boto3 uses (as v1 1.x did too). The recorder validates against the CLI's copy
 (``awscli/botocore/data/cloudformation/2010-05-15/service-2.json`` and
 ``awscli/botocore/data/autoscaling/2011-01-01/service-2.json``), and falls back to ``botocore``'s
-when the CLI is older and has none.
+when the CLI has none.
 
 Endpoints: botocore's ``ConfiguredEndpointProvider`` (``botocore/configprovider.py``) reads
 ``AWS_ENDPOINT_URL_<SERVICE ID>`` (the service id upper-cased, spaces and hyphens as ``_``:
@@ -50,6 +51,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -87,9 +89,30 @@ RECORDED_SERVICES = ("cloudformation", "autoscaling")
 """botocore service names the recorder answers."""
 
 _MOTO_MAIN = r"""
-import sys, threading
+import datetime, ipaddress, sys, threading
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
+
+host, cert_path, key_path = sys.argv[1:4]
+# A self-signed certificate for the loopback address, which the CLI is told to trust (AWS_CA_BUNDLE).
+key = ec.generate_private_key(ec.SECP256R1())
+name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "moto on loopback (test harness)")])
+now = datetime.datetime.now(datetime.timezone.utc)
+cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=7))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256()))
+with open(cert_path, "wb") as f:
+    f.write(cert.public_bytes(serialization.Encoding.PEM))
+with open(key_path, "wb") as f:
+    f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))
 
 app = DomainDispatcherApplication(create_backend_app)
 lock = threading.Lock()
@@ -102,9 +125,12 @@ def one_at_a_time(environ, start_response):
         finally:
             getattr(result, "close", lambda: None)()
 
-server = make_server(sys.argv[1], 0, one_at_a_time, threaded=True, request_handler=MotoRequestHandler)
-print(server.server_address[1], flush=True)
-threading.Thread(target=server.serve_forever, daemon=True).start()
+servers = [make_server(host, 0, one_at_a_time, threaded=True, request_handler=MotoRequestHandler),
+           make_server(host, 0, one_at_a_time, threaded=True, request_handler=MotoRequestHandler,
+                       ssl_context=(cert_path, key_path))]
+print(" ".join(str(s.server_address[1]) for s in servers), flush=True)
+for server in servers:
+    threading.Thread(target=server.serve_forever, daemon=True).start()
 sys.stdin.read()  # until the parent closes our stdin, or dies
 """
 
@@ -117,33 +143,57 @@ def endpoint_env_var(service_id: str) -> str:
 
 
 class MotoServer:
-    """moto's server in a child process on 127.0.0.1; reusable across tests with :meth:`reset`."""
+    """moto's server in a child process on 127.0.0.1; reusable across tests with :meth:`reset`.
+
+    It listens twice, on plain HTTP (:attr:`url`, for boto3 and the CDK CLI) and on HTTPS
+    (:attr:`tls_url`, for the AWS CLI's S3 calls), both one moto. HTTPS because AWS CLI v2's CRT
+    transfer client (``preferred_transfer_client = crt``, the hosts' transfer config) speaks TLS to any
+    endpoint but an ``--endpoint-url`` whose scheme is ``http``: aws/aws-cli 2.36.7,
+    awscli/customizations/s3/factory.py, ``_create_crt_client`` sets ``use_ssl=False`` only from the
+    command line's ``endpoint_url``, never from ``AWS_ENDPOINT_URL_S3``; against a plain-HTTP server its
+    TLS handshake ends in ``AWS_IO_SOCKET_CLOSED`` (tried). The CRT client trusts the CA bundle the CLI is
+    configured with (``_resolve_verify``: ``ca_bundle``, i.e. ``AWS_CA_BUNDLE``), here
+    :attr:`ca_bundle`, a self-signed certificate for 127.0.0.1 made at start."""
 
     def __init__(self, log_path: Path | None = None, python: str | None = None) -> None:
         self.log_path = log_path
         self.python = python or (str(TOOLS / "bin" / "python") if (TOOLS / "bin" / "python").exists()
                                  else sys.executable)
         self._process: subprocess.Popen[str] | None = None
+        self._certs: Path | None = None
         self.port = 0
+        self.tls_port = 0
 
     @property
     def url(self) -> str:
         return f"http://{LOOPBACK}:{self.port}"
 
+    @property
+    def tls_url(self) -> str:
+        return f"https://{LOOPBACK}:{self.tls_port}"
+
+    @property
+    def ca_bundle(self) -> Path:
+        """The PEM certificate :attr:`tls_url` serves, for ``AWS_CA_BUNDLE``."""
+        assert self._certs is not None, "start the server first"
+        return self._certs / "moto-ca.pem"
+
     def start(self) -> Self:
+        self._certs = Path(tempfile.mkdtemp(prefix="moto-tls-"))
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         try:
-            self._process = subprocess.Popen([self.python, "-c", _MOTO_MAIN, LOOPBACK], stdin=subprocess.PIPE,
-                                             stdout=subprocess.PIPE, stderr=log, text=True)
+            self._process = subprocess.Popen(
+                [self.python, "-c", _MOTO_MAIN, LOOPBACK, str(self.ca_bundle), str(self._certs / "moto-key.pem")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
         finally:
             if log is not subprocess.DEVNULL:
                 log.close()  # type: ignore[union-attr]
         assert self._process.stdout is not None
-        line = self._process.stdout.readline()
-        if not line.strip().isdigit():
+        ports = self._process.stdout.readline().split()
+        if len(ports) != 2 or not all(p.isdigit() for p in ports):
             self.stop()
             raise RuntimeError(f"moto's server did not start (see {self.log_path or 'its stderr'})")
-        self.port = int(line)
+        self.port, self.tls_port = (int(p) for p in ports)
         return self
 
     def reset(self) -> None:
@@ -187,6 +237,9 @@ class MotoServer:
         if self._process.stdout is not None:
             self._process.stdout.close()
         self._process = None
+        if self._certs is not None:
+            shutil.rmtree(self._certs, ignore_errors=True)
+            self._certs = None
 
     def __enter__(self) -> Self:
         return self.start()
@@ -747,7 +800,8 @@ class AwsEmulator:
 
         Static fake credentials (no credential chain, no IMDS: ``AWS_EC2_METADATA_DISABLED``), no shared
         config or credentials file (``/dev/null``), no proxy for loopback, and every endpoint on
-        127.0.0.1: the services in ``moto_services`` to moto, everything else (``AWS_ENDPOINT_URL``) to the
+        127.0.0.1: the services in ``moto_services`` to moto over HTTPS (:attr:`MotoServer.tls_url`, its
+        certificate trusted through ``AWS_CA_BUNDLE``), everything else (``AWS_ENDPOINT_URL``) to the
         recorder, which answers services it does not emulate with a non-retryable 400. No default region
         unless ``default_region`` was given: like an EC2 instance, a host gets its region from
         ``--region``. Add to, do not replace, the host's ``PATH`` (``aws`` lives beside ``sys.executable``).
@@ -764,7 +818,8 @@ class AwsEmulator:
             "no_proxy": f"{LOOPBACK},localhost",
         }
         for name in self.moto_services:
-            env[endpoint_env_var(session.get_service_model(name).service_id)] = self.moto.url
+            env[endpoint_env_var(session.get_service_model(name).service_id)] = self.moto.tls_url
+        env["AWS_CA_BUNDLE"] = str(self.moto.ca_bundle)
         for model in self.recorder.models.values():
             env[endpoint_env_var(model.service_id)] = self.recorder.url
         if self.default_region:

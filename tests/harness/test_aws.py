@@ -1,4 +1,4 @@
-"""The REAL AWS CLI v1 (``awscli``, pinned in ``tests/harness/requirements-aws.txt``) against the loopback
+"""The REAL AWS CLI v2 (2.36.7, the wheel ``tests/harness/requirements-aws.txt`` installs) against the loopback
 emulator of ``tests/harness/aws.py``: moto's server for S3 and Secrets Manager, the recorder for
 CloudFormation and Auto Scaling. Each call is one the boot scripts make, run as they run it (bash).
 
@@ -32,6 +32,8 @@ if _MISSING:
 import botocore.config  # noqa: E402
 import botocore.exceptions  # noqa: E402
 
+from neuron_serving.plan.instances import INSTANCES  # noqa: E402
+from neuron_serving.plan.transfer import NETWORK_GBPS  # noqa: E402
 from tests.harness.aws import (  # noqa: E402
     FAKE_ACCESS_KEY,
     FAKE_SECRET_KEY,
@@ -45,6 +47,13 @@ BUCKET = "cache-bucket"
 STACK, LOGICAL_ID = "NeuronLlamaStack", "NeuronServingFleet"
 HOOK, GROUP = "neuron-serving-launch", "NeuronLlamaStack-NeuronServingFleet"
 INSTANCE = "i-00000000000000001"
+
+# AWS CLI v2's exit statuses (aws/aws-cli 2.36.7, awscli/constants.py; v1 exits 255 for all three and 2
+# for a usage error): an error the service returned, a configuration the CLI cannot use, and a command
+# line the CLI refuses before any request.
+CLIENT_ERROR_RC = 254
+CONFIGURATION_ERROR_RC = 253
+PARAM_VALIDATION_ERROR_RC = 252
 
 
 @pytest.fixture(scope="session")
@@ -128,7 +137,7 @@ def test_put_object_if_none_match_refuses_the_second_writer(emulator: AwsEmulato
     assert first.returncode == 0, first.stderr
     assert '"ETag"' in first.stdout
     second = sh(emulator, put)
-    assert second.returncode == 255  # CLI v1's exit status for a service error (v2's is 254)
+    assert second.returncode == CLIENT_ERROR_RC
     assert ("An error occurred (PreconditionFailed) when calling the PutObject operation: At least one of the "
             "pre-conditions you specified did not hold") in second.stderr
     head = sh(emulator, f"aws s3api head-object --bucket {BUCKET} --key exports/llama.lock --region {REGION}")
@@ -148,8 +157,8 @@ def test_racing_conditional_writers_have_one_winner(emulator: AwsEmulator, tmp_p
     assert emulator.get_object(BUCKET, "race.lock") == f"i-{winners[1]}".encode()
 
 
-def test_s3_needs_no_region_with_cli_v1(emulator: AwsEmulator, tmp_path: Path) -> None:
-    """The CLI v1 sends S3 calls without a region to us-east-1 (botocore's default for the global S3
+def test_s3_needs_no_region(emulator: AwsEmulator, tmp_path: Path) -> None:
+    """The CLI sends S3 calls without a region to us-east-1 (botocore's default for the global S3
     endpoint); moto serves an eu-west-1 bucket there, which real S3 would redirect."""
     emulator.put_object(BUCKET, "k", "v")
     result = sh(emulator, f"aws s3 cp s3://{BUCKET}/k {tmp_path / 'k'} --only-show-errors")
@@ -186,7 +195,7 @@ def test_get_secret_value_of_a_json_secret(emulator: AwsEmulator) -> None:
 def test_get_secret_value_needs_a_region(emulator: AwsEmulator) -> None:
     emulator.create_secret("hf", "x")
     result = sh(emulator, "aws secretsmanager get-secret-value --secret-id hf --query SecretString --output text")
-    assert result.returncode == 255  # CLI v1 (v2 exits 253 for a configuration error)
+    assert result.returncode == CONFIGURATION_ERROR_RC
     assert "You must specify a region" in result.stderr
 
 
@@ -228,7 +237,7 @@ def test_signal_resource_unique_id_longer_than_the_model_allows_is_refused(emula
     shape = cli_session().get_service_model("cloudformation").operation_model("SignalResource").input_shape
     assert shape.members["UniqueId"].metadata["max"] == 64
     result = sh(emulator, signal(unique_id="i" * 65))
-    assert result.returncode == 255
+    assert result.returncode == CLIENT_ERROR_RC
     assert ("An error occurred (ValidationError) when calling the SignalResource operation: 1 validation error "
             f"detected: Value '{'i' * 65}' at 'uniqueId' failed to satisfy constraint: Member must have length less "
             "than or equal to 64") in result.stderr
@@ -239,13 +248,13 @@ def test_signal_resource_unique_id_longer_than_the_model_allows_is_refused(emula
 
 def test_signal_resource_status_outside_the_enum_is_refused(emulator: AwsEmulator) -> None:
     result = sh(emulator, signal(status="DONE"))
-    assert result.returncode == 255
+    assert result.returncode == CLIENT_ERROR_RC
     assert "Member must satisfy enum value set: [SUCCESS, FAILURE]" in result.stderr
 
 
 def test_stack_name_outside_the_pattern_is_refused(emulator: AwsEmulator) -> None:
     result = sh(emulator, signal().replace(STACK, "Neuron_Stack"))
-    assert result.returncode == 255
+    assert result.returncode == CLIENT_ERROR_RC
     assert "Value 'Neuron_Stack' at 'stackName' failed to satisfy constraint: Member must satisfy regular " in (
         result.stderr)
 
@@ -254,7 +263,7 @@ def test_missing_required_param_is_refused(emulator: AwsEmulator) -> None:
     # The CLI refuses it itself (argparse, from the same model), before any request.
     result = sh(emulator, f"aws cloudformation signal-resource --stack-name {STACK} --logical-resource-id "
                           f"{LOGICAL_ID} --status SUCCESS --region {REGION}")
-    assert result.returncode == 2  # argparse (CLI v2 exits 252)
+    assert result.returncode == PARAM_VALIDATION_ERROR_RC
     assert "the following arguments are required: --unique-id" in result.stderr
     assert emulator.recorder.calls() == []
     # A client that does not check (botocore with parameter_validation off) reaches the recorder, which does.
@@ -286,7 +295,7 @@ def test_unknown_param_is_refused(emulator: AwsEmulator) -> None:
 def test_signal_resource_failure_knob(emulator: AwsEmulator) -> None:
     emulator.recorder.fail_signal()
     result = sh(emulator, signal())
-    assert result.returncode == 255
+    assert result.returncode == CLIENT_ERROR_RC
     assert ("An error occurred (ValidationError) when calling the SignalResource operation: Resource "
             f"{LOGICAL_ID} is in CREATE_COMPLETE state and cannot be signaled") in result.stderr
     [call] = emulator.recorder.calls()
@@ -309,14 +318,14 @@ def test_lifecycle_failure_knob_for_one_host(emulator: AwsEmulator) -> None:
     emulator.recorder.fail_lifecycle(InstanceId="i-00000000000000002")
     assert sh(emulator, complete()).returncode == 0
     result = sh(emulator, complete("i-00000000000000002"))
-    assert result.returncode == 255
+    assert result.returncode == CLIENT_ERROR_RC
     assert ("An error occurred (ValidationError) when calling the CompleteLifecycleAction operation: No active "
             "Lifecycle Action found with instance ID i-00000000000000002") in result.stderr
 
 
 def test_instance_id_longer_than_19_is_refused(emulator: AwsEmulator) -> None:
     result = sh(emulator, complete("i-" + "0" * 18))
-    assert result.returncode == 255
+    assert result.returncode == CLIENT_ERROR_RC
     assert "at 'instanceId' failed to satisfy constraint: Member must have length less than or equal to 19" in (
         result.stderr)
 
@@ -330,7 +339,7 @@ def test_throttled_once_then_retried_by_the_cli(emulator: AwsEmulator) -> None:
 
 def test_services_not_emulated_fail_fast_and_are_recorded(emulator: AwsEmulator) -> None:
     result = sh(emulator, f"aws ec2 describe-tags --region {REGION}")
-    assert result.returncode == 255
+    assert result.returncode == CLIENT_ERROR_RC
     [call] = emulator.recorder.calls()
     assert (call.service, call.operation, call.error_code) == ("ec2", "DescribeTags", "NotEmulated")
 
@@ -339,7 +348,9 @@ def test_the_env_reaches_loopback_only(emulator: AwsEmulator) -> None:
     urls = {k: v for k, v in emulator.env.items() if k.startswith("AWS_ENDPOINT_URL")}
     assert set(urls) == {"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_SECRETS_MANAGER",
                          "AWS_ENDPOINT_URL_ECR", "AWS_ENDPOINT_URL_CLOUDFORMATION", "AWS_ENDPOINT_URL_AUTO_SCALING"}
-    assert all(v.startswith("http://127.0.0.1:") for v in urls.values())
+    assert all(v.startswith(("http://127.0.0.1:", "https://127.0.0.1:")) for v in urls.values())
+    assert urls["AWS_ENDPOINT_URL_S3"] == emulator.moto.tls_url
+    assert emulator.env["AWS_CA_BUNDLE"] == str(emulator.moto.ca_bundle)
     with pytest.raises(botocore.exceptions.ClientError):  # moto holds no such bucket: reset between tests
         emulator.client("s3").head_bucket(Bucket="left-over-from-another-test")
 
@@ -348,7 +359,7 @@ def test_the_env_reaches_loopback_only(emulator: AwsEmulator) -> None:
 def test_a_service_given_to_moto_reaches_moto_not_the_recorder(tmp_path: Path, moto_server: MotoServer) -> None:
     with AwsEmulator(tmp_path / "aws", moto_server,
                      moto_services=("s3", "secretsmanager", "cloudformation")) as emulator:
-        assert emulator.env["AWS_ENDPOINT_URL_CLOUDFORMATION"] == moto_server.url
+        assert emulator.env["AWS_ENDPOINT_URL_CLOUDFORMATION"] == moto_server.tls_url
         assert emulator.env["AWS_ENDPOINT_URL_AUTO_SCALING"] == emulator.recorder.url
         template = {"Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
                     "Outputs": {"Answer": {"Value": "42"}}}
@@ -391,30 +402,75 @@ def test_forms_with_lists_maps_and_numbers_are_read_as_botocore_writes_them() ->
     assert errors == []
 
 
-# --- the host's S3 transfer settings (neuron_serving.plan.transfer) -----------------------------------------
+# --- AWS CLI v2's CRT transfer client, and the host's S3 transfer settings (neuron_serving.plan.transfer) -----------
 
 
-@pytest.mark.parametrize("configured", [False, True])
-def test_the_transfer_config_reaches_the_cli_v1_as_larger_parts(
-    emulator: AwsEmulator, tmp_path: Path, configured: bool,
+def _parts(emulator: AwsEmulator, key: str) -> int:
+    """How many parts the object ``key`` was uploaded in: S3's ETag of a multipart upload ends ``-<parts>``
+    (moto 5.2.5 writes it so), a single PUT's has no suffix."""
+    etag = emulator.client("s3").head_object(Bucket=BUCKET, Key=key)["ETag"].strip('"')
+    return int(etag.rpartition("-")[2]) if "-" in etag else 1
+
+
+def test_the_crt_client_uploads_and_downloads_a_multipart_object_through_the_harness(
+    emulator: AwsEmulator, tmp_path: Path,
 ) -> None:
-    # AWS CLI v1 reads max_concurrent_requests and multipart_chunksize from the file the export script
-    # names (AWS_CONFIG_FILE) and ignores the CRT client's keys, which AWS CLI v2 reads: a 40 MiB export
-    # file moves in 16 MiB parts (3) instead of the default 8 MiB (5), up and down.
+    # The client the hosts' transfer config picks; it speaks TLS to the harness's S3 (MotoServer).
+    config = tmp_path / "crt.config"
+    config.write_text("[default]\ns3 =\n  preferred_transfer_client = crt\n  multipart_chunksize = 8MB\n")
+    big = tmp_path / "model.safetensors"
+    big.write_bytes(os.urandom(40 * 1024**2))
+    up = sh(emulator, f"aws s3 cp {big} s3://{BUCKET}/exports/k/model.safetensors --region {REGION} --debug",
+            AWS_CONFIG_FILE=str(config))
+    assert up.returncode == 0, up.stderr[-3000:]
+    assert "Using CRT throughput target in gbps" in up.stderr  # the CRT client, not the classic one
+    assert _parts(emulator, "exports/k/model.safetensors") == 5
+    down = sh(emulator, f"aws s3 cp s3://{BUCKET}/exports/k/model.safetensors {tmp_path / 'back'} --region {REGION}",
+              AWS_CONFIG_FILE=str(config))
+    assert down.returncode == 0, down.stderr[-3000:]
+    assert (tmp_path / "back").read_bytes() == big.read_bytes()
+
+
+def _plan_config(tmp_path: Path, instance_type: str) -> Path:
+    """The host's AWS CLI config file for a plan on ``instance_type``."""
     from neuron_serving.plan import ServingRequest, plan_serving
     from neuron_serving.plan.transfer import aws_cli_config
 
-    config = tmp_path / "aws-cli.config"
-    config.write_text(aws_cli_config(plan_serving(ServingRequest("llama-3.1-8b", "inf2.24xlarge"))))
+    config = tmp_path / f"{instance_type}.config"
+    config.write_text(aws_cli_config(plan_serving(ServingRequest("llama-3.1-8b", instance_type))))
+    return config
+
+
+@pytest.mark.parametrize("instance_type", sorted(INSTANCES))
+def test_the_cli_v2_takes_the_hosts_transfer_config_at_the_instances_bandwidth(
+    emulator: AwsEmulator, tmp_path: Path, instance_type: str,
+) -> None:
+    # The CLI's own parser reads the file (awscli/customizations/s3/transferconfig.py at 2.36.7) and the
+    # CRT client logs the throughput target it was given (awscli/s3transfer/crt.py,
+    # _get_crt_throughput_target_gbps: bytes per second * 8 / 10**9).
+    config = _plan_config(tmp_path, instance_type)
+    small = tmp_path / "COMPLETE"
+    small.write_text("done\n")
+    result = sh(emulator, f"aws s3 cp {small} s3://{BUCKET}/exports/k/COMPLETE --region {REGION} --debug",
+                AWS_CONFIG_FILE=str(config))
+    assert result.returncode == 0, result.stderr[-3000:]
+    [logged] = [line.rpartition(": ")[2] for line in result.stderr.splitlines()
+                if "Using CRT throughput target in gbps" in line]
+    assert float(logged) == NETWORK_GBPS[instance_type]
+
+
+def test_the_hosts_transfer_config_leaves_the_part_size_to_the_crt_client(
+    emulator: AwsEmulator, tmp_path: Path,
+) -> None:
+    # Given no multipart_chunksize, AWS CLI v2 gives the CRT client no part size and the client picks
+    # its own (aws/aws-cli 2.36.7, awscli/customizations/s3/factory.py, _create_crt_client): the
+    # host's config must upload in as many parts as the CRT client's own choice.
     big = tmp_path / "model.safetensors"
     big.write_bytes(b"\1" * (40 * 1024**2))
-    extra = {"AWS_CONFIG_FILE": str(config)} if configured else {}
-    up = sh(emulator, f"aws s3 cp {big} s3://{BUCKET}/exports/k/model.safetensors --region {REGION} --debug", **extra)
-    assert up.returncode == 0, up.stderr[-2000:]
-    down = sh(emulator, f"aws s3 cp s3://{BUCKET}/exports/k/model.safetensors {tmp_path / 'back'} --region {REGION} "
-                        "--debug", **extra)
-    assert down.returncode == 0, down.stderr[-2000:]
-    parts = 3 if configured else 5
-    assert up.stderr.count("OperationModel(name=UploadPart)") == parts
-    assert down.stderr.count("OperationModel(name=GetObject)") == parts
-    assert (tmp_path / "back").read_bytes() == big.read_bytes()
+    crt_only = tmp_path / "crt.config"
+    crt_only.write_text("[default]\ns3 =\n  preferred_transfer_client = crt\n")
+    for key, config in (("own", crt_only), ("host", _plan_config(tmp_path, "inf2.24xlarge"))):
+        up = sh(emulator, f"aws s3 cp {big} s3://{BUCKET}/{key} --region {REGION}", AWS_CONFIG_FILE=str(config))
+        assert up.returncode == 0, up.stderr[-3000:]
+    assert _parts(emulator, "own") > 1
+    assert _parts(emulator, "host") == _parts(emulator, "own")

@@ -108,6 +108,10 @@ class World:
         self.engines.append(engine)
         self.twins.append(twin)
         twin.prepare(user_data, instance_id)
+        # The certificate of moto's HTTPS listener, which the twin's AWS CLI trusts (AWS_CA_BUNDLE).
+        bundle = twin.path(TWIN_CA_BUNDLE)
+        bundle.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.aws.moto.ca_bundle, bundle)
         return twin, imds, behaviour
 
     def kill(self) -> None:
@@ -127,10 +131,16 @@ class World:
         self.aws.stop()
 
 
+TWIN_CA_BUNDLE = "/usr/local/share/twin/moto-ca.pem"
+"""Where the twin holds the certificate of moto's HTTPS listener (tests/harness/aws.py, MotoServer)."""
+
+
 def endpoints(aws: AwsEmulator) -> dict[str, str]:
     """The emulator's endpoints, for the twin's default environment: no credentials (the CLI takes the
-    instance role's from the metadata service, as on EC2)."""
-    return {k: v for k, v in aws.env.items() if k.startswith("AWS_ENDPOINT_URL") or k.lower() == "no_proxy"}
+    instance role's from the metadata service, as on EC2), and the certificate moto serves S3 with, at
+    the twin's own path."""
+    return {**{k: v for k, v in aws.env.items() if k.startswith("AWS_ENDPOINT_URL") or k.lower() == "no_proxy"},
+            "AWS_CA_BUNDLE": TWIN_CA_BUNDLE}
 
 
 @pytest.fixture

@@ -3,8 +3,9 @@
 Imitated from the EC2 user guide ("Use the Instance Metadata Service to access instance metadata",
 "Instance metadata categories", "Retrieve security credentials from instance metadata", "Work with
 instance tags using the instance metadata"), and checked against the two clients the boot uses, curl
-and the AWS CLI v1 (botocore's ``InstanceMetadataFetcher`` in ``awscli/botocore/utils.py``, which
-takes its credentials from here):
+and the AWS CLI v2 (its botocore's ``InstanceMetadataFetcher`` in ``awscli/botocore/utils.py`` at
+aws/aws-cli 2.36.7, which takes the credentials from here; its CRT transfer client is handed the
+same credentials, awscli/customizations/s3/factory.py ``_get_crt_credentials_provider``):
 
 - ``PUT /latest/api/token`` with ``X-aws-ec2-metadata-token-ttl-seconds`` (1 to 21600) gives a token;
   without the header, 400. A PUT carrying ``X-Forwarded-For`` is refused (403), as the service refuses

@@ -60,10 +60,17 @@ RECIPE: dict[str, object] = {
         # the test's recording engine at boot (tests/twin/host.py): the DLAMI runs docker, none may run here.
         "docker.io",
     ],
-    # The AWS CLI the tests' emulator is checked against (tests/harness/requirements-aws.txt), into the
-    # system Python, as /usr/local/bin/aws.
-    "pip": ["awscli==1.46.3"],
+    # The AWS CLI the hosts run, v2, as the tests' emulator is checked against (tests/harness/
+    # requirements-aws.txt): the wheel built from aws/aws-cli tag 2.36.7 beside the repository
+    # (AWS_CLI_WHEEL; v2 is not on PyPI), with its dependencies from PyPI, into the system Python 3.10,
+    # as /usr/local/bin/aws (the wheel's scripts/aws).
+    "pip": ["awscli==2.36.7"],
+    "wheels": ["awscli-2.36.7-py3-none-any.whl"],
 }
+
+AWS_CLI_WHEELS = REPO.parent / "shared" / "awscli-v2"
+"""Where :data:`RECIPE`'s ``wheels`` are: ``shared/`` beside the repository (its SOURCE says how they
+were built)."""
 
 
 NEURON_LS = """\
@@ -210,6 +217,10 @@ def _build(target: Path) -> None:
         key.chmod(0o644)
         root = target / "rootfs"
         pip = [str(p) for p in RECIPE["pip"]]  # type: ignore[attr-defined]
+        local = [AWS_CLI_WHEELS / str(w) for w in RECIPE["wheels"]]  # type: ignore[attr-defined]
+        missing = [str(w) for w in local if not w.is_file()]
+        if missing:
+            raise TwinUnavailable(f"the twin's AWS CLI wheel is missing: {', '.join(missing)}")
         wheels = Path(work) / "wheels"
         # Downloaded here, with this machine's pip settings (its index and certificates), for jammy's
         # Python 3.10; installed offline in the chroot, into the system Python, as an image builder's
@@ -217,7 +228,7 @@ def _build(target: Path) -> None:
         downloaded = subprocess.run(
             [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", "3.10",
              "--implementation", "cp", "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
-             "--platform", "any", "-d", str(wheels), *pip], capture_output=True, text=True, check=False)
+             "--platform", "any", "-d", str(wheels), *map(str, local)], capture_output=True, text=True, check=False)
         if downloaded.returncode != 0:
             raise TwinUnavailable(f"pip could not download {' '.join(pip)} for the twin: {downloaded.stderr[-2000:]}")
         debs = _dlami_debs(Path(work) / "dlami")

@@ -25,3 +25,10 @@ def test_the_cached_rootfs_is_ubuntu_22_04_with_the_dlami_packages_of_their_vers
                              *[str(p["name"]) for p in rootfs.DLAMI_PACKAGES]],
                             capture_output=True, text=True, check=True).stdout.splitlines()
     assert listed == [f"{p['name']} {p['version']}" for p in rootfs.DLAMI_PACKAGES]
+
+
+def test_the_cached_rootfs_runs_aws_cli_v2_from_the_shared_wheel_under_jammys_python(twin_rootfs: Path) -> None:
+    # The CLI the hosts run (the bootstrap's snap, AWS's installer), not PyPI's v1.
+    version = subprocess.run(["chroot", str(twin_rootfs), "env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin",
+                              "aws", "--version"], capture_output=True, text=True, check=True).stdout
+    assert version.startswith("aws-cli/2.36.7 Python/3.10.")

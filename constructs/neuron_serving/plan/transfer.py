@@ -3,21 +3,33 @@ for the instance's network instead of the tools' defaults.
 
 The AWS CLI reads its ``s3`` settings from its config file (``AWS_CONFIG_FILE``), which the export
 script points at :data:`AWS_CLI_CONFIG` for its transfers (exports and checkpoints of tens to
-hundreds of gigabytes). Both major versions read the same file:
+hundreds of gigabytes). The hosts run AWS CLI v2 only: the bootstrap installs AWS's snap of v2 where
+the image has no CLI (userdata/bootstrap.sh.j2), and the boot installs AWS's v2 installer over a CLI
+too old for its calls (userdata/boot-steps.sh.j2). So the file is written for v2 (aws/aws-cli tag
+2.36.7, which the tests run), and says only what v2's CRT client uses:
 
-- AWS CLI v2 (the DLAMI's or snap's) takes ``preferred_transfer_client = crt``, the AWS Common
-  Runtime's S3 client, which splits and parallelises transfers itself up to ``target_bandwidth``
-  ("For most workloads, choosing ``crt`` will enable faster uploads and downloads": aws/aws-cli
-  v2 branch, awscli/topics/s3-config.rst, from PR #8579; ``target_bandwidth`` applies to the crt
-  client only, the same page);
-- AWS CLI v1 knows neither key and reads ``max_concurrent_requests`` and ``multipart_chunksize``,
-  which the CRT client ignores (aws/aws-cli 1.46.3, awscli/customizations/s3/transferconfig.py:
-  ``RuntimeConfig`` maps those keys onto s3transfer's ``TransferConfig`` and passes no other on).
+- ``preferred_transfer_client = crt``, the AWS Common Runtime's S3 client, which splits and
+  parallelises transfers itself up to ``target_bandwidth`` ("For most workloads, choosing ``crt``
+  will enable faster uploads and downloads": aws/aws-cli v2 branch, awscli/topics/s3-config.rst,
+  from PR #8579);
+- ``target_bandwidth`` as an integer of bytes per second. v2 reads a rate ending ``b/s`` or ``B/s``
+  through ``human_readable_to_int``, which takes integers only (``int("12.5")`` fails: every ``aws
+  s3`` command then exits 255) and reads ``Gb`` as 1024**3 bits (awscli/customizations/s3/
+  transferconfig.py, ``RuntimeConfig._convert_human_readable_rates``, and
+  awscli/customizations/s3/utils.py, ``human_readable_to_int``/``SIZE_SUFFIX``, at 2.36.7), while
+  the CRT client takes its target as ``bytes * 8 / 10**9`` Gbps (awscli/s3transfer/crt.py,
+  ``_get_crt_throughput_target_gbps``): bytes per second carry the instance's decimal Gbps exactly.
+
+Nothing else: the CRT client reads ``multipart_chunksize`` as a fixed part size when the file names
+it, and chooses the part size itself otherwise (awscli/customizations/s3/factory.py,
+``_create_crt_client``, at 2.36.7), and takes neither ``max_concurrent_requests`` nor
+``max_queue_size`` (the classic client's, the same function passes neither on). An image's own v1
+CLI new enough to be kept (1.34.2 or later, boot-steps) knows neither key written here and moves the
+bytes with its defaults (aws/aws-cli 1.46.3, awscli/customizations/s3/transferconfig.py:
+``RuntimeConfig`` passes on the classic client's keys only).
 """
 
 from __future__ import annotations
-
-import math
 
 from .layout import ServingPlan
 
@@ -34,23 +46,6 @@ https://aws.amazon.com/ec2/instance-types/trn1/), "Instance size ... Network ban
 could not be opened where this was written, so the figures are the ones our issue 26 quotes from
 them. inf2.8xlarge is taken at 15, the lower of two readings (a third-party catalog says 25)."""
 
-S3_REQUEST_BYTES_PER_S = 85 * 10**6
-"""What one S3 request (one connection) carries: "about 85-90 MB/s per request" is the Amazon S3
-user guide's figure for sizing parallel requests ("Performance guidelines for Amazon S3",
-"Horizontal scaling and request parallelization",
-https://docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance-guidelines.html).
-The lower end."""
-
-S3_PART_BYTES = 16 * 1024**2
-"""The part size of the v1 client's multipart transfers: "typical sizes for byte-range requests
-are 8 MB or 16 MB" (the same guide, "Use Byte-Range Fetches"), the larger for files of
-gigabytes."""
-
-S3_MAX_CONCURRENT_REQUESTS = 128
-S3_MIN_CONCURRENT_REQUESTS = 10
-"""The v1 client's concurrency stays between its own default (10: transferconfig.py ``DEFAULTS``)
-and 128 threads of one process."""
-
 HUB_DOWNLOAD_WORKERS = 16
 """Files ``huggingface-cli download --max-workers`` fetches at once (its default is 8:
 huggingface/huggingface_hub v0.34.4 and v0.36.2, src/huggingface_hub/commands/download.py). A Hub
@@ -64,23 +59,20 @@ def network_gbps(plan: ServingPlan) -> float:
     return NETWORK_GBPS[plan.instance.name]
 
 
-def s3_concurrent_requests(plan: ServingPlan) -> int:
-    """Requests the v1 client keeps open to fill the instance's bandwidth at
-    :data:`S3_REQUEST_BYTES_PER_S` each."""
-    wanted = math.ceil(network_gbps(plan) * 10**9 / 8 / S3_REQUEST_BYTES_PER_S)
-    return max(S3_MIN_CONCURRENT_REQUESTS, min(wanted, S3_MAX_CONCURRENT_REQUESTS))
+def target_bandwidth(plan: ServingPlan) -> int:
+    """``target_bandwidth`` for ``plan``'s host: its network bandwidth in bytes per second, the form
+    AWS CLI v2 takes as is (see the module's docstring)."""
+    return round(network_gbps(plan) * 10**9 / 8)
 
 
 def aws_cli_config(plan: ServingPlan) -> str:
     """The AWS CLI config file for ``plan``'s host (AWS CLI user guide, "Configuration and
     credential file settings": an ``s3`` setting nests under the profile, indented)."""
-    gbps = network_gbps(plan)
     return (
-        "# The S3 transfer settings of the host's large transfers (neuron_serving.plan.transfer).\n"
+        "# The S3 transfer settings of the host's large transfers (neuron_serving.plan.transfer), for AWS CLI v2:\n"
+        f"# target_bandwidth is bytes per second ({network_gbps(plan):g} Gbps).\n"
         "[default]\n"
         "s3 =\n"
         "  preferred_transfer_client = crt\n"
-        f"  target_bandwidth = {gbps:g}Gb/s\n"
-        f"  max_concurrent_requests = {s3_concurrent_requests(plan)}\n"
-        f"  multipart_chunksize = {S3_PART_BYTES // 1024**2}MB\n"
+        f"  target_bandwidth = {target_bandwidth(plan)}\n"
     )

@@ -36,7 +36,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"c8e3da505113f8c297dc0ce6434cab8669e3f430862536db163d5c87ffdc8b44  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"ab059f8cfbea0c2bfe0608bdb7cfe4305005816e8433a50da2440e88fec2dc7d  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -63,13 +63,12 @@ LOG_GROUP_METRICS='${Token[TOKEN.204]}'
     notifempty
 }
 # ==> /etc/neuron-serving/aws-cli.config <==
-# The S3 transfer settings of the host's large transfers (neuron_serving.plan.transfer).
+# The S3 transfer settings of the host's large transfers (neuron_serving.plan.transfer), for AWS CLI v2:
+# target_bandwidth is bytes per second (800 Gbps).
 [default]
 s3 =
   preferred_transfer_client = crt
-  target_bandwidth = 800Gb/s
-  max_concurrent_requests = 128
-  multipart_chunksize = 16MB
+  target_bandwidth = 100000000000
 # ==> /etc/neuron-serving/bundle.env <==
 IMAGE=ghcr.io/huggingface/optimum-neuron-vllm:0.4.5
 HF_TOKEN_SECRET=arn:aws:secretsmanager:eu-west-1:123456789012:secret:neuron-serving/hf-token-AbCdEf

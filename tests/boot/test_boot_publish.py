@@ -102,6 +102,17 @@ def test_a_host_that_another_published_before_is_tagged_so_and_puts_no_failure(m
     assert [publish_failures(h) for h in hosts] == [[], []]
 
 
+def test_a_race_lost_is_told_by_the_cli_error_even_when_error_details_follow_it(make_host: MakeHost) -> None:
+    # AWS CLI v2 may write an error's modeled fields after the error line (awscli/errorhandler.py,
+    # EnhancedErrorFormatter, at 2.36.7): the log's last line is then not the error.
+    hosts = [make_host(1), make_host(1)]
+    boots = [h.boot_async(MONITORED, STUB_EXPORT_SECONDS="1.5", STUB_ERROR_DETAILS="Condition: If-None-Match")
+             for h in hosts]
+    assert [b.communicate(timeout=60) and b.returncode for b in boots] == [0, 0]
+    assert sorted(tag for h in hosts for tag in publish_tags(h)) == sorted([PUBLISHED, PUBLISH_RACED])
+    assert [publish_failures(h) for h in hosts] == [[], []]
+
+
 def test_a_host_without_monitoring_tags_the_failed_publish_and_puts_no_metric(make_host: MakeHost) -> None:
     host = make_host(1)
     result = host.boot(boot_of(PLAN, BootOptions(artifact_cache=CACHE, signal=SIGNAL)), STUB_S3_UPLOAD_DENIED="1")

@@ -36,7 +36,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"a7353a35cd008bf2fe453e40931aced770a4513820d50eb17e184709d8a5881e  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"cde255281e1f4712374f2d5ae86a642e6024c2d0715f10c44db6a84bf743b34d  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -656,18 +656,25 @@ published() { "$R/opt/neuron-serving/bin/report-publish" "$@"; }
 up=$cached/$INSTANCE_ID
 echo "export-model: publishing $s3$up/"
 why=
+out=$final.publish
 if { echo "$up" && sums "$final"; } >"$final.from" &&
-  aws s3 sync --only-show-errors --exclude "${marker##*/}" "$final" "$s3$up/" >>"$log" 2>&1 &&
+  aws s3 sync --only-show-errors --exclude "${marker##*/}" "$final" "$s3$up/" >"$out" 2>&1 &&
   aws s3api put-object --bucket "$CACHE_BUCKET" --key "$cached/COMPLETE" --body "$final.from" \
-    --if-none-match '*' >>"$log" 2>&1; then
+    --if-none-match '*' >>"$out" 2>&1; then
+  cat "$out" >>"$log"
   published published
 else
-  # The last line of the log is the AWS CLI's error. Only S3's PreconditionFailed (HTTP 412: the
-  # key exists) means that another host published first; botocore names the code: "An error
-  # occurred (PreconditionFailed) when calling the PutObject operation: ..." (awscli 1.46.3
-  # against moto, tests/harness/test_aws.py). Any other failure (denied, throttled, a CLI without
-  # the option) is said as it is. An upload without COMPLETE is never used, so it goes.
-  err=$(tail -n 1 "$log")
+  cat "$out" >>"$log"
+  # The AWS CLI's error is the last line of the publish's own output that names one: v2 writes
+  # "aws: [ERROR]: " and botocore's "An error occurred (CODE) when calling the OPERATION operation:
+  # ..." (aws/aws-cli 2.36.7, awscli/errorformat.py, write_error), and may follow it with an
+  # "Additional error details:" section of the error's modeled fields (awscli/errorhandler.py,
+  # EnhancedErrorFormatter), so the output's last line need not be the error. Only S3's
+  # PreconditionFailed (HTTP 412: the key exists) means that another host published first. Any
+  # other failure (denied, throttled, a CLI without the option) is said as it is. An upload
+  # without COMPLETE is never used, so it goes. v2's prefix is dropped: it tells the operator nothing.
+  err=$(grep -E '(^|\[ERROR\]: )(An error occurred|upload failed: )' "$out" | tail -n 1) || err=$(tail -n 1 "$out")
+  err=${err#aws: \[ERROR\]: }
   if [[ $err == *PreconditionFailed* ]]; then
     echo "export-model: not published: another host published first"
     published 'another host published first'
@@ -681,6 +688,7 @@ else
   fi
   aws s3 rm --recursive --only-show-errors "$s3$up/" >>"$log" 2>&1 || true
 fi
+rm -f "$out"
 # ==> /opt/neuron-serving/bin/publish-metrics <==
 <left out>
 # ==> /opt/neuron-serving/bin/report-phase <==

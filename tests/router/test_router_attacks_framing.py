@@ -20,8 +20,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from rawhttp import Message, RawConnection, exchange, request
-from recording import RecordingRelay
 from routersim import Router, http_request
+
+# The first attack's request, keys and helpers, so that both suites attack alike.
+from test_router_attacks import BODY, KEY, OTHER, auth, recorder, route
 
 from neuron_serving.plan.engines import Engine
 from neuron_serving.plan.engines.base import openai_error_body
@@ -32,11 +34,6 @@ from neuron_serving.render.router import (
     body_too_large_message,
     max_request_body_bytes,
 )
-from neuron_serving.userdata import api_keys
-
-KEY, OTHER = api_keys.new_key(), api_keys.new_key()
-BODY = b'{"inputs": "Hi", "parameters": {"max_new_tokens": 1}, "prompt": "Hi", "max_tokens": 1}'
-"""A generation request both fakes answer: TGI's fields and OpenAI's (each ignores the other's)."""
 
 
 @pytest.fixture
@@ -45,22 +42,9 @@ def router(secure_router: Callable[..., Router], serving: Engine) -> Router:
     return secure_router(KEY, OTHER, serving=serving, record=True)
 
 
-def recorder(router: Router) -> RecordingRelay:
-    return router.recorders["replica-0"]
-
-
 def received(router: Router) -> bytes:
     """Every byte the replica received, health checks included."""
     return b"".join(recorder(router).received())
-
-
-def route(serving: Engine) -> str:
-    """The engine's first generation route, which ``BODY`` suits."""
-    return next(iter(serving.api_routes))
-
-
-def auth(key: str = KEY) -> list[tuple[str, str]]:
-    return [("Authorization", f"Bearer {key}")]
 
 
 def assert_refused(serving: Engine, response: Message, status: int, message: str) -> None:

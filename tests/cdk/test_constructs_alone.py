@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from aws_cdk import CfnElement, CfnParameter, Duration, RemovalPolicy, Stack
+from aws_cdk import App, CfnElement, CfnParameter, DefaultStackSynthesizer, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_elasticloadbalancingv2 as elbv2
 from aws_cdk import aws_iam as iam
@@ -51,6 +51,7 @@ from neuron_serving.plan.metrics import API_KEY_SYNC_FAILURES
 from neuron_serving.plan.timing import boot_minutes
 from neuron_serving.render.boot import BUNDLE_ENV, METADATA_KEY
 
+from .conftest import FEATURE_FLAGS
 from .constructs_support import (
     PRIVATE_SUBNETS,
     PUBLIC_SUBNETS,
@@ -786,6 +787,19 @@ def test_a_boot_script_lets_its_host_read_the_zipped_assets_of_the_assets_bucket
         Match.object_like({"Action": "s3:GetObject", "Effect": "Allow", "Resource": resource})])}})
     # The assets bucket's ARN (account and region filled in at deploy), then its zipped assets' keys.
     assert resource.as_object()["Fn::Join"][1][-1] == "/*.zip"
+
+
+def test_a_stacks_asset_bucket_prefix_narrows_its_hosts_read_of_the_zipped_assets_to_it() -> None:
+    # The asset bucket is the CDK bootstrap's, shared by every CDK app of the account and region.
+    stack = Stack(App(context=FEATURE_FLAGS), STACK_NAME,
+                  synthesizer=DefaultStackSynthesizer(bucket_prefix="neuron-serving/"))
+    construct = boot_script(stack)
+    construct.grant_boot(iam.Role(stack, "Host", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com")))
+    construct.attach(ec2.LaunchTemplate(stack, "Template", user_data=construct.user_data).node.default_child)  # type: ignore[arg-type]
+    resource = Capture()
+    Template.from_stack(stack).has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {
+        "Statement": Match.array_with([Match.object_like({"Action": "s3:GetObject", "Resource": resource})])}})
+    assert resource.as_object()["Fn::Join"][1][-1] == "/neuron-serving/*.zip"
 
 
 def test_a_boot_scripts_user_data_names_its_own_bundle_and_its_digest_and_the_metadata_neither(

@@ -373,16 +373,24 @@ class NeuronBootScript(Construct):
         """``s3:GetObject`` on the asset bucket's zipped assets, not only on this synth's bundle: a host
         launched from an older launch template version, while the stack updates, downloads that version's
         bundle, and the role's policy names the current one by then. The CDK keys an asset by its content's
-        hash at the bucket's root (``<hash>.zip``), so no narrower pattern holds every version's bundle;
-        the grant is read-only, on the stack's own asset bucket."""
+        hash (``<bucket prefix><hash>.zip``), so no pattern narrower than the synthesizer's bucket prefix
+        holds every version's bundle. The asset bucket is the CDK bootstrap's, which every CDK app of the
+        account and region shares: with the default synthesizer (no prefix) the hosts may read every app's
+        zipped assets there; a ``DefaultStackSynthesizer(bucket_prefix=...)`` of the stack's own narrows the
+        grant to its prefix."""
+        key, asset_hash = self.bundle.s3_object_key, self.bundle.asset_hash
+        suffix = f"{asset_hash}.zip"
+        prefix = key[:-len(suffix)] if not Token.is_unresolved(key) and key.endswith(suffix) else ""
         iam.Grant.add_to_principal(
-            grantee=grantee, actions=["s3:GetObject"], resource_arns=[self.bundle.bucket.arn_for_objects("*.zip")],
+            grantee=grantee, actions=["s3:GetObject"],
+            resource_arns=[self.bundle.bucket.arn_for_objects(f"{prefix}*.zip")],
         )
         stack = Stack.of(self)
         _acknowledge_prefix(
-            stack, f"arn:{_nag_text(stack, stack.partition)}:s3:::{_nag_text(stack, self.bundle.s3_bucket_name)}/*.zip",
+            stack,
+            f"arn:{_nag_text(stack, stack.partition)}:s3:::{_nag_text(stack, self.bundle.s3_bucket_name)}/{prefix}*.zip",
             "a host launched from an older launch template version while the stack updates reads that "
-            "version's boot bundle, keyed by its content's hash at the asset bucket's root; read only",
+            "version's boot bundle, keyed by its content's hash in the asset bucket; read only",
         )
 
     def _grant_leave_group(self, grantee: iam.IGrantable, group_name: str) -> None:

@@ -388,7 +388,8 @@ class NeuronBootScript(Construct):
         stack = Stack.of(self)
         _acknowledge_prefix(
             stack,
-            f"arn:{_nag_text(stack, stack.partition)}:s3:::{_nag_text(stack, self.bundle.s3_bucket_name)}/{prefix}*.zip",
+            f"arn:{_nag_text(stack, stack.partition)}:s3:::"
+            f"{_nag_text(stack, self.bundle.s3_bucket_name)}/{prefix}*.zip",
             "a host launched from an older launch template version while the stack updates reads that "
             "version's boot bundle, keyed by its content's hash in the asset bucket; read only",
         )

@@ -124,8 +124,9 @@ def test_replica_answering_503_on_health_gets_no_requests_once_marked_down(
 
 
 def test_concurrent_long_requests_spread_over_all_healthy_replicas(start_router: StartRouter) -> None:
-    # Each request generates 10 tokens 0.1 s apart, so all six are in flight together.
-    router = start_router(replicas=3, token_delay=0.1)
+    # Each request generates 10 tokens 0.3 s apart, so all six are in flight together, even when the
+    # machine is busy enough to start them a second apart (0.1 s apart was not: CI saw 2/3/1).
+    router = start_router(replicas=3, token_delay=0.3)
 
     with ThreadPoolExecutor(max_workers=6) as pool:
         responses = list(pool.map(lambda _: router.request("POST", "/generate", generate(10)), range(6)))

@@ -423,8 +423,9 @@ def test_a_put_object_failure_other_than_precondition_failed_is_reported_as_it_i
     host = make_host(1)
     result = host.boot(boot_of(plan, BootOptions(artifact_cache=CACHE)), STUB_PUT_OBJECT_DENIED="1")
     assert result.returncode == 0, result.stdout  # the host serves its own export
-    # The CLI's last line, as v2 writes an error (aws/aws-cli 2.36.7, awscli/errorformat.py write_error).
-    assert ("export-model: not published: aws: [ERROR]: An error occurred (AccessDenied) when calling the PutObject "
+    # The CLI's error line, as v2 writes it (aws/aws-cli 2.36.7, awscli/errorformat.py write_error), without
+    # its "aws: [ERROR]: " prefix.
+    assert ("export-model: not published: An error occurred (AccessDenied) when calling the PutObject "
             "operation: Access Denied") in result.stdout
     assert "another host published first" not in result.stdout
     assert [p for p in cached(host, plan).rglob("*") if p.is_file()] == []  # the upload without COMPLETE is gone

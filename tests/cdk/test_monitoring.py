@@ -238,12 +238,13 @@ def test_the_serving_row_names_the_engine_and_its_metric_names(synth, engine, so
 # --- API keys: the hosts' failed key syncs ---------------------------------------------------------------------
 
 
-def test_with_api_keys_the_api_key_sync_alarm_fires_on_a_failed_sync_of_any_host_and_notifies_the_topic(synth):
-    template = synth(api_keys="true")
+def _assert_any_failure_alarm(template, metric: str, description: str) -> None:
+    """An alarm on the service's Sum of ``metric`` over 5 minutes, at one failure or more, that notifies the
+    topic of both states and whose description matches ``description``."""
     (topic,) = [k for k in template.resources("AWS::SNS::Topic") if k.startswith("Monitoring")]
     template.template.has_resource_properties("AWS::CloudWatch::Alarm", {
         "Namespace": DEFAULT_NAMESPACE,
-        "MetricName": API_KEY_SYNC_FAILURES,
+        "MetricName": metric,
         "Dimensions": [{"Name": "Service", "Value": "NeuronLlamaStack"}],
         "Statistic": "Sum",
         "Period": 300,
@@ -255,8 +256,14 @@ def test_with_api_keys_the_api_key_sync_alarm_fires_on_a_failed_sync_of_any_host
         "AlarmActions": [{"Ref": topic}],
         "OKActions": [{"Ref": topic}],
         "AlarmDescription": Match.string_like_regexp(
-            r"api-keys sync failed .* keep the keys they had.*journalctl -u neuron-serving-api-keys"),
+            description),
     })
+
+
+def test_with_api_keys_the_api_key_sync_alarm_fires_on_a_failed_sync_of_any_host_and_notifies_the_topic(synth):
+    template = synth(api_keys="true")
+    _assert_any_failure_alarm(template, API_KEY_SYNC_FAILURES,
+                              r"api-keys sync failed .* keep the keys they had.*journalctl -u neuron-serving-api-keys")
     assert {next(n for n in (*DEFAULT_ALARMS, "ApiKeySync") if k.startswith(f"Monitoring{n}"))
             for k in _alarms(template)} == DEFAULT_ALARMS | {"ApiKeySync"}
 
@@ -283,24 +290,10 @@ def test_with_api_keys_the_dashboard_shows_failed_syncs_beside_the_refused_reque
 
 def test_hosts_that_publish_exports_have_an_alarm_on_any_failed_publish_that_says_what_to_check(synth):
     template = synth()
-    (topic,) = [k for k in template.resources("AWS::SNS::Topic") if k.startswith("Monitoring")]
-    template.template.has_resource_properties("AWS::CloudWatch::Alarm", {
-        "Namespace": DEFAULT_NAMESPACE,
-        "MetricName": EXPORT_PUBLISH_FAILURES,
-        "Dimensions": [{"Name": "Service", "Value": "NeuronLlamaStack"}],
-        "Statistic": "Sum",
-        "Period": 300,
-        "Threshold": 1,
-        "EvaluationPeriods": 1,
-        "DatapointsToAlarm": 1,
-        "ComparisonOperator": "GreaterThanOrEqualToThreshold",
-        "TreatMissingData": "notBreaching",
-        "AlarmActions": [{"Ref": topic}],
-        "OKActions": [{"Ref": topic}],
-        "AlarmDescription": Match.string_like_regexp(
-            r"could not publish the export to the artifact cache.*compiles again.*neuron-serving status.*"
-            + PUBLISH_TAG + r".*/var/log/neuron-serving/export\.log.*s3:PutObject.*bucket"),
-    })
+    _assert_any_failure_alarm(template, EXPORT_PUBLISH_FAILURES,
+                              r"could not publish the export to the artifact cache.*compiles again.*neuron-serving "
+                              r"status.*" + PUBLISH_TAG
+                              + r".*/var/log/neuron-serving/export\.log.*s3:PutObject.*bucket")
 
 
 def test_hosts_that_publish_exports_show_their_failed_publishes_in_the_boots_row(synth):

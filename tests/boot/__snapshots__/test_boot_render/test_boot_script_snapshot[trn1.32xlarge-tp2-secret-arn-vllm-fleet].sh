@@ -36,7 +36,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"bb4d282b5aa756772ac5bd4cedbedd75b44b36f813d3c6f0c8bf5b11ea4fc1e8  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"c33ace83b5906144f532de5ab1ab4fa2fb1c5ae1092833dc7db9c54a1b63ad58  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -242,12 +242,17 @@ signal() {
   aws cloudformation signal-resource --region "$REGION" --stack-name "$SIGNAL_STACK" \
     --logical-resource-id "$SIGNAL_RESOURCE" --status "$1" --unique-id "$2" || log "no $1 signal taken"
 }
+# Heartbeats (below) end before the lifecycle action completes: one sent after it is refused ("No
+# active Lifecycle Action"); one in flight finishes first, as the loop's TERM trap waits for it.
+stop_heartbeats() {
+  [ -z "${beat:-}" ] || { kill "$beat" 2>/dev/null; wait "$beat" 2>/dev/null; beat=""; } || true
+}
 on_exit() {
   local rc=$?
   # A boot that ends well without ready or warmed (a builder's, one that checks no readiness) ends
   # its last phase here, which puts the phases' times as metrics (report-phase).
   [ "$rc" != 0 ] || "$bin/report-phase" --end
-  [ -z "${beat:-}" ] || kill "$beat" 2>/dev/null || true
+  stop_heartbeats
   if [ "$rc" = 0 ]; then echo "done" >"$logs/status"; return; fi
   echo "failed $step" >"$logs/status"
   log "FAILED in step $step (exit $rc)"
@@ -401,6 +406,7 @@ systemctl enable haproxy
 if [ -n "$warm" ]; then
   # Before the lifecycle action completes: the group then stops the instance.
   "$bin/report-phase" warmed
+  stop_heartbeats
   "$bin/complete-lifecycle" CONTINUE
   log "prepared for the warm pool"
   exit 0
@@ -411,6 +417,7 @@ run_step wait-ready
 # wait-ready reports each replica that serves, then that all do; a failure is this script's to report.
 "$bin/wait-ready" | tee -a "$logs/ready.log" || die "$(tail -n 1 "$logs/ready.log")"
 signal SUCCESS "$INSTANCE_ID"
+stop_heartbeats
 "$bin/complete-lifecycle" CONTINUE
 log "boot complete: 16 replicas behind the router on port 8080"
 # ==> /opt/neuron-serving/bin/check-export <==

@@ -41,6 +41,7 @@ against an IP-address endpoint (botocore's S3 endpoint rules), so ``127.0.0.1`` 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import http.server
 import importlib.metadata
@@ -89,7 +90,8 @@ RECORDED_SERVICES = ("cloudformation", "autoscaling")
 """botocore service names the recorder answers."""
 
 _MOTO_MAIN = r"""
-import datetime, ipaddress, sys, threading
+import datetime, fnmatch, http.client, io, ipaddress, json, re, sys, threading, urllib.parse, uuid
+from xml.sax.saxutils import escape
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -116,9 +118,94 @@ with open(key_path, "wb") as f:
 
 app = DomainDispatcherApplication(create_backend_app)
 lock = threading.Lock()
+faults = []  # dicts of Fault's fields and "hits", in the order given (see MotoServer.fail)
+SCOPE = re.compile(r"Credential=[^/,]+/\d{8}/[^/,]+/([^/,]+)/aws4_request")
+
+def operation_of(environ):
+    # The operation a query/EC2 form (Action) or a JSON request (X-Amz-Target) names; '' for REST.
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    if target:
+        return target.rsplit(".", 1)[-1]
+    if environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded"):
+        size = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(size)
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        return urllib.parse.parse_qs(body.decode()).get("Action", [""])[0]
+    return ""
+
+def matching_fault(environ):
+    scope = SCOPE.search(environ.get("HTTP_AUTHORIZATION", ""))
+    service = scope.group(1) if scope else ""
+    path = urllib.parse.unquote(environ.get("PATH_INFO", ""))
+    query = environ.get("QUERY_STRING", "")
+    operation = None
+    for fault in faults:
+        if fault["times"] is not None and fault["hits"] >= fault["times"]:
+            continue
+        if fault["service"] != service or (fault["method"] and fault["method"] != environ["REQUEST_METHOD"]):
+            continue
+        if not fnmatch.fnmatchcase(path, fault["path"]) or fault["query"] not in query:
+            continue
+        if fault["operation"]:
+            if operation is None:
+                operation = operation_of(environ)
+            if operation != fault["operation"]:
+                continue
+        fault["hits"] += 1
+        return fault
+    return None
+
+def error_response(fault, environ, start_response):
+    # The error in the protocol's own shape: S3's REST-XML <Error>, EC2's <Response><Errors>, or AWS
+    # JSON's {"__type", "message"} with the query-compatible code header (x-amzn-query-error).
+    code, message, request_id = fault["code"], fault["message"], str(uuid.uuid4())
+    headers = [("x-amz-request-id", request_id)]
+    if fault["protocol"] == "json":
+        body = json.dumps({"__type": code, "message": message}).encode()
+        headers += [("Content-Type", "application/x-amz-json-1.0"), ("x-amzn-query-error", f"{code};Sender")]
+    elif fault["protocol"] == "ec2":
+        body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{escape(code)}</Code>'
+                f'<Message>{escape(message)}</Message></Error></Errors><RequestID>{request_id}</RequestID>'
+                '</Response>').encode()
+        headers.append(("Content-Type", "text/xml;charset=UTF-8"))
+    else:
+        body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{escape(code)}</Code><Message>'
+                f'{escape(message)}</Message>{fault["extra"]}<RequestId>{request_id}</RequestId></Error>').encode()
+        headers.append(("Content-Type", "application/xml"))
+    if environ["REQUEST_METHOD"] == "HEAD":
+        body = b""
+    # Drain the request's body first (S3 reads it before answering): botocore sends PutObject's chunked
+    # (aws-chunked, a checksum trailer) after 100 Continue, and werkzeug ends a chunked input itself.
+    if environ.get("wsgi.input_terminated"):
+        environ["wsgi.input"].read()
+    elif int(environ.get("CONTENT_LENGTH") or 0):
+        environ["wsgi.input"].read(int(environ["CONTENT_LENGTH"]))
+    start_response(f"{fault['status']} {http.client.responses.get(fault['status'], 'Error')}",
+                   headers + [("Content-Length", str(len(body)))])
+    return [body]
+
+def harness(environ, start_response):
+    # /_harness/faults: GET lists, POST adds one (JSON), DELETE clears; a moto reset clears them too.
+    method = environ["REQUEST_METHOD"]
+    if method == "POST":
+        size = int(environ.get("CONTENT_LENGTH") or 0)
+        faults.append({**json.loads(environ["wsgi.input"].read(size)), "hits": 0})
+    elif method == "DELETE":
+        faults.clear()
+    body = json.dumps(faults).encode()
+    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return [body]
 
 def one_at_a_time(environ, start_response):
     with lock:
+        if environ.get("PATH_INFO") == "/_harness/faults":
+            return harness(environ, start_response)
+        if environ.get("PATH_INFO") == "/moto-api/reset":
+            faults.clear()
+        fault = matching_fault(environ)
+        if fault is not None:
+            return error_response(fault, environ, start_response)
         result = app(environ, start_response)
         try:
             return [b"".join(result)]
@@ -140,6 +227,49 @@ def endpoint_env_var(service_id: str) -> str:
 
     ``service_id`` is the model's ``serviceId`` ("S3", "Secrets Manager", "Auto Scaling")."""
     return "AWS_ENDPOINT_URL_" + re.sub(r"[ -]", "_", service_id).upper()
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An error moto's server answers instead of moto (:meth:`MotoServer.fail`), in the protocol's own shape,
+    so that the real CLI reads it as it reads AWS's. Matches requests signed for ``service`` (the SigV4
+    signing name: ``s3``, ``ec2``, ``monitoring`` for CloudWatch, ``secretsmanager``), with ``method`` (any
+    when empty), a path matching the glob ``path`` (percent-decoded: ``/bucket/key``), ``query`` in the query
+    string, and ``operation`` (the form's ``Action`` or the JSON ``X-Amz-Target``'s, any when empty); only
+    the first ``times`` such requests when ``times`` is set. Build it with :meth:`s3`, :meth:`ec2` or
+    :meth:`json`."""
+
+    service: str
+    protocol: str
+    status: int
+    code: str
+    message: str
+    method: str = ""
+    path: str = "*"
+    query: str = ""
+    operation: str = ""
+    times: int | None = None
+    extra: str = ""
+    """S3 only: more elements of the ``<Error>`` (a modeled field, such as ``<Condition>``)."""
+
+    @classmethod
+    def s3(cls, status: int, code: str, message: str, *, method: str = "", path: str = "*", query: str = "",
+           times: int | None = None, extra: str = "") -> Fault:
+        """S3's REST-XML ``<Error>`` (S3 API reference, "Error responses")."""
+        return cls("s3", "rest-xml", status, code, message, method, path, query, "", times, extra)
+
+    @classmethod
+    def ec2(cls, operation: str, status: int, code: str, message: str, *, times: int | None = None) -> Fault:
+        """EC2's ``<Response><Errors><Error>`` (EC2 API reference, "Error codes")."""
+        return cls("ec2", "ec2", status, code, message, "POST", "*", "", operation, times)
+
+    @classmethod
+    def json(cls, service: str, operation: str, status: int, code: str, message: str, *,
+             times: int | None = None) -> Fault:
+        """AWS JSON 1.0's ``{"__type", "message"}`` with ``x-amzn-query-error: CODE;Sender``, as a service that
+        moved from the query protocol answers (CloudWatch; botocore reads the header's code,
+        ``awsQueryCompatible``)."""
+        return cls(service, "json", status, code, message, "POST", "*", "", operation, times)
 
 
 class MotoServer:
@@ -197,10 +327,28 @@ class MotoServer:
         return self
 
     def reset(self) -> None:
-        """Forget every bucket, object and secret (moto's ``POST /moto-api/reset``)."""
+        """Forget every bucket, object and secret (moto's ``POST /moto-api/reset``), and every fault."""
         request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST", data=b"")
         with urllib.request.urlopen(request, timeout=10) as response:
             assert response.status == 200
+
+    def fail(self, fault: Fault) -> None:
+        """From now on, answer the requests ``fault`` matches with its error instead of moto's answer (the
+        first fault given that matches and is not spent wins)."""
+        self._faults("POST", json.dumps(dataclasses.asdict(fault)).encode())
+
+    def faults(self) -> list[dict[str, Any]]:
+        """The faults given, each with ``hits``: how many requests it answered."""
+        return list(self._faults("GET"))
+
+    def clear_faults(self) -> None:
+        self._faults("DELETE")
+
+    def _faults(self, method: str, data: bytes | None = None) -> Any:
+        request = urllib.request.Request(f"{self.url}/_harness/faults", method=method, data=data,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
 
     @contextmanager
     def iam_enforced(self) -> Iterator[None]:
@@ -952,9 +1100,10 @@ class AwsEmulator:
         reservations = self.client("ec2").describe_instances(InstanceIds=[instance_id])["Reservations"]
         return {t["Key"]: t["Value"] for t in reservations[0]["Instances"][0].get("Tags", [])}
 
-    def create_secret(self, name: str, value: str) -> str:
-        """A Secrets Manager secret; returns its full ARN (moto picks the 6-character suffix)."""
-        return str(self.client("secretsmanager").create_secret(Name=name, SecretString=value)["ARN"])
+    def create_secret(self, name: str, value: str, region: str | None = None) -> str:
+        """A Secrets Manager secret (in ``region``, by default :attr:`region`); returns its full ARN (moto
+        picks the 6-character suffix)."""
+        return str(self.client("secretsmanager", region).create_secret(Name=name, SecretString=value)["ARN"])
 
 
 def _split_uri(uri: str) -> tuple[str, str]:

@@ -12,7 +12,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import socket
 import subprocess
+import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -34,14 +37,17 @@ import botocore.exceptions  # noqa: E402
 
 from neuron_serving.plan.instances import INSTANCES  # noqa: E402
 from neuron_serving.plan.transfer import NETWORK_GBPS  # noqa: E402
+from tests.harness import awscli_fork  # noqa: E402
 from tests.harness.aws import (  # noqa: E402
     FAKE_ACCESS_KEY,
     FAKE_SECRET_KEY,
     REGION,
     AwsEmulator,
+    Fault,
     MotoServer,
     cli_session,
 )
+from tests.harness.awscli_fork import AwsCliServer  # noqa: E402
 
 BUCKET = "cache-bucket"
 STACK, LOGICAL_ID = "NeuronLlamaStack", "NeuronServingFleet"
@@ -474,3 +480,131 @@ def test_the_hosts_transfer_config_leaves_the_part_size_to_the_crt_client(
         assert up.returncode == 0, up.stderr[-3000:]
     assert _parts(emulator, "own") > 1
     assert _parts(emulator, "host") == _parts(emulator, "own")
+
+
+# --- the fork server simulated hosts run the CLI in (tests/harness/awscli_fork.py) ----------------------------
+
+
+@pytest.fixture(scope="module")
+def fork_server() -> Iterator[AwsCliServer]:
+    with AwsCliServer(_TOOLS / "bin" / "python") as server:
+        yield server
+
+
+def _both_ways(emulator: AwsEmulator, server: AwsCliServer, argv: list[str], cwd: Path, stdin: str = "",
+               env: dict[str, str] | None = None) -> list[tuple[int, str, str]]:
+    """``aws argv`` from the executable and through the fork server: exit status, stdout, stderr of each."""
+    home = emulator.workdir / "home"
+    home.mkdir(exist_ok=True)
+    base = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", **emulator.env, **(env or {}),
+            "AWSCLI_FORK_SOCKET": str(server.socket_path)}
+    runs = []
+    for command in ([AwsEmulator.aws_executable()], [sys.executable, "-S", str(Path(awscli_fork.__file__))]):
+        done = subprocess.run([*command, *argv], input=stdin, env=base, cwd=cwd, capture_output=True, text=True,
+                              timeout=60, check=False)
+        runs.append((done.returncode, done.stdout, done.stderr))
+    return runs
+
+
+@pytest.mark.parametrize(("argv", "stdin", "region"), [
+    (["s3", "cp", "-", f"s3://{BUCKET}/up"], "from stdin\n", False),  # an upload of standard input
+    (["s3", "cp", f"s3://{BUCKET}/there", "-"], "", False),  # a download to standard output
+    (["s3", "cp", f"s3://{BUCKET}/there", "relative.txt", "--only-show-errors"], "", False),  # the caller's directory
+    (["s3api", "head-object", "--bucket", BUCKET, "--key", "missing"], "", False),  # 404
+    (["cloudformation", "signal-resource", "--stack-name", STACK, "--logical-resource-id", LOGICAL_ID,
+      "--unique-id", INSTANCE, "--status", "SUCCESS"], "", False),  # no region: a configuration error
+    (["cloudformation", "signal-resource", "--stack-name", STACK, "--logical-resource-id", LOGICAL_ID,
+      "--unique-id", "x" * 65, "--status", "SUCCESS"], "", True),  # the service's refusal
+    (["s3", "cp"], "", False),  # a usage error
+    (["secretsmanager", "get-secret-value", "--secret-id", "hf", "--query", "SecretString", "--output", "text"],
+     "", True),
+])
+def test_a_call_through_the_fork_server_is_the_calls_of_the_executable(
+    emulator: AwsEmulator, fork_server: AwsCliServer, tmp_path: Path, argv: list[str], stdin: str, region: bool,
+) -> None:
+    emulator.put_object(BUCKET, "there", "downloaded\n")
+    emulator.create_secret("hf", "hf_token")
+    env = {"AWS_DEFAULT_REGION": REGION} if region else {}
+    executable, forked = _both_ways(emulator, fork_server, argv, tmp_path, stdin, env)
+    assert forked == executable
+    if "relative.txt" in argv:
+        assert (tmp_path / "relative.txt").read_text() == "downloaded\n"
+
+
+def test_a_forked_cli_whose_server_closes_mid_upload_reports_the_broken_connection(
+    emulator: AwsEmulator, fork_server: AwsCliServer, tmp_path: Path,
+) -> None:
+    # A Python process ignores SIGPIPE (CPython's start-up), so the real CLI gets EPIPE and reports it; a
+    # child that restored SIGPIPE's default would die silently (exit 255, nothing printed).
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer_and_close() -> None:
+        try:
+            while True:  # every attempt of the CLI's: the headers read, an answer, the connection closed
+                conn, _ = listener.accept()
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                conn.close()
+        except OSError:  # the listener closed: the test is over
+            pass
+
+    threading.Thread(target=answer_and_close, daemon=True).start()
+    (tmp_path / "big").write_bytes(b"\0" * (8 << 20))
+    env = {"AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{listener.getsockname()[1]}"}
+    argv = ["s3api", "put-object", "--bucket", BUCKET, "--key", "big", "--body", "big"]
+    home = emulator.workdir / "home"
+    home.mkdir(exist_ok=True)
+    try:
+        done = subprocess.run([sys.executable, "-S", awscli_fork.__file__, *argv], cwd=tmp_path, timeout=60,
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(home), **emulator.env, **env,
+                                   "AWSCLI_FORK_SOCKET": str(fork_server.socket_path)},
+                              capture_output=True, text=True, check=False)
+    finally:
+        listener.close()
+    assert done.returncode != 0
+    assert "aws: [ERROR]:" in done.stderr, (done.returncode, done.stderr)
+
+
+# --- errors moto's server answers instead of moto (MotoServer.fail) -------------------------------------------
+
+
+def test_s3_ec2_and_json_faults_are_read_by_the_cli_as_aws_errors(emulator: AwsEmulator, tmp_path: Path) -> None:
+    moto = emulator.moto
+    moto.fail(Fault.s3(403, "AccessDenied", "Access Denied", method="PUT", path="*/COMPLETE"))
+    moto.fail(Fault.ec2("CreateTags", 403, "UnauthorizedOperation",
+                        "You are not authorized to perform this operation."))
+    moto.fail(Fault.json("monitoring", "PutMetricData", 403, "AccessDenied", "User is not authorized"))
+    (tmp_path / "body").write_text("x\n")
+    env = {"AWS_ENDPOINT_URL_EC2": moto.url, "AWS_ENDPOINT_URL_CLOUDWATCH": moto.url}
+    put = sh(emulator, f"aws s3api put-object --bucket {BUCKET} --key a/COMPLETE --body {tmp_path / 'body'} "
+                       "--if-none-match '*'", **env)
+    other = sh(emulator, f"aws s3api put-object --bucket {BUCKET} --key a/other --body {tmp_path / 'body'}", **env)
+    tags = sh(emulator, f"aws ec2 create-tags --region {REGION} --resources i-1 --tags Key=a,Value=b", **env)
+    metric = sh(emulator, f"aws cloudwatch put-metric-data --region {REGION} --namespace N "
+                          "--metric-data '[{\"MetricName\": \"m\", \"Value\": 1}]'", **env)
+    assert (put.returncode, put.stderr.strip()) == (CLIENT_ERROR_RC, "aws: [ERROR]: An error occurred (AccessDenied) "
+                                                    "when calling the PutObject operation: Access Denied")
+    assert other.returncode == 0, other.stderr
+    assert (tags.returncode, tags.stderr.strip()) == (CLIENT_ERROR_RC, "aws: [ERROR]: An error occurred "
+        "(UnauthorizedOperation) when calling the CreateTags operation: You are not authorized to perform this "
+        "operation.")
+    assert (metric.returncode, metric.stderr.strip()) == (CLIENT_ERROR_RC, "aws: [ERROR]: An error occurred "
+        "(AccessDenied) when calling the PutMetricData operation: User is not authorized")
+    assert [f["hits"] for f in moto.faults()] == [1, 1, 1]
+
+
+def test_a_fault_for_n_requests_is_spent_after_them_and_a_reset_clears_every_fault(emulator: AwsEmulator) -> None:
+    emulator.put_object(BUCKET, "k", "v")
+    # A 500 is retried: the CLI's standard mode makes 3 attempts.
+    emulator.moto.fail(Fault.s3(500, "InternalError", "We encountered an internal error.", method="GET",
+                                query="list-type=2", times=3))
+    failed = sh(emulator, f"aws s3 ls s3://{BUCKET}/")
+    listed = sh(emulator, f"aws s3 ls s3://{BUCKET}/")
+    assert failed.returncode == CLIENT_ERROR_RC
+    assert "(InternalError) when calling the ListObjectsV2 operation (reached max retries: 2)" in failed.stderr
+    assert listed.returncode == 0 and " k\n" in listed.stdout
+    emulator.moto.fail(Fault.s3(403, "AccessDenied", "Access Denied"))
+    emulator.moto.reset()
+    assert emulator.moto.faults() == []

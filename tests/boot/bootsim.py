@@ -2,10 +2,12 @@
 
 A temporary directory is the filesystem root (``NEURON_SERVING_ROOT``) with fake ``/dev/neuronN``
 nodes; ``tests/boot/stubs`` comes first on ``PATH`` with stand-ins for what a test machine lacks
-(docker, the AWS CLI, systemd, apt, snap, the instance metadata service, TGI and the router on
-loopback, neuron-ls, haproxy) and for ``sleep``, so that retries take no time. Each stub records
-its argv in a calls log. Hosts made by one test share a fake S3 (a directory), as the instances
-of one fleet share the artifact cache; each has its own instance id.
+(systemd, apt, snap, the instance metadata service, TGI and the router on loopback, neuron-ls,
+haproxy) and for ``sleep``, so that retries take no time. Each stub records its argv in a calls log.
+The ``docker`` stub hands the call to the real docker CLI against a recording engine, and ``aws`` is
+the real AWS CLI v2 (``host_aws.py``, which records the call too) against the test's moto and recorder
+(tests/harness/aws.py): hosts made by one test share that AWS, as the instances of one fleet share the
+artifact cache; each is an instance of its EC2.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,13 +33,59 @@ from neuron_serving.plan.metrics import MonitoringOptions
 from neuron_serving.plan.phases import DETAIL_TAG, PHASE_TAG, PHASES_FILE
 from neuron_serving.render.boot import HostBoot
 from neuron_serving.render.boot_options import ReadinessSignal, WarmPoolHook
+from tests.harness.aws import AwsEmulator, Fault
 from tests.harness.dockerd import FakeDockerd
 from tests.harness.userdata import deployed_metadata, zipped_boot
 
 STUBS = Path(__file__).parent / "stubs"
+HOST_AWS = Path(__file__).parent / "host_aws.py"
+"""A simulated host's ``aws``: records the call, then runs the real AWS CLI v2."""
 ROOT_MOUNT = "/dev/nvme0n1p1 / ext4 rw,relatime 0 0\n"
 """The simulated host's ``/proc/self/mounts`` (proc_pid_mounts(5): source, mount point, type, options,
 two zeros): the root volume, an EBS NVMe drive's first partition as on EC2's Ubuntu images."""
+
+
+CLI_ATTEMPTS = 3
+"""How many times AWS CLI v2 sends a request that fails with a retryable error (its default retry mode,
+``standard``, makes 3 attempts: AWS SDKs and Tools reference guide, "Retry behavior")."""
+
+
+def _secret_json(cloud: AwsEmulator, _: str) -> None:
+    token = json.dumps({"HF_TOKEN": FAKE_HF_TOKEN})
+    for name in HF_SECRETS:
+        cloud.client("secretsmanager").put_secret_value(SecretId=name, SecretString=token)
+
+
+AWS_KNOBS: dict[str, Callable[[AwsEmulator, str], object]] = {
+    # CloudFormation refuses a signal no create or update awaits.
+    "STUB_SIGNAL_FAIL": lambda cloud, _: cloud.recorder.fail_signal(),
+    # Auto Scaling refuses a lifecycle action for an instance with none pending.
+    "STUB_LIFECYCLE_FAIL": lambda cloud, _: cloud.recorder.fail_lifecycle(),
+    # IAM refuses the calls a role may not make, as each service answers it.
+    "STUB_TERMINATE_FAIL": lambda cloud, _: cloud.recorder.fail(
+        "TerminateInstanceInAutoScalingGroup", "User is not authorized to perform: "
+        "autoscaling:TerminateInstanceInAutoScalingGroup", code="AccessDenied", status=403),
+    "STUB_TAGS_FAIL": lambda cloud, _: cloud.moto.fail(Fault.ec2(
+        "CreateTags", 403, "UnauthorizedOperation", "You are not authorized to perform this operation.")),
+    "STUB_METRICS_FAIL": lambda cloud, _: cloud.moto.fail(Fault.json(
+        "monitoring", "PutMetricData", 403, "AccessDenied",
+        "User is not authorized to perform: cloudwatch:PutMetricData")),
+    # The publish's conditional write of COMPLETE, refused.
+    "STUB_PUT_OBJECT_DENIED": lambda cloud, _: cloud.moto.fail(Fault.s3(
+        403, "AccessDenied", "Access Denied", method="PUT", path="*/COMPLETE")),
+    # Every upload of a publish's files (below exports/<key>/<instance id>/), refused.
+    "STUB_S3_UPLOAD_DENIED": lambda cloud, _: cloud.moto.fail(Fault.s3(
+        403, "AccessDenied", "Access Denied", method="PUT", path="/*/exports/*/i-*/*")),
+    # The first N downloads of a tree (``aws s3 sync`` from S3) fail: S3 answers their listing with a 500,
+    # which the CLI retries CLI_ATTEMPTS times in all before it gives up.
+    "STUB_S3_SYNC_FAILURES": lambda cloud, n: cloud.moto.fail(Fault.s3(
+        500, "InternalError", "We encountered an internal error. Please try again.", method="GET",
+        query="list-type=2", times=int(n) * CLI_ATTEMPTS)),
+    # The Hugging Face token stored as a JSON object ({"HF_TOKEN": ...}), as some teams store it.
+    "STUB_SECRET_JSON": _secret_json,
+}
+"""The knobs a test hands a host's scripts that AWS answers (:meth:`Host.steer`): each makes the test's
+moto or recorder answer as AWS would in that case, and the real CLI reads that answer."""
 
 
 def stub_module(name: str) -> Any:
@@ -76,7 +125,9 @@ def complete_marker(prefix: str, upload: Path) -> str:
 
 
 FAKE_HF_TOKEN = _stub_constant("FAKE_HF_TOKEN")
-"""The token the aws stub hands out as the secret's value."""
+"""The token the test's Secrets Manager holds in the secrets :data:`HF_SECRETS` (conftest.py's ``aws``)."""
+
+HF_SECRETS = ("hf", "neuron-serving/hf-token")
 
 SECRET_ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:neuron-serving/hf-token-AbCdEf"
 """A realistic (long) secret id: the size checks use it because it is the worst case."""
@@ -153,11 +204,10 @@ class Host:
     """This host's Docker engine, which the real docker CLI talks to."""
     inside: ServingImage
     """What runs inside its containers."""
-    upload: Callable[[str, bytes], None] | None = None
-    """How an object reaches this host's S3 (``upload(uri, body)``): by default the stubs' fake S3."""
-    deploy: Callable[[str, str, str], None] | None = None
-    """How a stack resource's metadata reaches this host's CloudFormation (``deploy(stack, logical_id,
-    metadata)``): by default the stubs' fake stacks."""
+    cloud: AwsEmulator
+    """The test's AWS, which every host of the test shares: moto and the recorder."""
+    faults: list[Fault] = field(default_factory=list)
+    """Errors moto answers whenever this host's scripts run, beside those of their knobs (:meth:`steer`)."""
 
     def path(self, host_path: str) -> Path:
         """Where ``host_path`` (an absolute path on the instance) lives under the test root."""
@@ -167,34 +217,51 @@ class Host:
     def instance_id(self) -> str:
         return self.env["STUB_INSTANCE_ID"]
 
-    @property
-    def s3(self) -> Path:
-        """The fake S3 all hosts of a test share: ``<s3>/<bucket>/<key>``."""
-        return Path(self.env["STUB_S3"])
-
     def boot(self, script: HostBoot | str, **knobs: str) -> subprocess.CompletedProcess[str]:
         """Run ``script`` as cloud-init would run user data (as a file, under bash): a rendered boot's
         user data, once its bundle is published (:meth:`publish_bundle`), or a synthesized one."""
         return self._run(["bash", str(self._user_data(script))], knobs)
 
-    def publish(self, uri: str, body: bytes) -> None:
-        """Put ``body`` at ``uri`` (``s3://bucket/key``) in this host's S3."""
-        if self.upload is not None:
-            self.upload(uri, body)
-            return
-        target = self.s3 / uri.removeprefix("s3://")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(body)
+    def publish(self, uri: str, body: bytes | str) -> None:
+        """Put ``body`` at ``uri`` (``s3://bucket/key``) in the test's S3 (the bucket made when new)."""
+        self.cloud.put_s3_uri(uri, body)
+
+    def publish_tree(self, uri: str, directory: Path) -> None:
+        """Put every file below ``directory`` under the prefix ``uri`` (``s3://bucket/prefix``), as ``aws s3
+        sync`` would upload it."""
+        for f in sorted(p for p in directory.rglob("*") if p.is_file()):
+            self.publish(f"{uri.rstrip('/')}/{f.relative_to(directory).as_posix()}", f.read_bytes())
+
+    def staging(self, name: str) -> Path:
+        """A fresh directory of this test, outside the host, to write files in before publishing them."""
+        directory = self.root.parent / "staging" / name
+        directory.mkdir(parents=True)
+        return directory
+
+    def s3_object(self, uri: str) -> bytes | None:
+        """The object at ``uri`` in the test's S3, or None."""
+        bucket, _, key = uri.removeprefix("s3://").partition("/")
+        return self.cloud.get_object(bucket, key)
+
+    def s3_keys(self, uri: str) -> list[str]:
+        """Every key below the prefix ``uri``, relative to it, sorted."""
+        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+        prefix = prefix.rstrip("/") + "/"
+        return [k.removeprefix(prefix) for k in self.cloud.list_objects(bucket, prefix)]
+
+    def download_tree(self, uri: str) -> Path:
+        """The objects below the prefix ``uri`` copied into a fresh directory of this test, keys as paths."""
+        directory = Path(tempfile.mkdtemp(prefix="download-", dir=self.root.parent))
+        for key in self.s3_keys(uri):
+            target = directory / key
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(self.s3_object(f"{uri.rstrip('/')}/{key}") or b"")
+        return directory
 
     def put_metadata(self, stack: str, logical_id: str, metadata: str) -> None:
-        """Deploy ``stack``'s resource ``logical_id`` with ``metadata`` (a JSON string) in this host's
+        """Deploy ``stack``'s resource ``logical_id`` with ``metadata`` (a JSON string) in the test's
         CloudFormation, which DescribeStackResource returns."""
-        if self.deploy is not None:
-            self.deploy(stack, logical_id, metadata)
-            return
-        target = Path(self.env["STUB_STACKS"]) / stack / logical_id
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(metadata)
+        self.cloud.put_metadata(stack, logical_id, metadata)
 
     def publish_bundle(self, boot: HostBoot) -> str:
         """Publish ``boot``'s bundle as the stack's asset would be and deploy the metadata of its host
@@ -206,15 +273,23 @@ class Host:
 
     def boot_async(self, script: HostBoot | str, **knobs: str) -> subprocess.Popen[str]:
         """Start booting with ``script``; the caller waits."""
-        self._steer(knobs)
+        self.steer(knobs)
         return subprocess.Popen(["bash", str(self._user_data(script))], env={**self.env, **knobs},
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
-    def _steer(self, knobs: dict[str, str]) -> None:
-        """Hand the knobs to what the environment does not reach: the Docker engine and the
-        inside of its containers."""
+    def steer(self, knobs: dict[str, str]) -> None:
+        """Hand the knobs to what the environment does not reach: the Docker engine, the inside of its
+        containers, and AWS (:data:`AWS_KNOBS`: from now on, until the test ends or another run of this
+        host's scripts hands other knobs)."""
         self.inside.knobs = dict(knobs)
         self.engine.pull_failures = int(knobs.get("STUB_DOCKER_PULL_FAILURES", "0"))
+        self.cloud.moto.clear_faults()
+        self.cloud.recorder.clear_failures()
+        for fault in self.faults:
+            self.cloud.moto.fail(fault)
+        for name, value in knobs.items():
+            if name in AWS_KNOBS and value:
+                AWS_KNOBS[name](self.cloud, value)
 
     def containers(self) -> list[dict[str, Any]]:
         """What the docker CLI asked the engine to create, in order (tests/harness/dockerd.py)."""
@@ -245,12 +320,12 @@ class Host:
         return self._run([str(self.path(host_path)), *args], knobs)
 
     def start(self, host_path: str, *args: str, **knobs: str) -> subprocess.Popen[str]:
-        self._steer(knobs)
+        self.steer(knobs)
         return subprocess.Popen([str(self.path(host_path)), *args], env={**self.env, **knobs},
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def _run(self, argv: list[str], knobs: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        self._steer(knobs)
+        self.steer(knobs)
         return subprocess.run(argv, env={**self.env, **knobs}, capture_output=True, text=True,
                               timeout=60, check=False)
 

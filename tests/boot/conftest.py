@@ -9,25 +9,51 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from bootsim import MODEL, ROOT_MOUNT, STUBS, Host, SigningKeys, make_plan, require
+from bootsim import (
+    FAKE_HF_TOKEN,
+    HF_SECRETS,
+    HOST_AWS,
+    MODEL,
+    ROOT_MOUNT,
+    SECRET_ARN,
+    STUBS,
+    Host,
+    SigningKeys,
+    make_plan,
+    require,
+)
 from inside import ServingImage
 
 from neuron_serving.plan import ServingPlan
 from neuron_serving.render.boot_options import BootOptions
-from tests.harness.aws import MOTO_SERVICES, AwsEmulator, MotoServer
+from tests.harness.aws import MOTO_SERVICES, TOOLS, AwsEmulator, MotoServer
+from tests.harness.awscli_fork import AwsCliServer
 from tests.harness.dockerd import FakeDockerd
 from tests.harness.userdata import boot_of
 
 
+@pytest.fixture(scope="session")
+def host_aws_cli() -> Iterator[AwsCliServer]:
+    """The real AWS CLI v2 of every simulated host, started once (tests/harness/awscli_fork.py)."""
+    python = TOOLS / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"{TOOLS} is missing: scripts/test makes that venv of the AWS CLI and moto")
+    with AwsCliServer(python) as server:
+        yield server
+
+
 @pytest.fixture
-def make_host(tmp_path: Path) -> Iterator[Callable[..., Host]]:
+def make_host(tmp_path: Path, aws: AwsEmulator, host_aws_cli: AwsCliServer) -> Iterator[Callable[..., Host]]:
     """``make_host(devices, missing=(), images=None)``: a fresh simulated host with ``/dev/neuron0..N-1``.
 
-    ``missing`` names stubbed tools the host lacks; such a host's ``PATH`` is the remaining stubs
-    and ``/usr/bin:/bin`` only, so that the test machine's own tools cannot stand in for them.
+    ``missing`` names tools the host lacks (stubs, or ``aws``); such a host's ``PATH`` is the remaining
+    stubs and ``/usr/bin:/bin`` only, so that the test machine's own tools cannot stand in for them.
     ``images``: the images its Docker engine holds before any pull (default: every image, so
     that ``docker run`` never pulls).
-    Hosts of one test share one fake S3; host N has the instance id ``i-<N in 17 digits>``.
+    Its ``aws`` is the real AWS CLI v2 (``host_aws.py``, which records each call in the host's calls log
+    first) against this test's AWS (:func:`aws`), which the hosts of one test share, as the instances of
+    one fleet share the artifact cache; each host is an instance in that AWS's EC2 (its instance metadata
+    gives the id).
     """
     count = 0
     engines: list[FakeDockerd] = []
@@ -56,26 +82,34 @@ def make_host(tmp_path: Path) -> Iterator[Callable[..., Host]]:
                 if stub.name not in missing:
                     (stubs / stub.name).symlink_to(stub)
             path = [str(stubs), os.path.dirname(sys.executable), "/usr/bin:/bin"]
+        if "aws" not in missing:
+            cli = base / "aws-bin"
+            cli.mkdir()
+            (cli / "aws").symlink_to(HOST_AWS)
+            path.insert(0, str(cli))
         calls_log = base / "calls.jsonl"
         inside = ServingImage()
         engine = FakeDockerd(record_path=base / "docker.jsonl", behaviour=inside, images=images,
                              device_root=root).start()
         engines.append(engine)
         env = {
+            **aws.env,
             "PATH": os.pathsep.join(path),
             "HOME": str(base),
             "LANG": "C.UTF-8",
             "NEURON_SERVING_ROOT": str(root),
             "STUB_CALLS": str(calls_log),
             "STUB_STATE": str(state),
-            "STUB_S3": str(tmp_path / "s3"),
-            "STUB_STACKS": str(tmp_path / "stacks"),
-            "STUB_INSTANCE_ID": f"i-{count:017d}",
-            "STUB_AWS_CLI": str(STUBS / "aws"),
+            "STUB_INSTANCE_ID": aws.run_instance(),
+            "STUB_AWS_CLI": str(HOST_AWS),
+            "AWSCLI_FORK_SOCKET": str(host_aws_cli.socket_path),
             "REAL_DOCKER": real_docker,
             **engine.env,
         }
-        return Host(root, calls_log, env, engine, inside)
+        host = Host(root, calls_log, env, engine, inside, aws)
+        if "aws" not in missing:
+            assert shutil.which("aws", path=env["PATH"]) == str(cli / "aws")
+        return host
 
     yield make
     for engine in engines:
@@ -83,12 +117,17 @@ def make_host(tmp_path: Path) -> Iterator[Callable[..., Host]]:
 
 
 @pytest.fixture
-def booted(make_host: Callable[..., Host]) -> Callable[..., tuple[Host, ServingPlan, str]]:
+def booted(make_host: Callable[..., Host], aws: AwsEmulator) -> Callable[..., tuple[Host, ServingPlan, str]]:
     """``booted(instance_type, tensor_parallel, secret, model_id)``: a host with the catalog's
-    device count after one successful boot, with its plan and the script it ran."""
+    device count after one successful boot, with its plan and the script it ran. ``secret`` may be
+    :data:`bootsim.SECRET_ARN`: a secret of that name in that region, holding :data:`bootsim.FAKE_HF_TOKEN`
+    (moto picks the ARN's suffix)."""
 
     def boot(instance_type: str, tensor_parallel: int | None = None, secret: str | None = None,
              model_id: str = MODEL) -> tuple[Host, ServingPlan, str]:
+        if secret == SECRET_ARN:
+            region, name = SECRET_ARN.split(":")[3], SECRET_ARN.split(":")[-1].rsplit("-", 1)[0]
+            secret = aws.create_secret(name, FAKE_HF_TOKEN, region)
         plan = make_plan(instance_type, tensor_parallel, model_id)
         script = boot_of(plan, BootOptions(hf_token_secret=secret))
         host = make_host(plan.instance.devices)
@@ -120,49 +159,22 @@ AWS_REGION = "us-east-2"
 @pytest.fixture
 def aws(tmp_path: Path, moto_server: MotoServer) -> Iterator[AwsEmulator]:
     """This test's AWS: moto (S3, Secrets Manager, EC2, CloudWatch) and the recorder (CloudFormation, Auto
-    Scaling). ``cache-bucket`` is versioned, as the stack's artifact cache is."""
+    Scaling). ``cache-bucket`` is versioned, as the stack's artifact cache is; the secrets
+    :data:`bootsim.HF_SECRETS` hold :data:`bootsim.FAKE_HF_TOKEN`."""
     with AwsEmulator(tmp_path / "aws", moto_server, region=AWS_REGION,
                      moto_services=(*MOTO_SERVICES, "ec2", "cloudwatch")) as emulator:
         emulator.create_bucket("cache-bucket", versioned=True)
+        for name in HF_SECRETS:
+            emulator.create_secret(name, FAKE_HF_TOKEN)
         yield emulator
 
 
-RECORDING_CLI = """#!{python}
-import json, os, sys
-with open(os.environ["STUB_CALLS"], "a", encoding="utf-8") as calls:
-    calls.write(json.dumps({{"cmd": "aws", "argv": sys.argv[1:]}}) + "\\n")
-if sys.argv[1:3] == ["ec2", "create-tags"] and not {real_tags!r}:
-    sys.exit(0)
-os.execv({aws!r}, [{aws!r}, *sys.argv[1:]])
-"""
-"""The ``aws`` of a host with the real CLI: records its argv as a stub would, then becomes the CLI.
-Without ``real_tags``, a boot phase report (``ec2 create-tags``) is only recorded and succeeds, as
-EC2 would answer: a boot makes about ten, at half a second each with the real CLI, and the tests of
-the reports themselves (``real_tags=True``) send theirs to moto."""
-
-
 @pytest.fixture
-def aws_host(make_host: Callable[..., Host], aws: AwsEmulator) -> Callable[..., Host]:
-    """``aws_host(devices)``: a simulated host whose ``aws`` is the real AWS CLI, talking to this
-    test's emulator, and whose instance is one in moto (its instance metadata gives that id). Its
-    ``aws`` records each call in the host's calls log (as the stubs do, so ``Host.calls`` and
-    ``Host.phases`` read them) before it runs the real CLI (see :data:`RECORDING_CLI` for
-    ``real_tags``)."""
+def aws_host(make_host: Callable[..., Host]) -> Callable[..., Host]:
+    """``aws_host(devices)``: :func:`make_host`'s host (every simulated host runs the real CLI), for the
+    tests that read what AWS was asked."""
 
-    def make(devices: int, *, real_tags: bool = False) -> Host:
-        host = make_host(devices, missing=("aws",))
-        bin_dir = host.root.parent / "aws-bin"
-        bin_dir.mkdir(parents=True)
-        recording = bin_dir / "aws"
-        recording.write_text(RECORDING_CLI.format(python=sys.executable, aws=AwsEmulator.aws_executable(),
-                                                 real_tags=real_tags))
-        recording.chmod(0o755)
-        host.env.update(aws.env)
-        host.env["PATH"] = f"{bin_dir}{os.pathsep}{host.env['PATH']}"
-        host.env["STUB_INSTANCE_ID"] = aws.run_instance()
-        host.upload = aws.put_s3_uri
-        host.deploy = aws.put_metadata
-        assert shutil.which("aws", path=host.env["PATH"]) == str(recording)
-        return host
+    def make(devices: int) -> Host:
+        return make_host(devices)
 
     return make

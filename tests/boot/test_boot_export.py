@@ -116,8 +116,9 @@ def test_a_prebuilt_export_that_does_not_match_the_plan_is_never_served(
 ) -> None:
     plan = small_plan()
     host = make_host(1)
-    prebuilt = host.s3 / "models" / "export"
+    prebuilt = host.staging("export")
     write_export(prebuilt, plan, degree=degree, weights=weights)
+    host.publish_tree("s3://models/export", prebuilt)
     result = host.boot(boot_of(plan, BootOptions(signal=SIGNAL), prebuilt_export="s3://models/export"))
     assert result.returncode != 0
     assert problem in result.stdout
@@ -131,10 +132,11 @@ def test_a_cached_artifact_that_does_not_match_the_plan_is_not_served_and_the_ho
     plan = small_plan()
     host = make_host(1)
     key = TGI.export_key(plan, TGI_3_3_5)
-    bad = host.s3 / "cache-bucket" / "exports" / key / "i-0badbadbadbadbad0"
+    bad = host.staging("bad")
     write_export(bad, plan, degree=plan.degree, weights=False)
     # Published as it is (the manifest matches), but no export of this plan.
-    (bad.parent / "COMPLETE").write_text(complete_marker(f"exports/{key}/i-0badbadbadbadbad0", bad))
+    host.publish_tree(f"{CACHE}/{key}/i-0badbadbadbadbad0", bad)
+    host.publish(f"{CACHE}/{key}/COMPLETE", complete_marker(f"exports/{key}/i-0badbadbadbadbad0", bad))
     result = host.boot(boot_of(plan, BootOptions(artifact_cache=CACHE)))
     assert result.returncode == 0, result.stdout
     assert len(host.exports()) == 1
@@ -164,9 +166,10 @@ def test_artifacts_under_keys_of_earlier_formats_are_never_used(make_host: MakeH
     host = make_host(1)
     unversioned = key.removeprefix("v4-tgi-")
     for old in (unversioned, "v2-" + unversioned, "v3-tgi-" + unversioned):
-        artifact = host.s3 / "cache-bucket" / "exports" / old
-        write_export(artifact / "i-0", plan, weights=old != unversioned)  # v1 exports lacked weights
-        (artifact / "COMPLETE").write_text(f"exports/{old}/i-0\n")
+        artifact = host.staging(old)
+        write_export(artifact, plan, weights=old != unversioned)  # v1 exports lacked weights
+        host.publish_tree(f"{CACHE}/{old}/i-0", artifact)
+        host.publish(f"{CACHE}/{old}/COMPLETE", f"exports/{old}/i-0\n")
     assert host.boot(boot_of(plan, BootOptions(artifact_cache=CACHE))).returncode == 0
     assert len(host.exports()) == 1
     assert [a[2] for a in host.aws("s3", "cp")] == [f"s3://cache-bucket/exports/{key}/COMPLETE"]
@@ -464,7 +467,9 @@ def test_a_prebuilt_export_whose_s3_download_fails_twice_is_downloaded_on_the_th
     # aws s3 sync is retried like the Hub download; each try copies only what the last one lacked.
     plan = small_plan()
     host = make_host(1)
-    write_export(host.s3 / "models" / "export", plan)
+    prebuilt = host.staging("export")
+    write_export(prebuilt, plan)
+    host.publish_tree("s3://models/export", prebuilt)
     result = host.boot(boot_of(plan, prebuilt_export="s3://models/export"),
                        STUB_S3_SYNC_FAILURES="2")
     assert result.returncode == 0, result.stdout

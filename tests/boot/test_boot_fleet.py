@@ -48,9 +48,9 @@ def local_export(host: Host, plan: ServingPlan) -> Path:
     return host.path(f"/var/lib/neuron-serving/exports/{TGI.export_key(plan, TGI_3_3_5)}")
 
 
-def cached(host: Host, plan: ServingPlan) -> Path:
-    """``<cache>/<export key>/`` in the hosts' fake S3."""
-    return host.s3 / CACHE.removeprefix("s3://") / TGI.export_key(plan, TGI_3_3_5)
+def cached(plan: ServingPlan) -> str:
+    """``<cache>/<export key>``, the prefix of ``plan``'s export in the artifact cache."""
+    return f"{CACHE}/{TGI.export_key(plan, TGI_3_3_5)}"
 
 
 def downloads(host: Host) -> list[list[str]]:
@@ -97,8 +97,8 @@ def test_three_hosts_booting_in_turn_export_once_and_download_twice(make_host: M
     assert all(has_working_export(h, plan) for h in hosts)
     published = f"exports/{TGI.export_key(plan, TGI_3_3_5)}/{hosts[0].instance_id}"
     # COMPLETE names the upload and lists every file of it with its SHA-256.
-    upload = cached(hosts[0], plan) / hosts[0].instance_id
-    assert (cached(hosts[0], plan) / "COMPLETE").read_text() == complete_marker(published, upload)
+    upload = hosts[0].download_tree(f"{cached(plan)}/{hosts[0].instance_id}")
+    assert hosts[0].s3_object(f"{cached(plan)}/COMPLETE") == complete_marker(published, upload).encode()
     assert downloads(hosts[1])[0][-2] == f"s3://cache-bucket/{published}/"
 
 
@@ -112,14 +112,16 @@ def test_two_racing_exporters_leave_one_complete_marker_naming_one_complete_arti
     assert [b.returncode for b in boots] == [0, 0]
     assert [len(h.exports()) for h in hosts] == [1, 1]
     assert all(has_working_export(h, plan) for h in hosts)
-    cache = cached(hosts[0], plan)
-    named = (cache / "COMPLETE").read_text().splitlines()[0]
+    cache = cached(plan)
+    complete = (hosts[0].s3_object(f"{cache}/COMPLETE") or b"").decode()
+    named = complete.splitlines()[0]
     winner = named.rsplit("/", 1)[-1]
     assert winner in {h.instance_id for h in hosts}
     # The winner's artifact is complete, and its manifest is the winner's; the loser's upload is gone.
-    assert sorted(p.name for p in cache.iterdir()) == ["COMPLETE", winner]
-    assert host_runs_check(hosts[0], cache / winner)
-    assert (cache / "COMPLETE").read_text() == complete_marker(named, cache / winner)
+    assert sorted({k.split("/")[0] for k in hosts[0].s3_keys(cache)}) == ["COMPLETE", winner]
+    artifact = hosts[0].download_tree(f"{cache}/{winner}")
+    assert host_runs_check(hosts[0], artifact)
+    assert complete == complete_marker(named, artifact)
     loser = next(h for h in hosts if h.instance_id != winner)
     assert "PreconditionFailed" in loser.path("/var/log/neuron-serving/export.log").read_text()
     assert "export-model: not published: another host published first" in outputs[hosts.index(loser)]
@@ -128,21 +130,21 @@ def test_two_racing_exporters_leave_one_complete_marker_naming_one_complete_arti
 def test_an_artifact_without_its_complete_marker_is_not_used(make_host: MakeHost) -> None:
     plan = small_plan()
     host = make_host(1)
-    orphan = cached(host, plan) / "i-0interrupted00000"
-    orphan.mkdir(parents=True)
-    (orphan / "config.json").write_text('{"model_type": "llama"}\n')
+    host.publish(f"{cached(plan)}/i-0interrupted00000/config.json", '{"model_type": "llama"}\n')
     result = host.boot(boot_of(plan, BootOptions(artifact_cache=CACHE)))
     assert result.returncode == 0, result.stdout
     assert len(host.exports()) == 1
     assert downloads(host) == []
-    assert (cached(host, plan) / "COMPLETE").read_text().splitlines()[0].endswith(f"/{host.instance_id}")
+    assert (host.s3_object(f"{cached(plan)}/COMPLETE") or b"").decode().splitlines()[0].endswith(
+        f"/{host.instance_id}")
 
 
 def test_a_prebuilt_s3_export_is_downloaded_and_optimum_cli_never_runs(make_host: MakeHost) -> None:
     plan = small_plan()
     host = make_host(1)
-    prebuilt = host.s3 / "models" / "llama-neuron"
+    prebuilt = host.staging("llama-neuron")
     write_export(prebuilt, plan)
+    host.publish_tree("s3://models/llama-neuron", prebuilt)
     spec = resolve_host(plan, prebuilt_export="s3://models/llama-neuron")
     result = host.boot(render_boot_script(plan, spec, BootOptions(artifact_cache=CACHE)))
     assert result.returncode == 0, result.stdout
@@ -349,7 +351,7 @@ def test_a_pinned_revision_is_downloaded_then_exported_from_disk_under_its_own_k
     final = host.path(f"/var/lib/neuron-serving/exports/{key}")
     assert (final / MARKER).is_file()
     assert not host.path(f"/var/lib/neuron-serving/exports/{key}.src").exists()  # the checkpoint is not kept
-    assert (host.s3 / CACHE.removeprefix("s3://") / key / "COMPLETE").is_file()  # published under the pinned key
+    assert host.s3_object(f"{CACHE}/{key}/COMPLETE") is not None  # published under the pinned key
 
 
 def test_an_unknown_revision_fails_the_boot_with_a_failure_signal_naming_it(make_host: MakeHost) -> None:
@@ -384,7 +386,7 @@ def test_an_aws_cli_too_old_for_conditional_writes_is_replaced_and_the_export_is
     host = make_host(1)
     result = host.boot(boot_of(plan, BootOptions(artifact_cache=CACHE)), STUB_AWS_VERSION=OLD_CLIS[cli])
     assert result.returncode == 0, result.stdout
-    assert (cached(host, plan) / "COMPLETE").is_file()
+    assert host.s3_object(f"{cached(plan)}/COMPLETE") is not None
     assert f"{OLD_CLIS[cli]} lacks --if-none-match: installing v2" in result.stdout
     assert "https://awscli.amazonaws.com/awscli-exe-linux-x86_64.zip" in [a[-1] for a in host.calls("curl")]
 
@@ -415,7 +417,7 @@ def test_a_cli_that_still_lacks_the_option_is_reported_and_not_taken_for_another
     assert result.returncode == 0, result.stdout  # the host serves its own export
     assert "export-model: not published: Unknown options: --if-none-match, *" in result.stdout
     assert "another host published first" not in result.stdout
-    assert not (cached(host, plan) / "COMPLETE").exists()
+    assert host.s3_object(f"{cached(plan)}/COMPLETE") is None
 
 
 def test_a_put_object_failure_other_than_precondition_failed_is_reported_as_it_is(make_host: MakeHost) -> None:
@@ -428,4 +430,4 @@ def test_a_put_object_failure_other_than_precondition_failed_is_reported_as_it_i
     assert ("export-model: not published: An error occurred (AccessDenied) when calling the PutObject "
             "operation: Access Denied") in result.stdout
     assert "another host published first" not in result.stdout
-    assert [p for p in cached(host, plan).rglob("*") if p.is_file()] == []  # the upload without COMPLETE is gone
+    assert host.s3_keys(cached(plan)) == []  # the upload without COMPLETE is gone

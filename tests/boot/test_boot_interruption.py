@@ -84,6 +84,7 @@ def start_watcher(host: Host, router: Router, imds: Imds, **knobs: str) -> subpr
         env.update(dict(word.split("=", 1) for word in shlex.split(host.path(path).read_text())))
     # The runtime socket where the router has it (see drained_host); everything else under the host's root.
     sock = router.log_path.parent / "socket-path"
+    host.steer(knobs)  # what AWS answers the watcher's calls
     return subprocess.Popen([python, str(host.path(program)), *args, "--imds", imds.url,
                              "--socket", sock.read_text()],
                             env={**host.env, **env, **knobs}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

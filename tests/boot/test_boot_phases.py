@@ -1,5 +1,5 @@
 """Boot progress on simulated hosts: the phases a boot reports as tags on its own instance
-(``report-phase``, one ``aws ec2 create-tags`` each), read back from the aws stub's calls. The real
+(``report-phase``, one ``aws ec2 create-tags`` each), read back from the calls of the hosts' `aws`. The real
 AWS CLI's calls, landing on a moto instance, are in test_boot_real_aws.py."""
 
 from __future__ import annotations
@@ -98,8 +98,9 @@ def test_the_export_becomes_download_export_once_the_cache_holds_it(make_host: M
 
 def test_a_prebuilt_export_is_reported_as_downloaded_from_its_source(make_host: MakeHost) -> None:
     host = make_host(1)
-    source = host.s3 / "models" / "llama"
+    source = host.staging("llama")
     write_export(source, SMALL)
+    host.publish_tree("s3://models/llama", source)
     result = host.boot(boot_of(SMALL, BootOptions(signal=SIGNAL), prebuilt_export="s3://models/llama"))
     assert result.returncode == 0, result.stdout
     assert ("download-export", "s3://models/llama/") in host.phases()

@@ -1,7 +1,8 @@
-"""Boots on simulated hosts whose ``aws`` is the real AWS CLI v2 (2.36.7, as the hosts run it) against moto's
-server on loopback (S3, Secrets Manager) and a recorder (CloudFormation, Auto Scaling) that
-checks every request against botocore's own service model (tests/harness/aws.py): every AWS call
-the boot scripts make, made for real. The docker CLI is the real one too (tests/boot/conftest.py).
+"""Boots that read what AWS was asked. Every simulated host's ``aws`` is the real AWS CLI v2 (2.36.7, as the
+hosts run it) against moto's server on loopback (S3, Secrets Manager, EC2, CloudWatch) and a recorder
+(CloudFormation, Auto Scaling) that checks every request against the CLI's own service models
+(tests/harness/aws.py); these tests look at moto's objects and tags and at the recorder's checks. The
+docker CLI is the real one too (tests/boot/conftest.py).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def test_of_two_racing_exporters_the_conditional_write_lets_exactly_one_publish(
 def test_the_token_comes_from_secrets_manager_and_reaches_only_the_hub_download(
     aws_host: Callable[[int], Host], aws: AwsEmulator,
 ) -> None:
-    arn = aws.create_secret("neuron-serving/hf-token", FAKE_HF_TOKEN)
+    arn = aws.create_secret("team/hf-token", FAKE_HF_TOKEN)
     plan = make_plan("trn1.32xlarge", 8)
     host = aws_host(16)
     result = host.boot(boot_of(plan, BootOptions(hf_token_secret=arn)))
@@ -270,7 +271,7 @@ def test_api_keys_reach_the_router_as_digests_and_no_secret_reaches_an_argument_
 ) -> None:
     alice, bob = api_keys.new_key(), api_keys.new_key()
     keys = aws.create_secret("neuron-serving/api-keys", json.dumps({"alice": api_keys.stored(alice), "bob": bob}))
-    token = aws.create_secret("neuron-serving/hf-token", FAKE_HF_TOKEN)
+    token = aws.create_secret("team/hf-token", FAKE_HF_TOKEN)
     aws.put_s3_uri("s3://assets/api_keys.py", Path(api_keys.__file__).read_bytes())
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
     options = BootOptions(hf_token_secret=token, api_keys_secret=keys, signal=SIGNAL)
@@ -327,7 +328,7 @@ def _phase_tags(aws: AwsEmulator, host: Host) -> tuple[str, str, str]:
 def test_a_boot_ends_ready_on_its_own_instance_after_reporting_each_phase(
     aws_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    host, other = aws_host(1, real_tags=True), aws_host(1, real_tags=True)
+    host, other = aws_host(1), aws_host(1)
     started = datetime.now(UTC).replace(microsecond=0)
     result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)))
     assert result.returncode == 0, result.stdout
@@ -346,7 +347,7 @@ def test_a_boot_ends_ready_on_its_own_instance_after_reporting_each_phase(
 def test_a_cache_hit_reports_download_export_and_ends_ready(aws_host: Callable[..., Host], aws: AwsEmulator) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
     script = boot_of(plan, BootOptions(artifact_cache=CACHE, signal=SIGNAL))
-    first, second = aws_host(1, real_tags=True), aws_host(1, real_tags=True)
+    first, second = aws_host(1), aws_host(1)
     assert first.boot(script).returncode == 0
     assert second.boot(script).returncode == 0, second.path("/var/log/neuron-serving/boot.log").read_text()
     upload, _ = _published(aws, TGI.export_key(plan, TGI_3_3_5))
@@ -358,7 +359,7 @@ def test_a_cache_hit_reports_download_export_and_ends_ready(aws_host: Callable[.
 def test_a_failed_export_leaves_failed_and_the_compilers_error_on_the_instance(
     aws_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    host = aws_host(1, real_tags=True)
+    host = aws_host(1)
     result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)),
                        STUB_EXPORT_FAIL="1")
     assert result.returncode != 0
@@ -370,7 +371,7 @@ def test_a_warm_pool_host_is_warmed_until_its_start_makes_it_ready(
     aws_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
-    host = aws_host(1, real_tags=True)
+    host = aws_host(1)
     options = BootOptions(signal=SIGNAL, warm_pool_hook=HOOK)
     result = host.boot(boot_of(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped")
     assert result.returncode == 0, result.stdout
@@ -394,7 +395,7 @@ def test_create_tags_refused_by_iam_does_not_fail_the_boot(
         "Version": "2012-10-17",
         "Statement": [{"Effect": "Allow", "Action": ["ec2:DescribeInstances", "s3:GetObject"], "Resource": "*"}]}))
     key = iam.create_access_key(UserName="host")["AccessKey"]
-    host = aws_host(1, real_tags=True)
+    host = aws_host(1)
     host.env.update(AWS_ACCESS_KEY_ID=key["AccessKeyId"], AWS_SECRET_ACCESS_KEY=key["SecretAccessKey"])
     # The stack's asset publishing, before the host's identity is the only one moto knows.
     script = host.publish_bundle(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)))
@@ -415,7 +416,7 @@ def test_create_tags_refused_by_iam_does_not_fail_the_boot(
 def test_a_monitored_boot_puts_each_phase_it_went_through_in_cloudwatch(
     aws_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    host = aws_host(1, real_tags=True)
+    host = aws_host(1)
     result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL),
                                BootOptions(signal=SIGNAL, monitoring=MONITORING)), STUB_READY_AFTER="2",
                        STUB_SLEEP_MAX="1")
@@ -458,7 +459,7 @@ def test_cloudwatch_out_of_reach_does_not_fail_the_boot(aws_host: Callable[..., 
 def test_a_publish_to_a_bucket_that_does_not_exist_is_tagged_failed_and_counted_in_cloudwatch(
     aws_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    host = aws_host(1, real_tags=True)
+    host = aws_host(1)
     result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL),
                                BootOptions(artifact_cache="s3://no-such-bucket/exports", signal=SIGNAL,
                                            monitoring=MONITORING)))

@@ -163,13 +163,16 @@ def test_a_prebuilt_or_cached_export_of_the_images_compiler_is_served_without_co
     host = make_host(plan.instance.devices)
     key = VLLM.export_key(plan, OPTIMUM_NEURON_VLLM_0_4_5)
     if source == "prebuilt":
-        _write_export(host.s3 / "models" / "llama-neuron", plan)
+        prebuilt = host.staging("llama-neuron")
+        _write_export(prebuilt, plan)
+        host.publish_tree("s3://models/llama-neuron", prebuilt)
         spec, options = resolve_host(plan, engine="vllm", prebuilt_export="s3://models/llama-neuron"), BootOptions(
             signal=SIGNAL)
     else:
-        upload = host.s3 / "cache-bucket" / "exports" / key / "i-0builder"
+        upload = host.staging("i-0builder")
         _write_export(upload, plan)
-        (upload.parent / "COMPLETE").write_text(complete_marker(f"exports/{key}/i-0builder", upload))
+        host.publish_tree(f"{CACHE}/{key}/i-0builder", upload)
+        host.publish(f"{CACHE}/{key}/COMPLETE", complete_marker(f"exports/{key}/i-0builder", upload))
         spec, options = resolve_host(plan, engine="vllm"), BootOptions(signal=SIGNAL, artifact_cache=CACHE)
     result = host.boot(render_boot_script(plan, spec, options), STUB_SERVED_MODEL=MODEL)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -184,7 +187,9 @@ def test_a_prebuilt_export_of_another_compiler_release_is_refused_naming_both_ve
     # Compiled by TGI 3.3.5's image: neuronx-cc 2.19, which optimum-neuron 0.4.5's serve refuses to load.
     plan = _plan()
     host = make_host(plan.instance.devices)
-    _write_export(host.s3 / "models" / "llama-neuron", plan, neuronxcc_version=TGI_NEURONXCC)
+    prebuilt = host.staging("llama-neuron")
+    _write_export(prebuilt, plan, neuronxcc_version=TGI_NEURONXCC)
+    host.publish_tree("s3://models/llama-neuron", prebuilt)
     spec = resolve_host(plan, engine="vllm", prebuilt_export="s3://models/llama-neuron")
     result = host.boot(render_boot_script(plan, spec, BootOptions(signal=SIGNAL)), STUB_SERVED_MODEL=MODEL)
     assert result.returncode != 0

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 FAKE_HF_TOKEN = "hf_StubTokenNeverToBeLogged0123456789"
-"""What the aws stub returns as the secret's value; tests search for it everywhere it must not be."""
+"""What the test's Secrets Manager holds as the Hugging Face token (tests/boot/conftest.py, `aws`); tests search for it
+everywhere it must not be."""
 
 
 def record() -> list[str]:

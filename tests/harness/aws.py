@@ -43,6 +43,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime as dt
+import functools
 import http.server
 import importlib.metadata
 import json
@@ -406,10 +407,12 @@ def _tools_models() -> Path | None:
     return found[-1] if found else None
 
 
+@functools.cache
 def cli_session() -> Any:
     """A botocore session with the service models the ``aws`` command uses: the CLI's own copy of botocore
     when it is importable; else boto3's botocore reading the models of the CLI in :data:`TOOLS`; else
-    boto3's botocore and its own models (the same for the operations used here)."""
+    boto3's botocore and its own models (the same for the operations used here). One per process: it is
+    only read (its models), and loading them takes a tenth of a second."""
     try:
         from awscli.botocore.session import get_session  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
@@ -563,7 +566,8 @@ class Recorder:
 
     def start(self) -> Self:
         self._server = _RecorderHTTPServer(self)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.01},
+                                        daemon=True)
         self._thread.start()
         return self
 
@@ -897,6 +901,10 @@ def _typed(kind: str, text: str) -> Any:
 # The emulator a test uses
 
 
+_AMAZON_IMAGES: dict[str, str] = {}
+"""An Amazon image of moto's in each region, by region (:meth:`AwsEmulator.run_instance`)."""
+
+
 class AwsEmulator:
     """moto (S3, Secrets Manager) and the recorder (everything else) for the simulated hosts of one test.
 
@@ -1091,7 +1099,12 @@ class AwsEmulator:
         one of ``moto_services``). moto 5.2.5 implements RunInstances, CreateTags and DescribeInstances;
         it does not check that CreateTags names an instance that exists (tried)."""
         ec2 = self.client("ec2")
-        image = ec2.describe_images(Owners=["amazon"], MaxResults=5)["Images"][0]["ImageId"]
+        # Listing Amazon's images takes moto 5.2.5 about a second; its images come from the same static
+        # list after every reset (moto/ec2/resources/amis.json), so the first found is remembered.
+        image = _AMAZON_IMAGES.get(self.region)
+        if image is None:
+            image = _AMAZON_IMAGES[self.region] = ec2.describe_images(Owners=["amazon"], MaxResults=5)["Images"][0][
+                "ImageId"]
         reservation = ec2.run_instances(ImageId=image, InstanceType=instance_type, MinCount=1, MaxCount=1)
         return str(reservation["Instances"][0]["InstanceId"])
 

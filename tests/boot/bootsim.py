@@ -327,7 +327,7 @@ class Host:
     def _run(self, argv: list[str], knobs: dict[str, str]) -> subprocess.CompletedProcess[str]:
         self.steer(knobs)
         return subprocess.run(argv, env={**self.env, **knobs}, capture_output=True, text=True,
-                              timeout=60, check=False)
+                              timeout=240, check=False)
 
     def calls(self, cmd: str | None = None, *, bundle: bool = False) -> list[list[str]]:
         """The argv of every stub call so far (of ``cmd`` only, when given), in order; the boot

@@ -12,7 +12,7 @@ from bootsim import MARKER, SIGNAL, SMALL_MODEL, Host, make_plan
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5
 from neuron_serving.plan.phases import SECONDS_TAG
 from neuron_serving.render.boot_options import BootOptions
-from tests.harness.aws import AwsEmulator
+from tests.harness.aws import AwsEmulator, Fault
 from tests.harness.userdata import boot_of
 
 CACHE = "s3://cache-bucket/exports"
@@ -53,7 +53,7 @@ def test_a_host_that_cannot_compile_waits_for_the_builder_downloads_and_never_co
     waiter, builder = aws_host(1), aws_host(1)
     waiting = waiter.boot_async(WAITER, NEURON_SERVING_POLL_SECONDS="1")
     assert builder.boot(BUILDER).returncode == 0, _log(builder)
-    output, _ = waiting.communicate(timeout=60)
+    output, _ = waiting.communicate(timeout=240)
     assert waiting.returncode == 0, output
     assert waiter.exports() == []
     assert waiter.path(f"/var/lib/neuron-serving/exports/{KEY}/{MARKER}").read_text().startswith(
@@ -89,3 +89,32 @@ def test_a_new_builder_of_the_same_export_clears_an_earlier_failure(
     assert second.boot(BUILDER).returncode == 0, _log(second)
     assert aws.get_object(BUCKET, f"exports/{KEY}/FAILED") is None
     assert aws.get_object(BUCKET, f"exports/{KEY}/COMPLETE") is not None
+
+
+# A role that may not list the bucket gets 403 for a marker not there yet (S3 API reference, HeadObject,
+# "Permissions"); here S3 refuses the marker's HEAD, as for a role whose grant does not reach it.
+REFUSED_MARKER = Fault.s3(403, "AccessDenied", "Access Denied", method="HEAD", path="*/COMPLETE")
+
+
+def test_a_waiting_host_that_may_not_read_the_marker_fails_at_once_naming_the_error(
+    aws_host: Callable[..., Host], aws: AwsEmulator,
+) -> None:
+    waiter = aws_host(1)
+    waiter.faults.append(REFUSED_MARKER)
+    result = waiter.boot(WAITER, NEURON_SERVING_POLL_SECONDS="1")
+    assert result.returncode != 0
+    # v2 reads a HEAD's 403, which has no body, as the code "403" and the message "Forbidden".
+    assert (f"export-model: cannot read s3://{BUCKET}/exports/{KEY}/COMPLETE: An error occurred (403) when "
+            "calling the HeadObject operation: Forbidden") in _log(waiter)
+    assert [p for p, _ in waiter.phases()].count("wait-export") == 1
+    assert [s.params["Status"] for s in aws.recorder.calls("SignalResource")] == ["FAILURE"]
+
+
+def test_a_host_that_may_not_read_the_marker_says_so_and_exports_itself(aws_host: Callable[..., Host]) -> None:
+    host = aws_host(1)
+    host.faults.append(REFUSED_MARKER)
+    result = host.boot(boot_of(PLAN, BootOptions(artifact_cache=CACHE)))
+    assert result.returncode == 0, result.stdout
+    assert len(host.exports()) == 1
+    assert (f"export-model: cannot read s3://{BUCKET}/exports/{KEY}/COMPLETE: An error occurred (403) when "
+            "calling the HeadObject operation: Forbidden; exporting here") in result.stdout

@@ -107,8 +107,8 @@ def test_two_racing_exporters_leave_one_complete_marker_naming_one_complete_arti
     script = boot_of(plan, BootOptions(artifact_cache=CACHE))
     hosts = [make_host(1), make_host(1)]
     # A slow compiler: both hosts find no COMPLETE and export; both then try to publish.
-    boots = [h.boot_async(script, STUB_EXPORT_SECONDS="1.5") for h in hosts]
-    outputs = [b.communicate(timeout=60)[0] for b in boots]
+    boots = [h.boot_async(script, STUB_EXPORT_SECONDS="5") for h in hosts]
+    outputs = [b.communicate(timeout=240)[0] for b in boots]
     assert [b.returncode for b in boots] == [0, 0]
     assert [len(h.exports()) for h in hosts] == [1, 1]
     assert all(has_working_export(h, plan) for h in hosts)

@@ -99,7 +99,7 @@ def test_of_two_racing_exporters_the_conditional_write_lets_exactly_one_publish(
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
     script = boot_of(plan, BootOptions(artifact_cache=CACHE))
     hosts = [aws_host(1), aws_host(1)]
-    boots = [h.boot_async(script, STUB_EXPORT_SECONDS="2") for h in hosts]
+    boots = [h.boot_async(script, STUB_EXPORT_SECONDS="5") for h in hosts]
     assert [b.wait(timeout=120) for b in boots] == [0, 0]
     key = TGI.export_key(plan, TGI_3_3_5)
     upload, manifest = _published(aws, key)

@@ -190,8 +190,15 @@ class NeuronArtifactCache(Construct):
         return objects
 
     def grant_cache(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Let ``grantee`` read, publish and clean up exports, and list only the exports prefix;
-        deny it, explicitly, whatever would let it replace a published marker or erase history.
+        """Let ``grantee`` read, publish and clean up exports, and list the bucket's keys; deny it,
+        explicitly, whatever would let it replace a published marker or erase history.
+
+        The listing is of the whole bucket (the names of its keys, never their contents), for the
+        reason :meth:`grant_compile_cache` gives: S3 answers a GET or HEAD of a missing key with 404
+        only to a caller that may list the bucket, and a listing conditioned on ``s3:prefix`` does
+        not apply to a GET. With it, a host tells a marker that is not there yet (404) from one it
+        may not read (403), and fails at once on the latter instead of waiting or compiling for
+        nothing (``read_marker`` in userdata/export-model.sh.j2).
 
         ``s3:AbortMultipartUpload`` is there because the AWS CLI uploads multi-gigabyte export
         files in parts and aborts the parts of an upload that fails."""
@@ -202,11 +209,7 @@ class NeuronArtifactCache(Construct):
         )
         principal = grantee.grant_principal
         principal.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["s3:ListBucket"],
-                resources=[self.bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{EXPORTS_PREFIX}/*"]}},
-            )
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn])
         )
         markers = self.bucket.arn_for_objects(f"{EXPORTS_PREFIX}/*/{COMPLETE_MARKER}")
         for statement in (

@@ -55,7 +55,8 @@ def test_a_pinned_image_is_pulled_by_its_digest_and_every_container_runs_the_pin
     containers = host.containers()
     assert {c["Image"] for c in containers} == {pinned}
     assert {c["name"] for c in containers} >= {f"replica-{r.index}" for r in plan.replicas}
-    assert [c["Entrypoint"] for c in containers if c["Entrypoint"]] == [[image.hub_cli], ["optimum-cli"]]
+    entrypoints = [c["Entrypoint"] for c in containers if c["Entrypoint"]]
+    assert entrypoints == [[image.export.hub_cli], [image.export.entrypoint]] == [["huggingface-cli"], ["optimum-cli"]]
 
     key = engine.export_key(plan, engine.image(pinned))
     assert key != engine.export_key(plan, image)

@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 
 from neuron_serving.plan import ServingConfigError, ServingRequest, plan_serving
+from neuron_serving.plan.engines.base import optimum_neuron
 from neuron_serving.plan.engines.tgi import TGI, TGI_3_3_5, tgi_settings
 
 
@@ -40,7 +41,7 @@ def test_export_key_changes_with_everything_that_changes_the_artifact():
     variants = [
         TGI.export_key(_plan(model_id="llama-3.1-8b"), TGI_3_3_5),
         TGI.export_key(_plan(), dataclasses.replace(TGI_3_3_5, reference=TGI_3_3_5.reference.replace("5", "6"))),
-        TGI.export_key(_plan(), dataclasses.replace(TGI_3_3_5, optimum_neuron="0.3.1")),
+        TGI.export_key(_plan(), dataclasses.replace(TGI_3_3_5, export=optimum_neuron("0.3.1", exports_offline=False))),
         TGI.export_key(_plan(tensor_parallel=4), TGI_3_3_5),
         TGI.export_key(_plan(batch_size=4), TGI_3_3_5),
         TGI.export_key(_plan(sequence_length=8192, max_input_tokens=4096), TGI_3_3_5),

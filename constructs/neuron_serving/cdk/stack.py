@@ -379,7 +379,7 @@ class NeuronLlamaStack(Stack):
                       value=json.dumps({p.instance.name: len(p.replicas) for p in layouts}),
                       description=f"{engine.title} replicas per instance, by each instance type the fleet may launch")
         CfnOutput(self, "ServingImage", value=image.reference, description=f"The {engine.title} image: "
-                  f"optimum-neuron {image.optimum_neuron}, Neuron SDK {image.neuron_sdk}")
+                  f"{image.export.title}, Neuron SDK {image.neuron_sdk}")
         CfnOutput(self, "CoresPerReplica", value=str(plan.degree), description="Tensor-parallel degree")
         CfnOutput(
             self,

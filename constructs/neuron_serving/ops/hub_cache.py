@@ -87,7 +87,7 @@ def read_hub_cache(image: ServingImage, model_type: str, model_ids: Sequence[str
         folder = compiler_folder((item.path for item in api.list_repo_tree(repo)), image.neuronx_cc)
         if folder is None:
             return HubCache.of(image, repo, ())
-        registry = registry_path(folder, image.optimum_neuron)
+        registry = registry_path(folder, image.export.version)
         listed: list[str] = []
         for model_id in model_ids:
             try:

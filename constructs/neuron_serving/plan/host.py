@@ -144,9 +144,9 @@ def resolve_host(
         if serving is not None:
             found.check_serves(plan, serving)
             compiles = prebuilt_export is None and export_role != "wait"
-            if hub_cache is None and compiles and not serving.exports_offline:
-                problems.add("hub_compile_cache", False, f"must be true with {serving.reference}: its optimum-neuron "
-                             f"{serving.optimum_neuron} cannot export offline (its compile cache asks the Hub cache "
+            if hub_cache is None and compiles and not serving.export.exports_offline:
+                problems.add("hub_compile_cache", False, f"must be true with {serving.reference}: its "
+                             f"{serving.export.title} cannot export offline (its compile cache asks the Hub cache "
                              "repository and stops at the first graph when it cannot); to keep the Hub out, serve a "
                              "prebuilt_export, or use engine=vllm")
     except ServingConfigError as error:
@@ -186,7 +186,7 @@ def resolve_host(
     return HostSpec(engine=found, image=serving, registry=registry,
                     registry_pull_through=image_registry_pull_through, model_revision=model_revision,
                     prebuilt_export=prebuilt_export, export_role=export_role, pull_attempts=pull_attempts,
-                    hub_cache=hub_cache)
+                    hub_cache=hub_cache if serving.export.hub_cache_variable is not None else None)
 
 
 _REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,254}")

@@ -158,7 +158,7 @@ class HubCache:
 
     @classmethod
     def of(cls, image: ServingImage, repo: str, layouts: Iterable[CachedLayout]) -> HubCache:
-        return cls(repo, image.optimum_neuron, image.neuronx_cc, tuple(layouts))
+        return cls(repo, image.export.version, image.neuronx_cc, tuple(layouts))
 
     def holds(self, plan: ServingPlan) -> bool:
         """Whether an entry of the registry was compiled for ``plan``."""

@@ -166,8 +166,6 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from ..plan.engines import (
-    CHECKPOINT_EXCLUDED,
-    CHECKPOINT_FILES,
     MODEL_MOUNT,
     Engine,
     ServingImage,
@@ -392,11 +390,13 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
             replica_devices=plan.devices_per_replica,
             token_file=token_file,
             mount=MODEL_MOUNT,
-            hub_cli=image.hub_cli,
+            hub_cli=image.export.hub_cli,
+            export_entrypoint=image.export.entrypoint,
+            hub_cache_variable=image.export.hub_cache_variable,
             model=plan.model_id,
             revision=spec.model_revision,
-            checkpoint_files=CHECKPOINT_FILES,
-            checkpoint_excluded=CHECKPOINT_EXCLUDED,
+            checkpoint_files=image.export.checkpoint_files,
+            checkpoint_excluded=image.export.checkpoint_excluded,
             export_args=Unquoted(_export_words(engine, plan, image, key)),
             engine=engine.title,
             aws=s3,

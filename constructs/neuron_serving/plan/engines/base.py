@@ -95,14 +95,59 @@ PUBLIC_DLAMI_PARAMETERS = "/aws/service/neuron/dlami/"
 
 
 @dataclass(frozen=True)
+class ExportToolchain:
+    """What exports (compiles) the model inside a serving image, and everything the host's export
+    step needs to know of it: the one value an engine's image gives its consumers (the boot's
+    ``export-model``, the host rules, the stack's outputs), as aws-cdk-lib's
+    ``IMachineImage.getImage()`` gives a launch everything of an image in one ``MachineImageConfig``.
+
+    :param name: the package that exports, as its version is named (``optimum-neuron``): with
+        :attr:`version`, part of every export key.
+    :param version: its version inside the image.
+    :param entrypoint: the program the export's container runs (``docker run --entrypoint``); the
+        engine's :meth:`Engine.export_arguments` are its arguments.
+    :param hub_cli: the image's Hugging Face Hub command line, which downloads checkpoints.
+    :param checkpoint_files: what it reads of a model's Hub repository, downloaded before the
+        export (``--include`` patterns of :attr:`hub_cli`).
+    :param checkpoint_excluded: what is not downloaded even where :attr:`checkpoint_files` match
+        (``--exclude`` patterns).
+    :param exports_offline: whether it can export without reaching the Hub cache repository; one
+        that cannot stops at its first graph when offline.
+    :param hub_cache_variable: the container variable that names the Hugging Face Hub repository
+        of compiled graphs it consults before compiling (optimum-neuron's ``CUSTOM_CACHE_REPO``), or
+        None for a toolchain without a Hub cache, whose hosts are given none.
+    """
+
+    name: str
+    version: str
+    entrypoint: str
+    hub_cli: str = "huggingface-cli"
+    checkpoint_files: tuple[str, ...] = CHECKPOINT_FILES
+    checkpoint_excluded: tuple[str, ...] = CHECKPOINT_EXCLUDED
+    exports_offline: bool = True
+    hub_cache_variable: str | None = "CUSTOM_CACHE_REPO"
+
+    @property
+    def title(self) -> str:
+        """``<name> <version>``, as messages and outputs name it."""
+        return f"{self.name} {self.version}"
+
+
+def optimum_neuron(version: str, *, exports_offline: bool = True) -> ExportToolchain:
+    """optimum-neuron ``version``'s export: ``optimum-cli export neuron`` (optimum-neuron's
+    optimum/commands/export/neuronx.py, at v0.3.0 and v0.4.5), with the image's ``huggingface-cli``."""
+    return ExportToolchain("optimum-neuron", version, "optimum-cli", exports_offline=exports_offline)
+
+
+@dataclass(frozen=True)
 class ServingImage:
     """What one serving image can do, read from the sources of the versions it bundles.
 
     :param reference: the image reference pulled and run: a tag whose tools the library knows,
         or, for an image the user pinned, that tag followed by ``@sha256:<digest>``
         (:meth:`Engine.image`).
-    :param optimum_neuron: the optimum-neuron version inside, which exports and loads the model.
-    :param model_types: the ``model_type`` values its optimum-neuron exports and serves for text
+    :param export: what exports and loads the model inside (:class:`ExportToolchain`).
+    :param model_types: the ``model_type`` values its toolchain exports and serves for text
         generation.
     :param neuron_sdk: the Neuron SDK release whose runtime and compiler the image carries.
     :param neuron_runtime: the version of the Neuron runtime library inside.
@@ -113,21 +158,16 @@ class ServingImage:
     :param neuronx_cc: the version of the Neuron compiler inside, as ``neuronxcc.__version__``
         names it (with the Neuron pip repository's local label): what an export records and what
         names the compiler's folders of optimum-neuron's Hub cache (``neuronxcc-<version>/``).
-    :param hub_cli: the image's Hugging Face Hub command line, which downloads checkpoints.
-    :param exports_offline: whether its optimum-neuron can export without reaching the Hub cache
-        repository; one that cannot stops at its first graph when offline.
     """
 
     reference: str
-    optimum_neuron: str
+    export: ExportToolchain
     model_types: tuple[str, ...]
     neuron_sdk: str
     neuron_runtime: str
     driver_below: str | None
     dlami_parameter: str
     neuronx_cc: str
-    hub_cli: str = "huggingface-cli"
-    exports_offline: bool = True
 
 
 @dataclass(frozen=True)
@@ -359,8 +399,8 @@ class Engine(ABC):
         of this engine's (:meth:`image`), cannot export and serve ``plan``."""
         if plan.model.model_type not in image.model_types:
             raise ServingConfigError([problem(
-                "model_id", plan.model_id, f"is a {plan.model.model_type} model, which optimum-neuron "
-                f"{image.optimum_neuron} in {image.reference} cannot export and serve; it does "
+                "model_id", plan.model_id, f"is a {plan.model.model_type} model, which {image.export.title} "
+                f"in {image.reference} cannot export and serve; it does "
                 f"{', '.join(image.model_types)}")])
         self.check_plan(plan, image)
 
@@ -370,7 +410,7 @@ class Engine(ABC):
 
     def export_key(self, plan: ServingPlan, image: ServingImage, revision: str | None = None) -> str:
         """A directory name that changes with everything that changes the compiled artifact: the
-        engine, the image (which fixes the optimum-neuron and compiler versions), the model and
+        engine, the image (which fixes the export toolchain's and compiler's versions), the model and
         its Hub ``revision`` when one is pinned, the degree, shapes and dtype. Keys start with
         :data:`KEY_FORMAT` and the engine's name.
 
@@ -379,7 +419,7 @@ class Engine(ABC):
         and a tag can move (rebuilt with another compiler build, or re-pushed) while the digest
         cannot. The cost is one more export when a deployment switches between a tag and a pinned
         digest of the same content; an unpinned tag keeps its key."""
-        parts = [KEY_FORMAT, self.name, plan.model_id, image.reference, f"optimum-neuron={image.optimum_neuron}",
+        parts = [KEY_FORMAT, self.name, plan.model_id, image.reference, f"{image.export.name}={image.export.version}",
                  str(plan.degree), str(plan.batch_size), str(plan.sequence_length), plan.dtype]
         if revision is not None:
             parts.append(f"revision={revision}")
@@ -404,8 +444,9 @@ class Engine(ABC):
 
     @abstractmethod
     def export_arguments(self, plan: ServingPlan, image: ServingImage, source: str, output: str) -> tuple[str, ...]:
-        """The ``optimum-cli`` arguments that export ``plan``'s model from the checkpoint directory
-        ``source`` into ``output`` (both paths inside the container)."""
+        """The arguments of ``image``'s export entry point (``image.export.entrypoint``) that export
+        ``plan``'s model from the checkpoint directory ``source`` into ``output`` (both paths inside
+        the container)."""
 
     @abstractmethod
     def export_expectations(self, plan: ServingPlan, image: ServingImage) -> dict[str, object]:

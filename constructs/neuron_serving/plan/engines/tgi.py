@@ -23,6 +23,7 @@ from .base import (
     SmokeRequest,
     export_files,
     openai_chat,
+    optimum_neuron,
     shape_fields,
 )
 
@@ -30,7 +31,13 @@ TGI_3_3_5 = ServingImage(
     reference="ghcr.io/huggingface/text-generation-inference:3.3.5-neuron",
     # huggingface/text-generation-inference v3.3.5 Dockerfile.neuron installs optimum-neuron
     # from its v0.3.0 source archive.
-    optimum_neuron="0.3.0",
+    # optimum-neuron v0.3.0 compiles NxD decoders (weights not inlined) inside neff_cache
+    # (optimum/neuron/models/inference/backend/cache.py), which makes the Hub cache proxy
+    # (create_hub_compile_cache_proxy) with no fallback: offline, HfApi.repo_exists raises, the
+    # proxy raises ValueError and the export stops at its first graph (run in
+    # tests/harness/test_compile_cache.py). v0.4.0 removed neff_cache (commit c8549c9e), and
+    # hub_neuronx_cache's own fallback ("Bypassing Hub cache") then applies.
+    export=optimum_neuron("0.3.0", exports_offline=False),
     # optimum-neuron v0.3.0 optimum/neuron/models/inference/auto_models.py registers text
     # generation for these model types (no mistral).
     model_types=("granite", "llama", "mixtral", "phi3", "qwen2", "qwen3"),
@@ -53,13 +60,6 @@ TGI_3_3_5 = ServingImage(
     # version (tests/harness/optimum_neuron.py, STUB_VERSIONS). Only the release before the label
     # is relied on to find the Hub cache's folder (neuron_serving.plan.hub_cache).
     neuronx_cc="2.19.8089.0+8ab9f450",
-    # optimum-neuron v0.3.0 compiles NxD decoders (weights not inlined) inside neff_cache
-    # (optimum/neuron/models/inference/backend/cache.py), which makes the Hub cache proxy
-    # (create_hub_compile_cache_proxy) with no fallback: offline, HfApi.repo_exists raises, the
-    # proxy raises ValueError and the export stops at its first graph (run in
-    # tests/harness/test_compile_cache.py). v0.4.0 removed neff_cache (commit c8549c9e), and
-    # hub_neuronx_cache's own fallback ("Bypassing Hub cache") then applies.
-    exports_offline=False,
 )
 """The last TGI release with Neuron backend changes. It bundles optimum-neuron 0.3.0 and
 neuronx-cc 2.19, which the export must run with."""

@@ -29,6 +29,7 @@ from .base import (
     export_files,
     openai_chat,
     openai_error_body,
+    optimum_neuron,
     shape_fields,
 )
 
@@ -47,7 +48,7 @@ OPTIMUM_NEURON_VLLM_0_4_5 = ServingImage(
     # optimum-neuron v0.4.5 .github/workflows/build-vllm-image.yml pushes
     # ghcr.io/huggingface/optimum-neuron-vllm:<version> from docker/vllm/Dockerfile at each tag.
     reference="ghcr.io/huggingface/optimum-neuron-vllm:0.4.5",
-    optimum_neuron="0.4.5",
+    export=optimum_neuron("0.4.5"),
     # optimum-neuron v0.4.5 optimum/neuron/models/inference/auto_models.py registers text
     # generation for these model types and mixtral; its vLLM plugin supports only exports with
     # continuous batching (optimum/neuron/vllm/AGENTS.md), which mixtral's never has
@@ -146,13 +147,13 @@ class Vllm(Engine):
                                     "needs, only for larger batches"))
         checkpoint = plan.model.torch_dtype
         if checkpoint is None:
-            problems.append(problem("model_config", plan.model_id, "has no torch_dtype, which optimum-neuron "
-                                    f"{image.optimum_neuron} exports and serves with; add it to config.json"))
+            problems.append(problem("model_config", plan.model_id, "has no torch_dtype, which "
+                                    f"{image.export.title} exports and serves with; add it to config.json"))
         elif checkpoint != TORCH_DTYPES.get(plan.dtype):
             wanted = next((short for short, long in TORCH_DTYPES.items() if long == checkpoint), None)
             hint = f"use -c dtype={wanted}" if wanted else "this engine serves bf16 and fp16 checkpoints only"
             problems.append(problem("dtype", plan.dtype, f"must be the checkpoint's own dtype ({checkpoint}) with "
-                                    f"engine vllm: optimum-neuron {image.optimum_neuron} exports with the dtype of "
+                                    f"engine vllm: {image.export.title} exports with the dtype of "
                                     f"config.json whatever it is asked for; {hint}"))
         if problems:
             raise ServingConfigError(problems)
@@ -186,7 +187,7 @@ class Vllm(Engine):
                 **shape_fields(plan),
                 "continuous_batching": True,
                 "target": NEURON_TARGET,
-                "optimum_neuron_version": image.optimum_neuron,
+                "optimum_neuron_version": image.export.version,
                 "neuronxcc_version": image.neuronx_cc,
             },
             # serve requires the whole string, local label and all, to be the installed

@@ -167,14 +167,3 @@ def aws(tmp_path: Path, moto_server: MotoServer) -> Iterator[AwsEmulator]:
         for name in HF_SECRETS:
             emulator.create_secret(name, FAKE_HF_TOKEN)
         yield emulator
-
-
-@pytest.fixture
-def aws_host(make_host: Callable[..., Host]) -> Callable[..., Host]:
-    """``aws_host(devices)``: :func:`make_host`'s host (every simulated host runs the real CLI), for the
-    tests that read what AWS was asked."""
-
-    def make(devices: int) -> Host:
-        return make_host(devices)
-
-    return make

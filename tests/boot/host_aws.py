@@ -23,12 +23,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "stubs"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
+from _stub import record
 from awscli_fork import call
 
-argv = sys.argv[1:]
-with open(os.environ["STUB_CALLS"], "a", encoding="utf-8") as calls:
-    calls.write(json.dumps({"cmd": "aws", "argv": argv}) + "\n")
+argv = record()
 socket_path = os.environ["AWSCLI_FORK_SOCKET"]
 
 root = os.environ.get("NEURON_SERVING_ROOT", "")

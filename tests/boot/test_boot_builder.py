@@ -34,9 +34,9 @@ def _left_its_group(aws: AwsEmulator, host: Host) -> bool:
 
 
 def test_the_builder_exports_publishes_serves_nothing_and_leaves_its_group(
-    aws_host: Callable[..., Host], aws: AwsEmulator,
+    make_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    builder = aws_host(1)
+    builder = make_host(1)
     assert builder.boot(BUILDER).returncode == 0, _log(builder)
     assert len(builder.exports()) == 1
     assert aws.get_object(BUCKET, f"exports/{KEY}/COMPLETE") is not None
@@ -48,9 +48,9 @@ def test_the_builder_exports_publishes_serves_nothing_and_leaves_its_group(
 
 
 def test_a_host_that_cannot_compile_waits_for_the_builder_downloads_and_never_compiles(
-    aws_host: Callable[..., Host], aws: AwsEmulator,
+    make_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    waiter, builder = aws_host(1), aws_host(1)
+    waiter, builder = make_host(1), make_host(1)
     waiting = waiter.boot_async(WAITER, NEURON_SERVING_POLL_SECONDS="1")
     assert builder.boot(BUILDER).returncode == 0, _log(builder)
     output, _ = waiting.communicate(timeout=240)
@@ -65,9 +65,9 @@ def test_a_host_that_cannot_compile_waits_for_the_builder_downloads_and_never_co
 
 
 def test_a_failed_builder_tells_the_waiting_hosts_why_and_they_fail_at_once(
-    aws_host: Callable[..., Host], aws: AwsEmulator,
+    make_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    builder, waiter = aws_host(1), aws_host(1)
+    builder, waiter = make_host(1), make_host(1)
     assert builder.boot(BUILDER, STUB_EXPORT_FAIL="1").returncode != 0
     assert _left_its_group(aws, builder)
     failed = aws.get_object(BUCKET, f"exports/{KEY}/FAILED")
@@ -82,9 +82,9 @@ def test_a_failed_builder_tells_the_waiting_hosts_why_and_they_fail_at_once(
 
 
 def test_a_new_builder_of_the_same_export_clears_an_earlier_failure(
-    aws_host: Callable[..., Host], aws: AwsEmulator,
+    make_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    first, second = aws_host(1), aws_host(1)
+    first, second = make_host(1), make_host(1)
     assert first.boot(BUILDER, STUB_EXPORT_FAIL="1").returncode != 0
     assert second.boot(BUILDER).returncode == 0, _log(second)
     assert aws.get_object(BUCKET, f"exports/{KEY}/FAILED") is None
@@ -97,9 +97,9 @@ REFUSED_MARKER = Fault.s3(403, "AccessDenied", "Access Denied", method="HEAD", p
 
 
 def test_a_waiting_host_that_may_not_read_the_marker_fails_at_once_naming_the_error(
-    aws_host: Callable[..., Host], aws: AwsEmulator,
+    make_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    waiter = aws_host(1)
+    waiter = make_host(1)
     waiter.faults.append(REFUSED_MARKER)
     result = waiter.boot(WAITER, NEURON_SERVING_POLL_SECONDS="1")
     assert result.returncode != 0
@@ -110,8 +110,8 @@ def test_a_waiting_host_that_may_not_read_the_marker_fails_at_once_naming_the_er
     assert [s.params["Status"] for s in aws.recorder.calls("SignalResource")] == ["FAILURE"]
 
 
-def test_a_host_that_may_not_read_the_marker_says_so_and_exports_itself(aws_host: Callable[..., Host]) -> None:
-    host = aws_host(1)
+def test_a_host_that_may_not_read_the_marker_says_so_and_exports_itself(make_host: Callable[..., Host]) -> None:
+    host = make_host(1)
     host.faults.append(REFUSED_MARKER)
     result = host.boot(boot_of(PLAN, BootOptions(artifact_cache=CACHE)))
     assert result.returncode == 0, result.stdout

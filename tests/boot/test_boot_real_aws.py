@@ -71,11 +71,11 @@ def _ok(aws: AwsEmulator, operation: str) -> list[dict[str, object]]:
 # trn1.2xlarge: a network of 12.5 Gbps, whose transfer config AWS CLI v2 once refused (issue 37, defect 1).
 @pytest.mark.parametrize("instance_type", ["inf2.xlarge", "trn1.2xlarge"])
 def test_a_fleet_exports_once_publishes_to_s3_and_the_next_host_downloads_and_both_signal(
-    aws_host: Callable[[int], Host], aws: AwsEmulator, instance_type: str,
+    make_host: Callable[[int], Host], aws: AwsEmulator, instance_type: str,
 ) -> None:
     plan = make_plan(instance_type, model_id=SMALL_MODEL)
     script = boot_of(plan, BootOptions(artifact_cache=CACHE, signal=SIGNAL))
-    first, second = aws_host(1), aws_host(1)
+    first, second = make_host(1), make_host(1)
     assert first.boot(script).returncode == 0, first.path("/var/log/neuron-serving/boot.log").read_text()
     assert second.boot(script).returncode == 0, second.path("/var/log/neuron-serving/boot.log").read_text()
     assert [len(h.exports()) for h in (first, second)] == [1, 0]
@@ -94,11 +94,11 @@ def test_a_fleet_exports_once_publishes_to_s3_and_the_next_host_downloads_and_bo
 
 
 def test_of_two_racing_exporters_the_conditional_write_lets_exactly_one_publish(
-    aws_host: Callable[[int], Host], aws: AwsEmulator,
+    make_host: Callable[[int], Host], aws: AwsEmulator,
 ) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
     script = boot_of(plan, BootOptions(artifact_cache=CACHE))
-    hosts = [aws_host(1), aws_host(1)]
+    hosts = [make_host(1), make_host(1)]
     boots = [h.boot_async(script, STUB_EXPORT_SECONDS="5") for h in hosts]
     assert [b.wait(timeout=120) for b in boots] == [0, 0]
     key = TGI.export_key(plan, TGI_3_3_5)
@@ -112,11 +112,11 @@ def test_of_two_racing_exporters_the_conditional_write_lets_exactly_one_publish(
 
 
 def test_the_token_comes_from_secrets_manager_and_reaches_only_the_hub_download(
-    aws_host: Callable[[int], Host], aws: AwsEmulator,
+    make_host: Callable[[int], Host], aws: AwsEmulator,
 ) -> None:
     arn = aws.create_secret("team/hf-token", FAKE_HF_TOKEN)
     plan = make_plan("trn1.32xlarge", 8)
-    host = aws_host(16)
+    host = make_host(16)
     result = host.boot(boot_of(plan, BootOptions(hf_token_secret=arn)))
     assert result.returncode == 0, result.stdout
     assert host.path("/etc/neuron-serving/hf-token.env").read_text() == f"HF_TOKEN={FAKE_HF_TOKEN}\n"
@@ -126,9 +126,9 @@ def test_the_token_comes_from_secrets_manager_and_reaches_only_the_hub_download(
 
 
 def test_a_warm_pool_boot_records_heartbeats_then_completes_its_lifecycle_action(
-    aws_host: Callable[[int], Host], aws: AwsEmulator,
+    make_host: Callable[[int], Host], aws: AwsEmulator,
 ) -> None:
-    host = aws_host(1)
+    host = make_host(1)
     options = BootOptions(signal=SIGNAL, warm_pool_hook=HOOK)
     result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), options),
                        STUB_LIFECYCLE_STATE="InService", STUB_EXPORT_SECONDS="3",
@@ -142,9 +142,9 @@ def test_a_warm_pool_boot_records_heartbeats_then_completes_its_lifecycle_action
 
 
 def test_a_failure_signal_carries_its_reason_within_the_apis_limit(
-    aws_host: Callable[[int], Host], aws: AwsEmulator,
+    make_host: Callable[[int], Host], aws: AwsEmulator,
 ) -> None:
-    host = aws_host(1)
+    host = make_host(1)
     result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)),
                        STUB_EXPORT_FAIL="1")
     assert result.returncode != 0
@@ -172,11 +172,11 @@ TAMPERING = {
 
 @pytest.mark.parametrize("tampering", TAMPERING)
 def test_an_upload_altered_after_publication_is_refused_naming_the_file_and_the_host_exports_itself(
-    aws_host: Callable[[int], Host], aws: AwsEmulator, tampering: str,
+    make_host: Callable[[int], Host], aws: AwsEmulator, tampering: str,
 ) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
     script = boot_of(plan, BootOptions(artifact_cache=CACHE))
-    first, second = aws_host(1), aws_host(1)
+    first, second = make_host(1), make_host(1)
     assert first.boot(script).returncode == 0, first.path("/var/log/neuron-serving/boot.log").read_text()
     key = TGI.export_key(plan, TGI_3_3_5)
     complete = aws.get_object(BUCKET, f"exports/{key}/COMPLETE")
@@ -204,13 +204,13 @@ def test_an_upload_altered_after_publication_is_refused_naming_the_file_and_the_
 
 
 def test_an_object_added_outside_the_upload_directory_makes_the_next_host_export_not_fail(
-    aws_host: Callable[[int], Host], aws: AwsEmulator,
+    make_host: Callable[[int], Host], aws: AwsEmulator,
 ) -> None:
     # The real CLI will not write "<upload>/../x" outside the download's directory: it skips
     # the object and exits 2. The host refuses the upload and serves its own export.
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
     script = boot_of(plan, BootOptions(artifact_cache=CACHE))
-    first, second = aws_host(1), aws_host(1)
+    first, second = make_host(1), make_host(1)
     assert first.boot(script).returncode == 0
     upload, _ = _published(aws, TGI.export_key(plan, TGI_3_3_5))
     aws.put_object(BUCKET, f"{upload}/../../escape.sh", "echo poisoned\n")
@@ -229,10 +229,10 @@ def _aws_cli(aws: AwsEmulator, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_published_marker_cannot_be_replaced_by_another_conditional_write(
-    aws_host: Callable[[int], Host], aws: AwsEmulator, tmp_path: Path,
+    make_host: Callable[[int], Host], aws: AwsEmulator, tmp_path: Path,
 ) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
-    first = aws_host(1)
+    first = make_host(1)
     assert first.boot(boot_of(plan, BootOptions(artifact_cache=CACHE))).returncode == 0
     key = TGI.export_key(plan, TGI_3_3_5)
     complete = aws.get_object(BUCKET, f"exports/{key}/COMPLETE")
@@ -247,13 +247,13 @@ def test_a_published_marker_cannot_be_replaced_by_another_conditional_write(
 
 
 def test_deleting_a_key_lets_the_next_host_export_and_publish_it_again(
-    aws_host: Callable[[int], Host], aws: AwsEmulator,
+    make_host: Callable[[int], Host], aws: AwsEmulator,
 ) -> None:
     # The recovery an administrator runs (hosts may not delete markers): in a versioned bucket
     # the deletes leave delete markers, and a conditional write succeeds over one.
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
     script = boot_of(plan, BootOptions(artifact_cache=CACHE))
-    first, second = aws_host(1), aws_host(1)
+    first, second = make_host(1), make_host(1)
     assert first.boot(script).returncode == 0
     key = TGI.export_key(plan, TGI_3_3_5)
     for stale in aws.list_objects(BUCKET, f"exports/{key}/"):
@@ -267,7 +267,7 @@ def test_deleting_a_key_lets_the_next_host_export_and_publish_it_again(
 
 
 def test_api_keys_reach_the_router_as_digests_and_no_secret_reaches_an_argument_a_log_or_a_replica(
-    aws_host: Callable[[int], Host], aws: AwsEmulator,
+    make_host: Callable[[int], Host], aws: AwsEmulator,
 ) -> None:
     alice, bob = api_keys.new_key(), api_keys.new_key()
     keys = aws.create_secret("neuron-serving/api-keys", json.dumps({"alice": api_keys.stored(alice), "bob": bob}))
@@ -275,7 +275,7 @@ def test_api_keys_reach_the_router_as_digests_and_no_secret_reaches_an_argument_
     aws.put_s3_uri("s3://assets/api_keys.py", Path(api_keys.__file__).read_bytes())
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
     options = BootOptions(hf_token_secret=token, api_keys_secret=keys, signal=SIGNAL)
-    host = aws_host(1)
+    host = make_host(1)
 
     result = host.boot(boot_of(plan, options))
 
@@ -302,11 +302,11 @@ def test_api_keys_reach_the_router_as_digests_and_no_secret_reaches_an_argument_
 
 
 def test_a_boot_whose_api_keys_cannot_be_read_fails_naming_the_step(
-    aws_host: Callable[[int], Host], aws: AwsEmulator,
+    make_host: Callable[[int], Host], aws: AwsEmulator,
 ) -> None:
     aws.put_s3_uri("s3://assets/api_keys.py", Path(api_keys.__file__).read_bytes())
     options = BootOptions(api_keys_secret="missing", signal=SIGNAL)
-    host = aws_host(1)
+    host = make_host(1)
 
     result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), options))
 
@@ -326,9 +326,9 @@ def _phase_tags(aws: AwsEmulator, host: Host) -> tuple[str, str, str]:
 
 
 def test_a_boot_ends_ready_on_its_own_instance_after_reporting_each_phase(
-    aws_host: Callable[..., Host], aws: AwsEmulator,
+    make_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    host, other = aws_host(1), aws_host(1)
+    host, other = make_host(1), make_host(1)
     started = datetime.now(UTC).replace(microsecond=0)
     result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)))
     assert result.returncode == 0, result.stdout
@@ -344,10 +344,10 @@ def test_a_boot_ends_ready_on_its_own_instance_after_reporting_each_phase(
     assert aws.instance_tags(other.instance_id) == {}
 
 
-def test_a_cache_hit_reports_download_export_and_ends_ready(aws_host: Callable[..., Host], aws: AwsEmulator) -> None:
+def test_a_cache_hit_reports_download_export_and_ends_ready(make_host: Callable[..., Host], aws: AwsEmulator) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
     script = boot_of(plan, BootOptions(artifact_cache=CACHE, signal=SIGNAL))
-    first, second = aws_host(1), aws_host(1)
+    first, second = make_host(1), make_host(1)
     assert first.boot(script).returncode == 0
     assert second.boot(script).returncode == 0, second.path("/var/log/neuron-serving/boot.log").read_text()
     upload, _ = _published(aws, TGI.export_key(plan, TGI_3_3_5))
@@ -357,9 +357,9 @@ def test_a_cache_hit_reports_download_export_and_ends_ready(aws_host: Callable[.
 
 
 def test_a_failed_export_leaves_failed_and_the_compilers_error_on_the_instance(
-    aws_host: Callable[..., Host], aws: AwsEmulator,
+    make_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    host = aws_host(1)
+    host = make_host(1)
     result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)),
                        STUB_EXPORT_FAIL="1")
     assert result.returncode != 0
@@ -368,10 +368,10 @@ def test_a_failed_export_leaves_failed_and_the_compilers_error_on_the_instance(
 
 
 def test_a_warm_pool_host_is_warmed_until_its_start_makes_it_ready(
-    aws_host: Callable[..., Host], aws: AwsEmulator,
+    make_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
     plan = make_plan("inf2.xlarge", model_id=SMALL_MODEL)
-    host = aws_host(1)
+    host = make_host(1)
     options = BootOptions(signal=SIGNAL, warm_pool_hook=HOOK)
     result = host.boot(boot_of(plan, options), STUB_LIFECYCLE_STATE="Warmed:Stopped")
     assert result.returncode == 0, result.stdout
@@ -386,7 +386,7 @@ def test_a_warm_pool_host_is_warmed_until_its_start_makes_it_ready(
 
 
 def test_create_tags_refused_by_iam_does_not_fail_the_boot(
-    aws_host: Callable[..., Host], aws: AwsEmulator,
+    make_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
     # moto's IAM enforcement: the host's identity may describe instances but not tag them.
     iam = aws.client("iam")
@@ -395,7 +395,7 @@ def test_create_tags_refused_by_iam_does_not_fail_the_boot(
         "Version": "2012-10-17",
         "Statement": [{"Effect": "Allow", "Action": ["ec2:DescribeInstances", "s3:GetObject"], "Resource": "*"}]}))
     key = iam.create_access_key(UserName="host")["AccessKey"]
-    host = aws_host(1)
+    host = make_host(1)
     host.env.update(AWS_ACCESS_KEY_ID=key["AccessKeyId"], AWS_SECRET_ACCESS_KEY=key["SecretAccessKey"])
     # The stack's asset publishing, before the host's identity is the only one moto knows.
     script = host.publish_bundle(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL), BootOptions(signal=SIGNAL)))
@@ -414,9 +414,9 @@ def test_create_tags_refused_by_iam_does_not_fail_the_boot(
 # --- the phases' times as CloudWatch metrics (report-phase, PutMetricData) -----------------------------------------
 
 def test_a_monitored_boot_puts_each_phase_it_went_through_in_cloudwatch(
-    aws_host: Callable[..., Host], aws: AwsEmulator,
+    make_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    host = aws_host(1)
+    host = make_host(1)
     result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL),
                                BootOptions(signal=SIGNAL, monitoring=MONITORING)), STUB_READY_AFTER="2",
                        STUB_SLEEP_MAX="1")
@@ -440,8 +440,8 @@ def test_a_monitored_boot_puts_each_phase_it_went_through_in_cloudwatch(
     assert list(seconds) == list(dict.fromkeys(n for n, *_ in lines))
 
 
-def test_cloudwatch_out_of_reach_does_not_fail_the_boot(aws_host: Callable[..., Host], aws: AwsEmulator) -> None:
-    host = aws_host(1)
+def test_cloudwatch_out_of_reach_does_not_fail_the_boot(make_host: Callable[..., Host], aws: AwsEmulator) -> None:
+    host = make_host(1)
     # Nothing listens on the discard port of loopback: every connection is refused.
     host.env["AWS_ENDPOINT_URL_CLOUDWATCH"] = "http://127.0.0.1:9"
     result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL),
@@ -457,9 +457,9 @@ def test_cloudwatch_out_of_reach_does_not_fail_the_boot(aws_host: Callable[..., 
 # --- a failed publish to the artifact cache (report-publish: CreateTags, PutMetricData) ----------------------------
 
 def test_a_publish_to_a_bucket_that_does_not_exist_is_tagged_failed_and_counted_in_cloudwatch(
-    aws_host: Callable[..., Host], aws: AwsEmulator,
+    make_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    host = aws_host(1)
+    host = make_host(1)
     result = host.boot(boot_of(make_plan("inf2.xlarge", model_id=SMALL_MODEL),
                                BootOptions(artifact_cache="s3://no-such-bucket/exports", signal=SIGNAL,
                                            monitoring=MONITORING)))

@@ -26,9 +26,9 @@ def _requests(host: Host, path: str) -> list[dict[str, object]]:
 
 
 def test_the_host_logs_in_to_ecr_with_its_role_pulls_the_mirror_and_runs_it(
-    aws_host: Callable[..., Host], aws: AwsEmulator,
+    make_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    host = aws_host(1)
+    host = make_host(1)
     result = host.boot(SCRIPT)
     assert result.returncode == 0, host.path("/var/log/neuron-serving/boot.log").read_text()
     assert host.aws("ecr", "get-login-password") == [["ecr", "get-login-password", "--region", "eu-west-1"]]
@@ -50,9 +50,9 @@ def test_the_host_logs_in_to_ecr_with_its_role_pulls_the_mirror_and_runs_it(
 
 
 def test_a_login_that_fails_is_retried_then_fails_the_pull_step(
-    aws_host: Callable[..., Host], aws: AwsEmulator,
+    make_host: Callable[..., Host], aws: AwsEmulator,
 ) -> None:
-    host = aws_host(1)
+    host = make_host(1)
     # ECR sent to the recorder, which refuses the services it does not emulate (HTTP 400).
     result = host.boot(SCRIPT, AWS_ENDPOINT_URL_ECR=aws.recorder.url)
     assert result.returncode != 0

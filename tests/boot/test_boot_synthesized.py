@@ -103,7 +103,7 @@ def user_data(context: dict[str, str]) -> tuple[Launch, int, Any]:
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_a_synthesized_stack_boots_with_the_real_aws_cli_and_docker_cli(
-    config: str, aws_host: Callable[[int], Host], aws: AwsEmulator,
+    config: str, make_host: Callable[[int], Host], aws: AwsEmulator,
 ) -> None:
     launch, devices, plan = user_data(CONFIGS[config])
     # The user data is the same short script whatever the stack's features, with its bundle's place: under
@@ -123,7 +123,7 @@ def test_a_synthesized_stack_boots_with_the_real_aws_cli_and_docker_cli(
     # with (test_boot_monitoring verifies packages signed by a key of its own): here the image
     # ships the agent.
     assert f"key={AGENT_KEY_FINGERPRINT}\n" in files_in(bundle)[START_MONITORING]
-    host = aws_host(devices)
+    host = make_host(devices)
     install_agent(host)
     result = host.boot(launch.script)
     assert result.returncode == 0, host.path("/var/log/neuron-serving/boot.log").read_text()

@@ -73,7 +73,7 @@ def test_all_bad_context_values_are_reported_together():
 
 def test_the_engine_is_chosen_by_name_and_anything_else_is_refused_naming_engine():
     assert _settings(engine="vllm").engine == "vllm"
-    with pytest.raises(ServingConfigError, match=r"^engine \('nonsense'\) must be one of tgi, vllm$"):
+    with pytest.raises(ServingConfigError, match=r"^engine \('nonsense'\) must be one of tgi, vllm, nxdi$"):
         _settings(engine="nonsense")
 
 
@@ -237,3 +237,25 @@ def test_an_objective_chooses_only_batch_sizes_the_engine_serves():
     # optimum-neuron's vLLM serves batches of 2 and more; the latency objective would take 1 otherwise.
     assert _settings(**LLAMA_31_48XL, objective="latency").plan().batch_size == 1
     assert _settings(**LLAMA_31_48XL, objective="latency", engine="vllm").plan().batch_size == 2
+
+
+def test_nxdi_keeps_a_prefix_cache_by_default_and_the_other_engines_none():
+    assert (_settings(engine="nxdi").request.prefix_cache_block_size,
+            _settings(engine="nxdi").request.prefix_cache_blocks) == (32, None)
+    given = _settings(engine="nxdi", prefix_cache_block_size="16", prefix_cache_blocks="4096").request
+    assert (given.prefix_cache_block_size, given.prefix_cache_blocks) == (16, 4096)
+    assert _settings(engine="nxdi", prefix_caching="false").request.prefix_cache_block_size is None
+    assert _settings(engine="tgi").request.prefix_cache_block_size is None
+    assert _settings(engine="vllm", prefix_caching="false").request.prefix_cache_block_size is None
+
+
+def test_a_prefix_cache_where_it_cannot_be_is_refused_naming_the_setting():
+    with pytest.raises(ServingConfigError, match=r"^prefix_caching \(True\) is not served by engine tgi; engine nxdi "
+                                                 r"serves it$"):
+        _settings(engine="tgi", prefix_caching="true")
+    with pytest.raises(ServingConfigError, match=r"^prefix_cache_block_size \(16\) does not apply to engine vllm; "
+                                                 r"it applies to engine nxdi$"):
+        _settings(engine="vllm", prefix_cache_block_size="16")
+    with pytest.raises(ServingConfigError, match=r"^prefix_cache_blocks \(900\) applies only with prefix_caching, "
+                                                 r"which is false$"):
+        _settings(engine="nxdi", prefix_caching="false", prefix_cache_blocks="900")

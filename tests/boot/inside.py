@@ -30,6 +30,9 @@ What the tools write:
   (optimum/commands/neuron/serve.py ``run``; optimum/neuron/vllm/model_loader.py: no more cores
   than the container's devices give). The argument parsing itself is the real one in
   tests/harness.
+- AWS's vLLM on NxD Inference image (:class:`NxdiImage`): its entry point runs its arguments; ``vllm
+  run-batch`` and ``vllm serve`` build the engine, whose vllm-neuron plugin compiles into, or loads from,
+  ``NEURON_COMPILED_ARTIFACTS`` (see the class).
 """
 
 from __future__ import annotations
@@ -137,6 +140,8 @@ class ServingImage:
         devices = len((body.get("HostConfig") or {}).get("Devices") or [])
         if body.get("Image", "").startswith(VLLM_IMAGE):
             return VllmImage(self.knobs).run(argv, binds, devices, environment(body))
+        if body.get("Image", "").startswith(NXDI_IMAGE):
+            return NxdiImage(self.knobs).run(argv, binds, devices, environment(body))
         if argv[:3] == ["optimum-cli", "export", "neuron"]:
             return self._export(argv, binds, devices)
         return 0, ""  # a replica: TGI itself is played by the curl stub on loopback
@@ -297,3 +302,123 @@ class VllmImage:
         if problems:
             return 1, "", "\n".join(problems) + "\n"
         return 0, f"serving {_value(argv, '--served_model_name') or model} on port {_value(argv, '--port')}\n"
+
+
+NXDI_IMAGE = "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:"
+
+
+class NxdiImage:
+    """What AWS's vLLM on NxD Inference image does with the commands the boot script gives it.
+
+    Imitated from: aws-neuron/deep-learning-containers common/vllm_entrypoint.py (the entry point runs
+    its arguments) and vllm/inference/0.13.0/Dockerfile.neuronx (``vllm`` on PATH); vLLM 0.13.0
+    vllm/entrypoints/openai/run_batch.py (``run-batch`` builds the engine, then reads its input, skipping
+    empty lines); the vllm-neuron plugin at release-0.4.1 (read in the fork whn09/vllm-neuron at 4fac6b7),
+    vllm_neuron/worker/neuronx_distributed_model_loader.py: ``_get_compiled_model_path`` (the directory
+    ``NEURON_COMPILED_ARTIFACTS`` names, else ``<model>/neuron-compiled-artifacts/<hash>``), a load
+    first, and on ``FileNotFoundError`` or ``ValueError`` "Unable to find precompiled artifacts from ...
+    Recompiling..." into the same directory, whose first write (``neuron_config.json``) fails on a
+    read-only mount; ``_get_default_neuron_config`` (``tp_degree``, ``batch_size`` = ``--max-num-seqs``,
+    ``seq_len`` and ``max_context_length`` = ``--max-model-len``, ``is_continuous_batching`` above batch
+    1, ``is_prefix_caching``, then ``override_neuron_config`` merged over them). NxD Inference at cd3abf3
+    (SDK 2.28.0): models/config.py (``neuron_config.json`` is the model's configuration with the
+    NeuronConfig under ``neuron_config``, a dtype as its name), models/application_base.py (``model.pt``;
+    with ``save_sharded_checkpoint`` a load reads ``weights/tp{rank}_sharded_checkpoint.safetensors`` of
+    every rank, else it shards the checkpoint named by ``_name_or_path``). Not imitated: what vLLM does
+    once the engine is up (the curl stub plays the server on loopback).
+    """
+
+    def __init__(self, knobs: dict[str, str]) -> None:
+        self.knobs = knobs
+
+    def run(self, argv: list[str], binds: list[Bind], devices: int, env: dict[str, str]) -> BehaviourResult:
+        if argv[:2] == ["vllm", "run-batch"]:
+            return self._engine(argv[2:], _value(argv, "--model"), binds, devices, env, batch=True)
+        if argv[:2] == ["vllm", "serve"] and len(argv) > 2:
+            return self._engine(argv[3:], argv[2], binds, devices, env, batch=False)
+        return 127, "", f"exec: {argv[:1]}: not found in the simulated image\n"
+
+    def _engine(self, flags: list[str], model: str | None, binds: list[Bind], devices: int, env: dict[str, str],
+                *, batch: bool) -> BehaviourResult:
+        if model is None or not (host_path(binds, model) / "config.json").is_file():
+            return 1, "", f"OSError: {model} does not appear to have a file named config.json\n"
+        degree = int(_value(flags, "--tensor-parallel-size") or 1)
+        if degree > 2 * devices:
+            return 1, "", f"ValueError: tensor_parallel_size {degree} exceeds the {2 * devices} NeuronCores available\n"
+        override = json.loads(_value(flags, "--additional-config") or "{}").get("override_neuron_config") or {}
+        compiled = env.get("NEURON_COMPILED_ARTIFACTS") or f"{model}/neuron-compiled-artifacts/0123456789abcdef"
+        try:
+            where = host_path(binds, compiled)
+        except FileNotFoundError:
+            where = None
+        if where is not None and (where / "neuron_config.json").is_file() and (where / "model.pt").is_file():
+            return self._load(where, binds, degree, batch)
+        said = f"Unable to find precompiled artifacts from {compiled}. Recompiling...\n"
+        time.sleep(float(self.knobs.get("STUB_EXPORT_SECONDS", "0")))
+        if self.knobs.get("STUB_EXPORT_FAIL"):
+            return 1, "", "neuronx-cc: error: compilation failed\n"
+        try:
+            out = host_path(binds, compiled, write=True)
+        except (FileNotFoundError, PermissionError):
+            return 1, said, f"OSError: [Errno 30] Read-only file system: '{compiled}/neuron_config.json'\n"
+        config = json.loads((host_path(binds, model) / "config.json").read_text())
+        batch_size, seq_len = int(_value(flags, "--max-num-seqs") or 32), int(_value(flags, "--max-model-len") or 0)
+        # vllm/config/cache.py (0.13.0): prefix caching is on unless turned off; the plugin's platform then
+        # wants a block size, adds the null block to --num-gpu-blocks-override, and the loader checks the
+        # user's count against the batch at full length (_validate_neuron_config).
+        prefix = "--no-enable-prefix-caching" not in flags
+        block, blocks = _value(flags, "--block-size"), int(_value(flags, "--num-gpu-blocks-override") or batch_size)
+        if prefix and block is None:
+            return 1, said, "AssertionError: When prefix caching is enabled, block_size must be set.\n"
+        least = -(-seq_len // int(block)) * batch_size if prefix and block else 0
+        if prefix and blocks < least:
+            return 1, said, (f"AssertionError: At least {least} blocks are required for max_model_len {seq_len}, "
+                             f"but only {blocks} blocks are available\n")
+        neuron_config = {
+            "tp_degree": degree,
+            "batch_size": batch_size,
+            "seq_len": seq_len,
+            "max_context_length": seq_len,
+            "torch_dtype": _value(flags, "--dtype") or "float32",
+            "is_continuous_batching": batch_size > 1,
+            "is_prefix_caching": prefix,
+            "is_block_kv_layout": prefix,
+            "pa_block_size": int(block) if prefix and block else seq_len,
+            "pa_num_blocks": blocks + 1,
+            "save_sharded_checkpoint": False,
+            **override,
+        }
+        out.mkdir(parents=True, exist_ok=True)
+        files = {"neuron_config.json": json.dumps({**config, "_name_or_path": model, "neuron_config": neuron_config}),
+                 "model.pt": "compiled graph\n"}
+        if neuron_config["save_sharded_checkpoint"]:
+            files.update({f"weights/tp{rank}_sharded_checkpoint.safetensors": f"rank {rank} weights\n"
+                          for rank in range(degree)})
+        for name, text in files.items():
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            (out / name).write_text(text)
+        said += f"compiled {model} into {compiled}\n"
+        return (0, said + "batch of 0 requests done\n") if batch else (0, said + "serving\n")
+
+    @staticmethod
+    def _load(where: Path, binds: list[Bind], degree: int, batch: bool) -> BehaviourResult:
+        saved = json.loads((where / "neuron_config.json").read_text())
+        neuron_config = saved["neuron_config"]
+        if neuron_config["tp_degree"] != degree:
+            return 1, "", (f"RuntimeError: the compiled model is for tp_degree {neuron_config['tp_degree']}, "
+                           f"not {degree}\n")
+        if neuron_config.get("save_sharded_checkpoint"):
+            missing = [f"weights/tp{rank}_sharded_checkpoint.safetensors" for rank in range(degree)
+                       if not (where / f"weights/tp{rank}_sharded_checkpoint.safetensors").is_file()]
+            if missing:
+                return 1, "", f"FileNotFoundError: No such file or directory: '{where}/{missing[0]}'\n"
+        else:
+            checkpoint = saved.get("_name_or_path", "")
+            try:
+                weights = list(host_path(binds, checkpoint).glob("*.safetensors"))
+            except FileNotFoundError:
+                weights = []
+            if not weights:
+                return 1, "", f"FileNotFoundError: no checkpoint to shard at {checkpoint}\n"
+        return 0, "Successfully loaded pre-compiled model artifacts\n" + (
+            "batch of 0 requests done\n" if batch else "serving\n")

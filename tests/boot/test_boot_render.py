@@ -25,6 +25,7 @@ from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from neuron_serving.plan import ServingConfigError, ServingPlan
+from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_16_0
 from neuron_serving.plan.engines.tgi import TGI_3_3_5
 from neuron_serving.plan.engines.vllm import OPTIMUM_NEURON_VLLM_0_4_5
 from neuron_serving.plan.host import resolve_host
@@ -114,6 +115,12 @@ OPTION_CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
         {"engine": "vllm", "monitoring": MONITORING, "signal": SIGNAL},
     ),
     "trn1.32xlarge-tp2-secret-arn-vllm-fleet": ("trn1.32xlarge-tp2-secret-arn", {"engine": "vllm", **FLEET}),
+    "inf2.24xlarge-tp4-nxdi-monitoring-signal": (
+        "inf2.24xlarge-tp4", {"engine": "nxdi", "monitoring": MONITORING, "signal": SIGNAL},
+    ),
+    "trn1.32xlarge-tp2-secret-arn-nxdi-sdk2.31-fleet": (
+        "trn1.32xlarge-tp2-secret-arn", {"engine": "nxdi", **FLEET, "image": DLC_VLLM_0_16_0.reference},
+    ),
     "trn1.32xlarge-tp2-secret-arn-fleet-pinned": (
         "trn1.32xlarge-tp2-secret-arn", {**FLEET, "image": f"{TGI_3_3_5.reference}@{DIGEST}"},
     ),
@@ -237,7 +244,8 @@ def test_size_check_accepts_a_script_of_exactly_the_limit() -> None:
 @pytest.mark.parametrize(
     "config", ["inf2.xlarge-1-replica", "inf2.48xlarge-tp8-secret-name", "trn1.32xlarge-tp2-secret-arn",
                "trn1.32xlarge-tp2-secret-arn-fleet", "inf2.xlarge-monitoring",
-               "trn1.32xlarge-tp2-secret-arn-vllm-fleet", "inf2.24xlarge-tp4-interruptions-signal"]
+               "trn1.32xlarge-tp2-secret-arn-vllm-fleet", "inf2.24xlarge-tp4-interruptions-signal",
+               "inf2.24xlarge-tp4-nxdi-monitoring-signal"]
 )
 def test_boot_script_snapshot(config: str, snapshot: SnapshotAssertion) -> None:
     _, boot = rendered(config)

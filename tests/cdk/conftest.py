@@ -39,6 +39,7 @@ SNAPSHOT_CONFIGS: dict[str, dict[str, Any]] = {
                        "instance_types": "inf2.24xlarge,inf2.8xlarge", "spot_percent": "50",
                        "capacity_reservations": "cr-0123456789abcdef0"},
     "vllm": {"engine": "vllm"},
+    "nxdi": {"engine": "nxdi"},
     "vllm_fleet_trn1": {"engine": "vllm", "fleet": "asg", "min_capacity": "1", "max_capacity": "3",
                         "warm_pool": "true", "instance_type": "trn1.32xlarge",
                         "model_id": "meta-llama/Llama-3.1-8B-Instruct", "tensor_parallel": "8", "batch_size": "16"},

@@ -33,8 +33,13 @@ REPLICAS = {"replica-0": 8081, "replica-1": 8082}
 """The replicas of the fixtures' host: the neuron-monitor reports have runtimes of both tags."""
 BACKEND = "replicas"
 TGI = ENGINES["tgi"]
-PAGES = {"tgi": ("tgi-first.txt", "tgi-second.txt"), "vllm": ("vllm-first.txt", "vllm-second.txt")}
-"""Each engine's two recorded (or generated) /metrics pages of one replica, one interval apart."""
+PAGES = {"tgi": ("tgi-first.txt", "tgi-second.txt"), "vllm": ("vllm-first.txt", "vllm-second.txt"),
+         "nxdi": ("vllm-first.txt", "vllm-second.txt")}
+"""Each engine's two recorded (or generated) /metrics pages of one replica, one interval apart. ``nxdi``
+serves vLLM 0.13.0, whose families that the publisher reads (ReplicaMetrics of neuron_serving.plan.engines.vllm)
+have the names, types, help texts, labels and buckets of 0.11.0's (vllm/v1/metrics/loggers.py of both
+PyPI wheels differ there in code formatting only), and whose HTTP instrumentator excludes the same handlers
+(0.13.0 vllm/entrypoints/serve/instrumentator/metrics.py, 0.11.0 vllm/entrypoints/openai/api_server.py)."""
 
 
 def load_publisher() -> ModuleType:

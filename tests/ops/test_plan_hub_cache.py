@@ -141,6 +141,13 @@ def test_the_vllm_engine_looks_up_its_own_versions_and_ignores_the_digest_copies
     assert chosen["reason"].endswith(" It is in the public cache for optimum-neuron 0.4.5 and neuronx-cc 2.21.33363.0.")
 
 
+def test_the_nxdi_engine_whose_compiles_have_no_hub_cache_does_not_ask_the_hub(hub, tmp_path):
+    document = _json(_plan(_env(tmp_path, HF_ENDPOINT=hub.endpoint), "--engine", "nxdi", "--output", "json"))
+    assert document["hub_cache"] is None
+    assert {d["cached"] for d in document["degrees"]} == {None}
+    assert hub.requests == []
+
+
 def test_custom_cache_repo_names_the_cache_read(hub, tmp_path):
     hub.add(HubRepo("me/cache")).commit({"README.md": b"empty\n"})
     document = _json(_plan(_env(tmp_path, HF_ENDPOINT=hub.endpoint, CUSTOM_CACHE_REPO="me/cache"), "--output", "json"))

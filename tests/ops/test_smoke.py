@@ -109,11 +109,16 @@ def test_every_route_of_the_engine_passes_with_ttft_below_latency_and_tokens_cou
 
 @pytest.mark.parametrize("name", list(ENGINES))
 def test_without_engine_one_get_tells_the_engine(start_router, capsys, name):
+    # vllm and nxdi both run vLLM's OpenAI server, which no GET through the router tells apart: such an
+    # endpoint is named by the first engine of that API, whose requests are the other's (docs/deploying.md).
     router = start_router(name)
+    first_alike = next(e.name for e in ENGINES.values() if e.probe == ENGINES[name].probe)
 
     code, report, _ = run_json(capsys, "--url", f"http://127.0.0.1:{router.port}/")
 
-    assert (code, report["engine"], report["passed"]) == (0, name, True)
+    assert (code, report["engine"], report["passed"]) == (0, first_alike, True)
+    assert ENGINES[first_alike].smoke_requests("x", 4) == ENGINES[name].smoke_requests("x", 4)
+    assert first_alike == name or (name, first_alike) == ("nxdi", "vllm")
 
 
 def test_the_text_report_shows_each_route_and_the_verdict(start_router, capsys):

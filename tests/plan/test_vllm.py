@@ -19,8 +19,8 @@ def _plan(**fields):
 
 def test_engines_are_found_by_name_and_anything_else_is_refused_naming_engine():
     assert engine("tgi") is TGI and engine("vllm") is VLLM
-    assert list(ENGINES) == ["tgi", "vllm"]
-    with pytest.raises(ServingConfigError, match=r"^engine \('nonsense'\) must be one of tgi, vllm$"):
+    assert list(ENGINES) == ["tgi", "vllm", "nxdi"]
+    with pytest.raises(ServingConfigError, match=r"^engine \('nonsense'\) must be one of tgi, vllm, nxdi$"):
         engine("nonsense")
 
 

@@ -115,7 +115,7 @@ def register(commands: Any) -> None:
                       help="generated tokens per request of the workload the predictions are for")
     plan.add_argument("--engine", choices=tuple(ENGINES), default=DEFAULT_ENGINE,
                       help="the serving engine whose image's optimum-neuron and neuronx-cc versions the Hub cache "
-                           f"is looked up for (default: {DEFAULT_ENGINE})")
+                           f"is looked up for (default: {DEFAULT_ENGINE}); nxdi's compiles have no Hub cache")
     plan.add_argument("--no-hub-cache", dest="hub_cache", action="store_false",
                       help="do not ask the Hugging Face Hub which layouts optimum-neuron's cache holds")
     plan.set_defaults(run=command)
@@ -131,7 +131,10 @@ def command(args: argparse.Namespace) -> int:
         if args.trace is not None:
             trace, workload, goodput = _trace_inputs(args)
             replayed = args.rate is None
-        cached, unreadable = _read_cache(args, request) if args.hub_cache else (None, None)
+        # An engine whose export toolchain has no Hub cache (nxdi) is not looked up: optimum-neuron's
+        # cache holds nothing it can load.
+        consults = args.hub_cache and engine(args.engine).default_image.export.hub_cache_variable is not None
+        cached, unreadable = _read_cache(args, request) if consults else (None, None)
         document = plan_document(request, workload, args.objective, constraints, goodput=goodput, space=space,
                                  trace=trace, replayed=replayed, cached=cached, cache_unreadable=unreadable)
     except ServingConfigError as err:

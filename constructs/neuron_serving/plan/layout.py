@@ -53,6 +53,12 @@ class ServingRequest:
     :param model_config: path to a ``config.json`` for a model outside the catalog.
     :param router_port: host port of the on-host router. Default: 8080.
     :param first_replica_port: host port of replica 0; replica i listens on this + i. Default: 8081.
+    :param prefix_cache_block_size: tokens per block of a paged KV cache that keeps the prefixes of
+        past requests for later ones (prefix caching), or None for a contiguous KV cache of one
+        sequence per batch slot. Default: None.
+    :param prefix_cache_blocks: the blocks of that cache. Default: as many as the running batch
+        needs, ``ceil(sequence_length / prefix_cache_block_size) * batch_size``; more keep more
+        prefixes, at their memory's cost.
     """
 
     model_id: str
@@ -65,12 +71,38 @@ class ServingRequest:
     model_config: str | None = None
     router_port: int = DEFAULT_ROUTER_PORT
     first_replica_port: int = DEFAULT_FIRST_REPLICA_PORT
+    prefix_cache_block_size: int | None = None
+    prefix_cache_blocks: int | None = None
 
     @property
     def effective_max_input_tokens(self) -> int:
         if self.max_input_tokens is not None:
             return self.max_input_tokens
         return max(1, self.sequence_length * 3 // 4)
+
+    @property
+    def min_prefix_cache_blocks(self) -> int:
+        """The blocks every running sequence needs at its longest: ``ceil(sequence_length /
+        prefix_cache_block_size) * batch_size`` (0 without a prefix cache)."""
+        if not self.prefix_cache_block_size:
+            return 0
+        return -(-self.sequence_length // self.prefix_cache_block_size) * self.batch_size
+
+    @property
+    def effective_prefix_cache_blocks(self) -> int:
+        """The prefix cache's blocks: :attr:`prefix_cache_blocks`, or the least the batch needs."""
+        return self.prefix_cache_blocks if self.prefix_cache_blocks is not None else self.min_prefix_cache_blocks
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        """The tokens each replica's KV cache holds: one sequence per batch slot, or, with a prefix
+        cache, its blocks and two more (vLLM's null block, which the vllm-neuron plugin adds to
+        ``num_gpu_blocks_override``, vllm_neuron/platform.py at release-0.4.1, and NxD Inference's
+        reserved block, ``_NUM_EXTRA_RESERVED_BLOCK``, modules/kvcache/block_kv_cache_manager.py at
+        cd3abf3)."""
+        if not self.prefix_cache_block_size:
+            return self.batch_size * self.sequence_length
+        return (self.effective_prefix_cache_blocks + 2) * self.prefix_cache_block_size
 
 
 @dataclass(frozen=True)
@@ -213,8 +245,7 @@ def _memory_estimate(model: ModelSpec, instance: InstanceSpec, request: ServingR
                      degree: int) -> MemoryEstimate:
     dtype_bytes = DTYPE_BYTES[request.dtype]
     weights = model.parameter_count * dtype_bytes // degree
-    tokens = request.batch_size * request.sequence_length
-    kv_cache = model.kv_cache_bytes_per_token(dtype_bytes, degree) * tokens
+    kv_cache = model.kv_cache_bytes_per_token(dtype_bytes, degree) * request.kv_cache_tokens
     overhead = int((weights + kv_cache) * OVERHEAD_FRACTION)
     return MemoryEstimate(weights, kv_cache, overhead, instance.memory_per_core_gib * GIB)
 
@@ -259,6 +290,18 @@ def _validate(request: ServingRequest) -> tuple[ModelSpec, InstanceSpec]:
     tp = request.tensor_parallel
     if tp is not None and instance is not None and tp not in instance.allowed_degrees():
         problems.add("tensor_parallel", tp, instance.allowed_degrees_text())
+    block, blocks = request.prefix_cache_block_size, request.prefix_cache_blocks
+    if block is not None and (not _is_int(block) or block < 1):
+        problems.add("prefix_cache_block_size", block, "must be an integer of at least 1")
+    elif blocks is not None and block is None:
+        problems.add("prefix_cache_blocks", blocks, "applies only with a prefix cache (prefix_caching)")
+    elif blocks is not None and not _is_int(blocks):
+        problems.add("prefix_cache_blocks", blocks, "must be an integer")
+    elif (blocks is not None and _is_int(request.batch_size) and _is_int(request.sequence_length)
+          and blocks < request.min_prefix_cache_blocks):
+        problems.add("prefix_cache_blocks", blocks, f"must be at least {request.min_prefix_cache_blocks}, "
+                     f"ceil(sequence_length / prefix_cache_block_size) x batch_size: every running sequence needs "
+                     "its blocks at its longest")
     for name in ("router_port", "first_replica_port"):
         port = getattr(request, name)
         if not _is_int(port) or not 1 <= port <= 65535:
@@ -441,7 +484,7 @@ def layout_document(plan: ServingPlan) -> dict[str, object]:
     """What a deployed layout is made of, as the stack's ``ServingPlan`` output carries it for
     ``neuron-serving bench``; :func:`request_from_layout` reads it back."""
     request = plan.request
-    return {
+    document: dict[str, object] = {
         "model_id": request.model_id,
         "instance_type": request.instance_type,
         "tensor_parallel": plan.degree,
@@ -450,6 +493,10 @@ def layout_document(plan: ServingPlan) -> dict[str, object]:
         "max_input_tokens": plan.max_input_tokens,
         "dtype": request.dtype,
     }
+    if request.prefix_cache_block_size is not None:
+        document.update(prefix_cache_block_size=request.prefix_cache_block_size,
+                        prefix_cache_blocks=request.effective_prefix_cache_blocks)
+    return document
 
 
 def request_from_layout(document: Mapping[str, object]) -> ServingRequest:
@@ -457,8 +504,11 @@ def request_from_layout(document: Mapping[str, object]) -> ServingRequest:
     missing = [key for key in _LAYOUT_KEYS if key not in document]
     if missing:
         raise ServingConfigError([problem("ServingPlan", dict(document), f"lacks {', '.join(missing)}")])
-    return ServingRequest(**{key: document[key] for key in _LAYOUT_KEYS})  # type: ignore[arg-type]
+    optional = {key: document[key] for key in _PREFIX_CACHE_KEYS if key in document}
+    return ServingRequest(**{key: document[key] for key in _LAYOUT_KEYS}, **optional)  # type: ignore[arg-type]
 
 
 _LAYOUT_KEYS = ("model_id", "instance_type", "tensor_parallel", "batch_size", "sequence_length",
                 "max_input_tokens", "dtype")
+_PREFIX_CACHE_KEYS = ("prefix_cache_block_size", "prefix_cache_blocks")
+"""Only in the layout of a prefix cache; a layout without them has none."""

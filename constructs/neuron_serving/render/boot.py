@@ -398,6 +398,8 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
             checkpoint_files=image.export.checkpoint_files,
             checkpoint_excluded=image.export.checkpoint_excluded,
             export_args=Unquoted(_export_words(engine, plan, image, key)),
+            export_env=_export_environment(engine, plan, image, key),
+            served_checkpoint_files=image.export.served_checkpoint_files,
             engine=engine.title,
             aws=s3,
             prebuilt=prebuilt,
@@ -432,6 +434,7 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
             container_port=engine.container_port,
             engine=engine.title,
             monitoring=monitoring is not None,
+            replica_command=Unquoted(_replica_command(engine, plan, image, key)),
         ),
         f"/etc/systemd/system/{REPLICA_UNIT}@.service": render(
             "neuron-replica@.service.j2", engine=engine.title, ready_unit=hook is not None),
@@ -490,6 +493,7 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
         replica_unit=REPLICA_UNIT,
         replica_env=REPLICA_ENV,
         driver_below=image.driver_below,
+        driver_from=image.driver_from,
         runtime=image.neuron_runtime,
         pull_attempts=spec.pull_attempts,
         first_pull_wait=FIRST_PULL_WAIT_SECONDS,
@@ -615,6 +619,24 @@ def _export_words(engine: Engine, plan: ServingPlan, image: ServingImage, key: s
     paths = {f"{MODEL_MOUNT}/{key}{suffix}": f'"{MODEL_MOUNT}/$key{suffix}"' for suffix in (".src", ".tmp")}
     words = engine.export_arguments(plan, image, *paths)
     return " ".join(paths.get(word) or shlex.quote(word) for word in words)
+
+
+def _export_environment(engine: Engine, plan: ServingPlan, image: ServingImage,
+                        key: str) -> list[tuple[str, Unquoted]]:
+    """The engine's export variables as ``NAME`` and a shell word, the export's directory as
+    ``"/models/$key.tmp"`` (see :func:`_export_words`)."""
+    output = f"{MODEL_MOUNT}/{key}.tmp"
+    env = engine.export_environment(plan, image, output)
+    return [(name, Unquoted(f'"{MODEL_MOUNT}/$key.tmp"' if value == output else shlex.quote(value)))
+            for name, value in env.items()]
+
+
+def _replica_command(engine: Engine, plan: ServingPlan, image: ServingImage, key: str) -> str:
+    """The engine's replica command as shell words for ``run-replica``, whose ``$key`` names the
+    export: its directory inside the container as ``"/models/$key"``."""
+    model_dir = f"{MODEL_MOUNT}/{key}"
+    return " ".join(f'"{MODEL_MOUNT}/$key"' if word == model_dir else shlex.quote(word)
+                    for word in engine.replica_command(plan, image, model_dir))
 
 
 def _userdata_file(name: str) -> str:

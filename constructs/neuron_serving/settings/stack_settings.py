@@ -186,10 +186,11 @@ class StackSettings:
         `max_input_tokens`.""")
     workload_output_tokens: int = setting(DEFAULT_WORKLOAD.output_tokens, """A typical request's output
         tokens. Input and output together must fit `sequence_length`.""")
-    engine: str = setting(DEFAULT_ENGINE, """`tgi` (Hugging Face TGI 3.3.5 Neuron) or `vllm` (vLLM 0.11.0
-        through optimum-neuron 0.4.5).""", check=_choice(*ENGINES))
+    engine: str = setting(DEFAULT_ENGINE, """`tgi` (Hugging Face TGI 3.3.5 Neuron), `vllm` (vLLM 0.11.0
+        through optimum-neuron 0.4.5) or `nxdi` (vLLM on NxD Inference, AWS's Deep Learning Container: vLLM
+        0.13.0 and Neuron SDK 2.28 by default).""", check=_choice(*ENGINES))
     batch_size: int | None = setting(None, """Static batch size of the export (TGI `MAX_BATCH_SIZE`, vLLM
-        `--max-num-seqs`). At least 2 with vLLM. With `objective`, the objective chooses it unless given.""",
+        `--max-num-seqs`). At least 2 with `vllm`. With `objective`, the objective chooses it unless given.""",
                                      shown=f"{ServingRequest.batch_size}, or the objective's choice")
     sequence_length: int | None = setting(None, f"""Static sequence length (TGI `MAX_TOTAL_TOKENS`, vLLM
         `--max-model-len`). With `objective`, the objective chooses it, up to {ServingRequest.sequence_length},
@@ -197,18 +198,30 @@ class StackSettings:
     max_input_tokens: int | None = setting(None, """Longest prompt (TGI `MAX_INPUT_TOKENS`). Must be below
         `sequence_length`. TGI only: vLLM takes any prompt that leaves room for the tokens asked for, and refuses
         the setting.""", shown="3/4 of `sequence_length`")
-    dtype: str = setting(ServingRequest.dtype, """`bf16` or `fp16` (TGI `HF_AUTO_CAST_TYPE`). With vLLM it
-        must be the checkpoint's own dtype (`torch_dtype` in `config.json`: `fp16` for Llama 2, `bf16` for the rest
-        of the catalog).""")
+    dtype: str = setting(ServingRequest.dtype, """`bf16` or `fp16` (TGI `HF_AUTO_CAST_TYPE`, `--dtype` with
+        `nxdi`). With `vllm` it must be the checkpoint's own dtype (`torch_dtype` in `config.json`: `fp16` for Llama
+        2, `bf16` for the rest of the catalog).""")
+    prefix_caching: bool | None = setting(None, """Keep the KV cache of past prompts in blocks, so that a request
+        starting with a prefix already seen (a system prompt, a conversation's earlier turns) skips prefilling
+        it. `nxdi` only.""", shown="`true` with `nxdi`")
+    prefix_cache_block_size: int = setting(32, """Tokens per block of the prefix cache: 8, 16, 32, 64, 128 or 256
+        (vLLM's `--block-size`; AWS recommends 32 or 16). `nxdi` only.""")
+    prefix_cache_blocks: int | None = setting(None, """Blocks of the prefix cache on each replica (vLLM's
+        `--num-gpu-blocks-override`): at least what the batch needs at full length; more keep more prefixes, and
+        take device memory, which the planner counts. `nxdi` only.""",
+        shown="`ceil(sequence_length / prefix_cache_block_size) x batch_size`")
     hf_token_secret: str | None = setting(None, """Name or ARN of a Secrets Manager secret that holds a Hugging
         Face token, for gated models. It is read on the host; the token never appears in user data or the
         template.""", check=identifiers.secret)
     image: str | None = setting(None, """The serving image. The export runs inside it, so compiler versions
-        match. Only images whose tools the library knows are accepted (today one per engine), because the export's
-        flags, the model types and the export's layout come from its optimum-neuron version. Pin one by digest with
+        match. Only images whose tools the library knows are accepted, because the export's flags, the model
+        types and the export's layout come from its export toolchain's version (one image each for `tgi` and
+        `vllm`; for `nxdi`, the SDK 2.28 image and, not supported on inf2 and trn1 by AWS's release notes, the
+        SDK 2.31.1 one). Pin one by digest with
         `<image>@sha256:<64 lowercase hex digits>`: hosts then pull and run exactly that content, and the digest is
         part of the export's cache key.""", shown="the engine's: `ghcr.io/huggingface/text-generation-inference:"
-        "3.3.5-neuron` or `ghcr.io/huggingface/optimum-neuron-vllm:0.4.5`")
+        "3.3.5-neuron`, `ghcr.io/huggingface/optimum-neuron-vllm:0.4.5` or `public.ecr.aws/neuron/"
+        "pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04`")
     image_registry: str | None = setting(None, """A private ECR registry, with an optional repository
         prefix, that holds the serving image under its usual repository path and tag, for hosts that cannot
         reach public registries: a mirror you fill, or an ECR pull through cache rule's prefix
@@ -423,7 +436,17 @@ class StackSettings:
             sequence_length=ServingRequest.sequence_length if self.sequence_length is None else self.sequence_length,
             max_input_tokens=self.max_input_tokens, dtype=self.dtype,
             tensor_parallel=self.tensor_parallel, model_config=self.model_config,
+            prefix_cache_block_size=self.prefix_cache_block_size if self.prefix_cache_kept else None,
+            prefix_cache_blocks=self.prefix_cache_blocks if self.prefix_cache_kept else None,
         )
+
+    @property
+    def prefix_cache_kept(self) -> bool:
+        """Whether the replicas keep a prefix cache: when asked, or by default where the engine serves one."""
+        # The engine _check_model looked up (once: tests/cdk/test_host_spec.py counts the lookups).
+        engine = self.__dict__.get("_engine")
+        served = engine is not None and engine.prefix_caching
+        return served if self.prefix_caching is None else bool(self.prefix_caching)
 
     @property
     def oidc(self) -> dict[str, str]:
@@ -610,6 +633,13 @@ class StackSettings:
             object.__setattr__(self, "_image", engine.image(self.image or engine.default_image.reference))
         except ServingConfigError as error:
             problems.add_all(error.problems)
+        if self.prefix_caching and not engine.prefix_caching:
+            problems.add("prefix_caching", True, f"is not served by engine {self.engine}; engine "
+                         + ", ".join(e.name for e in ENGINES.values() if e.prefix_caching) + " serves it")
+        elif self.prefix_caching is False:
+            for key in ("prefix_cache_block_size", "prefix_cache_blocks"):
+                if getattr(self, key) != _DEFAULTS[key]:
+                    problems.add(key, getattr(self, key), "applies only with prefix_caching, which is false")
         for key in engine.unused_settings:
             if getattr(self, key) != _DEFAULTS[key]:
                 problems.add(key, getattr(self, key), f"does not apply to engine {self.engine}; it applies to engine "

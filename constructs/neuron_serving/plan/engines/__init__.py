@@ -1,4 +1,4 @@
-"""The serving engines, each behind :class:`Engine`: ``tgi`` (the default) and ``vllm``."""
+"""The serving engines, each behind :class:`Engine`: ``tgi`` (the default), ``vllm`` and ``nxdi``."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from .base import (
     SmokeRequest,
     check_dlami_parameter,
 )
+from .nxdi import NXDI
 from .tgi import TGI
 from .vllm import VLLM
 
-ENGINES: dict[str, Engine] = {e.name: e for e in (TGI, VLLM)}
+ENGINES: dict[str, Engine] = {e.name: e for e in (TGI, VLLM, NXDI)}
 """Every engine, by the value of the ``engine`` setting."""
 
 DEFAULT_ENGINE = TGI.name

@@ -116,6 +116,10 @@ class ExportToolchain:
     :param hub_cache_variable: the container variable that names the Hugging Face Hub repository
         of compiled graphs it consults before compiling (optimum-neuron's ``CUSTOM_CACHE_REPO``), or
         None for a toolchain without a Hub cache, whose hosts are given none.
+    :param served_checkpoint_files: files of the downloaded checkpoint that the server reads from
+        the export and the toolchain does not write there itself (a configuration, a tokenizer),
+        copied into the export once it is made; those missing from the checkpoint are skipped.
+        Default: none (optimum-neuron's export holds its own copies).
     """
 
     name: str
@@ -126,6 +130,7 @@ class ExportToolchain:
     checkpoint_excluded: tuple[str, ...] = CHECKPOINT_EXCLUDED
     exports_offline: bool = True
     hub_cache_variable: str | None = "CUSTOM_CACHE_REPO"
+    served_checkpoint_files: tuple[str, ...] = ()
 
     @property
     def title(self) -> str:
@@ -158,6 +163,8 @@ class ServingImage:
     :param neuronx_cc: the version of the Neuron compiler inside, as ``neuronxcc.__version__``
         names it (with the Neuron pip repository's local label): what an export records and what
         names the compiler's folders of optimum-neuron's Hub cache (``neuronxcc-<version>/``).
+    :param driver_from: the oldest host Neuron driver version that runs that runtime, or None
+        when the release notes name no lower bound.
     """
 
     reference: str
@@ -168,6 +175,7 @@ class ServingImage:
     driver_below: str | None
     dlami_parameter: str
     neuronx_cc: str
+    driver_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -345,6 +353,9 @@ class Engine(ABC):
     """The Prometheus names of each replica's ``/metrics`` behind the published metrics."""
     unused_settings: tuple[str, ...] = ()
     """Settings of the serving request the engine has no use for: giving one is an error."""
+    prefix_caching: bool = False
+    """Whether the engine serves a prefix cache (``ServingRequest.prefix_cache_block_size``), and
+    keeps one unless told not to."""
     probe: EngineProbe
     """How ``neuron-serving smoke`` tells, with one GET, that an endpoint serves this engine."""
 
@@ -421,6 +432,11 @@ class Engine(ABC):
         digest of the same content; an unpinned tag keeps its key."""
         parts = [KEY_FORMAT, self.name, plan.model_id, image.reference, f"{image.export.name}={image.export.version}",
                  str(plan.degree), str(plan.batch_size), str(plan.sequence_length), plan.dtype]
+        if plan.request.prefix_cache_block_size is not None:
+            # A compile of a prefix cache holds its block size and count (NxD Inference's pa_block_size,
+            # pa_num_blocks); keys without one are those of before it existed.
+            parts.append(f"prefix-cache={plan.request.prefix_cache_block_size}x"
+                         f"{plan.request.effective_prefix_cache_blocks}")
         if revision is not None:
             parts.append(f"revision={revision}")
         digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
@@ -447,6 +463,16 @@ class Engine(ABC):
         """The arguments of ``image``'s export entry point (``image.export.entrypoint``) that export
         ``plan``'s model from the checkpoint directory ``source`` into ``output`` (both paths inside
         the container)."""
+
+    def export_environment(self, plan: ServingPlan, image: ServingImage, output: str) -> dict[str, str]:
+        """Variables the export's container is given beside what the host sets (``output`` is the
+        export's directory inside it). Default: none."""
+        return {}
+
+    def replica_command(self, plan: ServingPlan, image: ServingImage, model_dir: str) -> tuple[str, ...]:
+        """The command every replica's container runs (``docker run IMAGE COMMAND...``), serving the
+        export at ``model_dir``; empty for an image whose entry point needs none. Default: empty."""
+        return ()
 
     @abstractmethod
     def export_expectations(self, plan: ServingPlan, image: ServingImage) -> dict[str, object]:
@@ -480,10 +506,37 @@ class Engine(ABC):
         export's directory, which TGI takes for a LoRA adapter to load."""
 
 
+NEWEST_DLAMI_DRIVERS = {
+    "/aws/service/neuron/dlami/base/ubuntu-22.04/latest/image_id": "2.27.4.0",
+    "/aws/service/neuron/dlami/base/ubuntu-24.04/latest/image_id": "2.30.2.0",
+    "/aws/service/neuron/dlami/base/amazon-linux-2023/latest/image_id": "2.30.2.0",
+}
+"""The host Neuron driver (``aws-neuronx-dkms``) of the DLAMI that public parameters name today. Each
+DLAMI release "upgraded [its Neuron packages] to support AWS Neuron SDK version 2.XX"
+(aws-neuron/aws-neuron-sdk release-notes/components/dlamis.rst, which lists no driver versions),
+and each SDK's driver is its manifest's (src/helperscripts/n2-manifest.json: 2.27.4.0 in SDK 2.29,
+2.30.2.0 in SDK 2.32.0). The Ubuntu 22.04 base DLAMI is no longer published from SDK 2.30 on (its
+2.30 release notes), so its parameter stays at SDK 2.29's DLAMI. The pairing is inferred, not read
+from an AMI."""
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text))
+
+
 def check_dlami_parameter(image: ServingImage, parameter: str) -> None:
     """Refuse a public Neuron DLAMI parameter other than ``image``'s own when ``image``'s runtime
     is too old for the newest drivers: such a parameter resolves, at every launch, to the newest
-    DLAMI of its kind, whose driver rejects the runtime (``nrt_init`` fails)."""
+    DLAMI of its kind, whose driver rejects the runtime (``nrt_init`` fails). Refuse, too, a public
+    parameter whose DLAMI's driver (:data:`NEWEST_DLAMI_DRIVERS`) is older than ``image``'s runtime
+    needs (:attr:`ServingImage.driver_from`)."""
+    newest = NEWEST_DLAMI_DRIVERS.get(parameter)
+    if image.driver_from is not None and newest is not None and _version(newest) < _version(image.driver_from):
+        raise ServingConfigError([problem(
+            "dlami_parameter", parameter,
+            f"names a Neuron DLAMI whose driver (aws-neuronx-dkms {newest}) is older than the Neuron runtime "
+            f"{image.neuron_runtime} in {image.reference} runs on ({image.driver_from} or newer); use "
+            f"{image.dlami_parameter}, or ami_id with a DLAMI whose aws-neuronx-dkms is {image.driver_from} or newer")])
     if image.driver_below is None or not parameter.startswith(PUBLIC_DLAMI_PARAMETERS):
         return
     if parameter != image.dlami_parameter:

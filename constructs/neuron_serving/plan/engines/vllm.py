@@ -93,15 +93,15 @@ router sends the batch size and holds the rest, so that each waiting request goe
 server with a free batch slot."""
 
 
-class Vllm(Engine):
-    """vLLM 0.11.0 in optimum-neuron 0.4.5's image: the OpenAI-compatible API."""
+class VllmServer(Engine):
+    """What every engine that serves with vLLM's OpenAI-compatible server shares: its routes, its
+    errors, its metrics, its readiness probe and smoke requests. Read in vLLM 0.11.0's PyPI wheel and
+    again in 0.13.0's, where each cited line is the same (0.13.0 moved ``/health`` to
+    vllm/entrypoints/serve/instrumentator/health.py and the metrics mount to
+    serve/instrumentator/metrics.py)."""
 
-    name = "vllm"
-    title = "vLLM"
-    images = (OPTIMUM_NEURON_VLLM_0_4_5,)
     container_port = CONTAINER_PORT
     max_concurrent_requests = MAX_CONCURRENT_REQUESTS
-    min_batch_size = MIN_BATCH_SIZE
     # The inherited health_path, /health: vllm/entrypoints/openai/api_server.py (0.11.0) answers
     # GET /health with 200 and an empty body while the engine runs and 503 once it died; the
     # port opens only after the model loaded.
@@ -117,7 +117,7 @@ class Vllm(Engine):
     probe = EngineProbe("/v1/models", "data")
     # vLLM takes any prompt up to max_model_len minus the tokens asked for
     # (vllm/entrypoints/openai/serving_engine.py, _validate_input): no separate input limit.
-    unused_settings = ("max_input_tokens",)
+    unused_settings: tuple[str, ...] = ("max_input_tokens",)
     # vLLM 0.11.0 vllm/v1/metrics/loggers.py (PrometheusStatLogger): gauges and histograms with
     # labels model_name and engine. Requests and failures are the HTTP server's count of the
     # generation routes: prometheus-fastapi-instrumentator (>= 7.0.0, api_server.py mount_metrics)
@@ -139,6 +139,53 @@ class Vllm(Engine):
         },
     )
 
+    def error_body(self, status: int, message: str) -> str:
+        # vLLM 0.11.0's every route answers errors in OpenAI's shape (vllm/entrypoints/openai/
+        # protocol.py, ``ErrorResponse``; api_server.py, ``http_exception_handler``).
+        return openai_error_body(status, message)
+
+    def readiness(self, plan: ServingPlan) -> ReadinessProbe:
+        # vllm/entrypoints/openai/protocol.py (0.11.0), CompletionRequest: model, prompt, max_tokens.
+        return ReadinessProbe("/v1/completions",
+                              json.dumps({"model": plan.model_id, "prompt": "ping", "max_tokens": 1}))
+
+    def smoke_requests(self, prompt: str, max_tokens: int) -> tuple[SmokeRequest, ...]:
+        # vllm/entrypoints/openai/protocol.py (0.11.0): CompletionRequest (model optional: without
+        # one, serving_engine.py _is_model_supported takes the served model), answered with
+        # choices[0].text and usage.completion_tokens. Streamed (serving_completion.py), each
+        # event is a CompletionStreamResponse with choices[0].text; with stream_options.include_usage
+        # a last event has choices [] and usage, then ``data: [DONE]``.
+        completion = {"prompt": prompt, "max_tokens": max_tokens}
+        streamed = {**completion, "stream": True, "stream_options": {"include_usage": True}}
+        return (
+            SmokeRequest("OpenAI completions", "/v1/completions", json.dumps(completion), stream=False,
+                         text=("choices", 0, "text"), tokens=("usage", "completion_tokens")),
+            SmokeRequest("OpenAI completions, streamed", "/v1/completions", json.dumps(streamed), stream=True,
+                         text=("choices", 0, "text"), tokens=("usage", "completion_tokens")),
+            openai_chat(prompt, max_tokens),
+        )
+
+    def openai_model(self, probe_answer: object) -> str | None:
+        # vllm/entrypoints/openai/serving_engine.py (0.11.0), _check_model: a request naming a model
+        # the server does not serve is answered 404; GET /v1/models lists the served ones as
+        # ModelList.data[].id (protocol.py), the first the --served-model-name.
+        data = probe_answer.get("data") if isinstance(probe_answer, dict) else None
+        first = data[0] if isinstance(data, list) and data else None
+        model = first.get("id") if isinstance(first, dict) else None
+        return model if isinstance(model, str) and model else None
+
+
+class Vllm(VllmServer):
+    """vLLM 0.11.0 in optimum-neuron 0.4.5's image: the OpenAI-compatible API."""
+
+    name = "vllm"
+    title = "vLLM"
+    images = (OPTIMUM_NEURON_VLLM_0_4_5,)
+    min_batch_size = MIN_BATCH_SIZE
+    # optimum-neuron 0.4.5's vLLM plugin serves no prefix cache (optimum/neuron/vllm/platform.py: "Disable
+    # prefix-caching as it's not supported on optimum-neuron").
+    unused_settings = (*VllmServer.unused_settings, "prefix_cache_block_size", "prefix_cache_blocks")
+
     def check_plan(self, plan: ServingPlan, image: ServingImage) -> None:
         problems = []
         if plan.batch_size < self.min_batch_size:
@@ -157,11 +204,6 @@ class Vllm(Engine):
                                     f"config.json whatever it is asked for; {hint}"))
         if problems:
             raise ServingConfigError(problems)
-
-    def error_body(self, status: int, message: str) -> str:
-        # vLLM 0.11.0's every route answers errors in OpenAI's shape (vllm/entrypoints/openai/
-        # protocol.py, ``ErrorResponse``; api_server.py, ``http_exception_handler``).
-        return openai_error_body(status, message)
 
     def export_arguments(self, plan: ServingPlan, image: ServingImage, source: str, output: str) -> tuple[str, ...]:
         # optimum-neuron v0.4.5 optimum/commands/export/neuronx.py: --tensor_parallel_size (its
@@ -231,36 +273,5 @@ class Vllm(Engine):
             # to learn its address, for a distributed setup a single server does not have.
             "VLLM_HOST_IP": "127.0.0.1",
         }
-
-    def readiness(self, plan: ServingPlan) -> ReadinessProbe:
-        # vllm/entrypoints/openai/protocol.py (0.11.0), CompletionRequest: model, prompt, max_tokens.
-        return ReadinessProbe("/v1/completions",
-                              json.dumps({"model": plan.model_id, "prompt": "ping", "max_tokens": 1}))
-
-    def smoke_requests(self, prompt: str, max_tokens: int) -> tuple[SmokeRequest, ...]:
-        # vllm/entrypoints/openai/protocol.py (0.11.0): CompletionRequest (model optional: without
-        # one, serving_engine.py _is_model_supported takes the served model), answered with
-        # choices[0].text and usage.completion_tokens. Streamed (serving_completion.py), each
-        # event is a CompletionStreamResponse with choices[0].text; with stream_options.include_usage
-        # a last event has choices [] and usage, then ``data: [DONE]``.
-        completion = {"prompt": prompt, "max_tokens": max_tokens}
-        streamed = {**completion, "stream": True, "stream_options": {"include_usage": True}}
-        return (
-            SmokeRequest("OpenAI completions", "/v1/completions", json.dumps(completion), stream=False,
-                         text=("choices", 0, "text"), tokens=("usage", "completion_tokens")),
-            SmokeRequest("OpenAI completions, streamed", "/v1/completions", json.dumps(streamed), stream=True,
-                         text=("choices", 0, "text"), tokens=("usage", "completion_tokens")),
-            openai_chat(prompt, max_tokens),
-        )
-
-    def openai_model(self, probe_answer: object) -> str | None:
-        # vllm/entrypoints/openai/serving_engine.py (0.11.0), _check_model: a request naming a model
-        # the server does not serve is answered 404; GET /v1/models lists the served ones as
-        # ModelList.data[].id (protocol.py), the first the --served-model-name.
-        data = probe_answer.get("data") if isinstance(probe_answer, dict) else None
-        first = data[0] if isinstance(data, list) and data else None
-        model = first.get("id") if isinstance(first, dict) else None
-        return model if isinstance(model, str) and model else None
-
 
 VLLM = Vllm()

@@ -35,7 +35,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"bae6873d66a08149967cb9849a344f59b9effe76098e8923d76215bda02c857c  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"c0248d0340cda4949cdd0145658b5d2a7ae656a37c35c8d0227c6d4aac18c09f  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -272,7 +272,7 @@ log "boot complete: 1 replica behind the router on port 8080"
 # check-export DIR: exits 0 when DIR is an export the plan's replicas can load, else prints why
 # (its last line names the first problem) and exits 1. A replica that finds a wrong degree, shape
 # or dtype fails to load, or, without the weights, downloads the checkpoint at every start.
-# What an export holds is the serving image's optimum-neuron's to say (see
+# What an export holds is the serving image's export toolchain's to say (see
 # neuron_serving.plan.engines, Engine.export_expectations).
 import json
 import sys
@@ -291,6 +291,13 @@ def matches(key: str, found: object, wanted: object) -> bool:
     return found == wanted
 
 
+def lookup(config: object, key: str) -> object:
+    """The value at ``key`` in ``config``: a dotted key names a field of a section ("neuron_config.tp_degree")."""
+    for part in key.split("."):
+        config = config.get(part) if isinstance(config, dict) else None
+    return config
+
+
 def problems(export: Path) -> list[str]:
     missing = [name for name in EXPECT["files"] if not (export / name).is_file()]
     if missing:
@@ -299,8 +306,8 @@ def problems(export: Path) -> list[str]:
         config = json.loads((export / EXPECT["config"]).read_text())
     except (OSError, ValueError) as error:
         return [f"{export}/{EXPECT['config']} cannot be read: {error}"]
-    return [f"{export}/{EXPECT['config']} has {key} {config.get(key)!r}, the plan {value!r}"
-            for key, value in EXPECT["fields"].items() if not matches(key, config.get(key), value)]
+    return [f"{export}/{EXPECT['config']} has {key} {lookup(config, key)!r}, the plan {value!r}"
+            for key, value in EXPECT["fields"].items() if not matches(key, lookup(config, key), value)]
 
 
 found = problems(Path(sys.argv[1]))

@@ -36,7 +36,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"431604778330d8b21a03a9f6ac7d6882ab87e3ec07cc739dfbdf9082ff59d287  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"6ce7363df5b8f972d12be1550b863e6a70472a9b472a4da0c4b267e39a85125b  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -424,7 +424,7 @@ log "boot complete: 16 replicas behind the router on port 8080"
 # check-export DIR: exits 0 when DIR is an export the plan's replicas can load, else prints why
 # (its last line names the first problem) and exits 1. A replica that finds a wrong degree, shape
 # or dtype fails to load, or, without the weights, downloads the checkpoint at every start.
-# What an export holds is the serving image's optimum-neuron's to say (see
+# What an export holds is the serving image's export toolchain's to say (see
 # neuron_serving.plan.engines, Engine.export_expectations).
 import json
 import sys
@@ -443,6 +443,13 @@ def matches(key: str, found: object, wanted: object) -> bool:
     return found == wanted
 
 
+def lookup(config: object, key: str) -> object:
+    """The value at ``key`` in ``config``: a dotted key names a field of a section ("neuron_config.tp_degree")."""
+    for part in key.split("."):
+        config = config.get(part) if isinstance(config, dict) else None
+    return config
+
+
 def problems(export: Path) -> list[str]:
     missing = [name for name in EXPECT["files"] if not (export / name).is_file()]
     if missing:
@@ -451,8 +458,8 @@ def problems(export: Path) -> list[str]:
         config = json.loads((export / EXPECT["config"]).read_text())
     except (OSError, ValueError) as error:
         return [f"{export}/{EXPECT['config']} cannot be read: {error}"]
-    return [f"{export}/{EXPECT['config']} has {key} {config.get(key)!r}, the plan {value!r}"
-            for key, value in EXPECT["fields"].items() if not matches(key, config.get(key), value)]
+    return [f"{export}/{EXPECT['config']} has {key} {lookup(config, key)!r}, the plan {value!r}"
+            for key, value in EXPECT["fields"].items() if not matches(key, lookup(config, key), value)]
 
 
 found = problems(Path(sys.argv[1]))

@@ -1,0 +1,314 @@
+"""vLLM on NxD Inference: the serving path AWS maintains for inf2 and trn1 ("For Inf2 and Trn1 ...
+use Option 1", aws-neuron/aws-neuron-sdk libraries/vllm-neuron/neuron-inference-overview.rst), in
+AWS's Deep Learning Container.
+
+The image runs vLLM with AWS's vllm-neuron plugin, which builds and compiles the model with NxD
+Inference (neuronx-distributed-inference) when vLLM starts. ``NEURON_COMPILED_ARTIFACTS`` names
+where the compiled model is saved and, when a finished compile is there, loaded from without
+compiling ("Loading pre-compiled models", libraries/nxd-inference/developer_guides/
+vllm-user-guide-v1.rst at v2.28.0). So the export runs vLLM itself, once, with the arguments every
+replica serves with: ``vllm run-batch`` over an empty batch, which builds the engine (compiling and
+saving) and exits. With ``save_sharded_checkpoint`` the compile also holds the weights sharded per
+rank, so a replica needs neither the checkpoint nor the Hub. Each replica runs ``vllm serve`` on the
+export, mounted read-only.
+
+Facts about the images are from aws-neuron/deep-learning-containers (vllm/inference/<version>/
+Dockerfile.neuronx, common/vllm_entrypoint.py, README.md), the Neuron release notes and manifest
+(aws-neuron-sdk release-notes/, src/helperscripts/n2-manifest.json), and vLLM 0.13.0's PyPI wheel,
+each cited where it is used; docs/engines.md tells why the SDK 2.28 image is the default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from ..errors import ServingConfigError, problem
+from ..layout import Replica, ServingPlan
+from .base import CHECKPOINT_FILES, TORCH_DTYPES, ExportToolchain, ServingImage
+from .vllm import VllmServer
+
+SERVED_CHECKPOINT_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
+"""What vLLM reads from its ``--model`` directory beside the compiled model: the model's
+configuration (vllm/transformers_utils/config.py, ``get_config``), its generation defaults
+(``try_get_generation_config``) and the tokenizer (vllm/tokenizers/hf.py, ``from_pretrained``:
+transformers' ``AutoTokenizer.from_pretrained``, which reads a chat template kept apart in
+``chat_template.jinja`` too), all in vLLM 0.13.0. The plugin builds NxD Inference's configuration
+from ``config.json`` before it loads the compiled model (vllm-neuron release-0.4.1,
+vllm_neuron/worker/neuronx_distributed_model_loader.py; read in the fork whn09/vllm-neuron at 4fac6b7,
+"Release 0.4.1", as no snapshot of the upstream branch was at hand). NxD Inference's compile writes
+none of them; the checkpoint's weights are not read once the compile holds them sharded."""
+
+NXDI_0_8 = ExportToolchain(
+    # The NxD Inference of SDK 2.28 (n2-manifest.json: neuronx_distributed_inference 0.8.16251), which
+    # the plugin compiles with; its version is part of every export key.
+    "neuronx-distributed-inference", "0.8.16251",
+    # Dockerfile.neuronx installs vLLM (vllm-neuron's requirements pull it) into /opt/conda/bin, on
+    # PATH; `vllm` is vLLM's console script (vllm/entrypoints/cli/main.py).
+    entrypoint="vllm",
+    # vLLM 0.13.0 requires transformers<5 (its METADATA), whose huggingface-hub (<1.0) still ships
+    # huggingface-cli.
+    hub_cli="huggingface-cli",
+    checkpoint_files=(*CHECKPOINT_FILES, "chat_template.jinja"),
+    # Compiled from the local checkpoint; NxD Inference has no Hub cache of compiled graphs. Its
+    # compiles go through the Neuron persistent cache, which NEURON_COMPILE_CACHE_URL may point at S3
+    # (aws-neuron-sdk v2.28.0 libraries/nxd-inference/developer_guides/feature-guide.rst: "The Neuron
+    # Persistent Cache is enabled by default for NxD Inference library"; neuronx-distributed v2.28.0
+    # src/neuronx_distributed/trace/model_builder.py compiles with use_cache=True).
+    hub_cache_variable=None,
+    served_checkpoint_files=SERVED_CHECKPOINT_FILES,
+)
+
+NXDI_0_10 = dataclasses.replace(NXDI_0_8, version="0.10.18399")
+"""SDK 2.31's NxD Inference (n2-manifest.json: 0.10.18399, in SDK 2.31.0 and 2.31.1)."""
+
+DLC_VLLM_0_13_0 = ServingImage(
+    # deep-learning-containers README.md (tag 2.32.0), vllm-inference-neuronx: VLLM 0.13.0, Neuron
+    # 2.28.0, trn1,trn2,trn3,inf2.
+    reference="public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04",
+    export=NXDI_0_8,
+    # The vLLM user guide's supported models for text (vllm-user-guide-v1.rst at v2.28.0: "Llama
+    # 2/3.1/3.3", "Qwen 2.5", "Qwen 3"); Llama 4, Qwen2-VL, Qwen3-VL and Pixtral are multimodal, which
+    # this library does not serve. The plugin finds the model's class by its architecture
+    # (neuronx_distributed_model_loader.py, _get_neuron_model_cls, in NxD Inference's MODEL_TYPES,
+    # neuronx-distributed-inference utils/constants.py at cd3abf3, "Neuron SDK Release 2.28.0"):
+    # LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM for these; MistralForCausalLM is refused
+    # ("is not supported on Neuron for now").
+    model_types=("llama", "qwen2", "qwen3"),
+    neuron_sdk="2.28.0",
+    # vllm/inference/0.13.0/Dockerfile.neuronx (tag 2.28.0): NEURONX_RUNTIME_LIB_VERSION=2.30.51.0-faafe26f0.
+    neuron_runtime="2.30.51",
+    # "Neuron Driver 2.29 requires Neuron Runtime Library 2.33 or later ... will cause nrt_init() to
+    # fail" (aws-neuron-sdk release-notes/components/runtime.rst, Neuron 2.31.0). The Ubuntu 22.04
+    # base DLAMI's last release (SDK 2.29) carries driver 2.27.4.0, which runs older runtimes
+    # (neuron-runtime/nrt-troubleshoot.rst: "The driver remains backwards compatible with older
+    # versions of Neuron Runtime").
+    driver_below="2.29",
+    dlami_parameter="/aws/service/neuron/dlami/base/ubuntu-22.04/latest/image_id",
+    # Dockerfile.neuronx (tag 2.28.0): NEURONX_CC_VERSION=2.23.6484.0+3b612583.
+    neuronx_cc="2.23.6484.0+3b612583",
+)
+"""vLLM 0.13.0 with the vllm-neuron plugin's release-0.4.1 and NxD Inference 0.8 (Neuron SDK 2.28):
+the last release whose NxD Inference supports Trn1 and Inf2 with its NKI kernels. The default."""
+
+DLC_VLLM_0_16_0 = ServingImage(
+    # README.md (tag 2.32.0): VLLM 0.16.0, Neuron 2.31.1, trn1,trn2,trn3,inf2.
+    reference="public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.16.0-neuronx-py312-sdk2.31.1-ubuntu24.04",
+    export=NXDI_0_10,
+    model_types=("llama", "qwen2", "qwen3"),
+    neuron_sdk="2.31.1",
+    # vllm/inference/0.16.0/Dockerfile.neuronx (tag 2.31.1): NEURONX_RUNTIME_LIB_VERSION=2.33.10.0-3dcef56f0.
+    neuron_runtime="2.33.10",
+    driver_below=None,
+    # "Neuron Runtime Library 2.32 is not backward-compatible with Neuron Driver 2.26 or earlier"
+    # (runtime.rst, Neuron 2.30.0; containers.rst, "Neuron Containers [2.30.0]"); no later note
+    # lifts it for 2.33, so it is assumed to hold. The newest Ubuntu 24.04 base DLAMI (SDK 2.32,
+    # driver 2.30.2.0) runs older runtimes, and 2.33 is new enough for Driver 2.29 and later.
+    driver_from="2.27",
+    dlami_parameter="/aws/service/neuron/dlami/base/ubuntu-24.04/latest/image_id",
+    # Dockerfile.neuronx (tag 2.31.1): NEURONX_CC_VERSION=2.26.6360.0+6f180f47.
+    neuronx_cc="2.26.6360.0+6f180f47",
+)
+"""vLLM 0.16.0 with the plugin's release-0.5.3 and NxD Inference 0.10 (Neuron SDK 2.31.1): listed for
+inf2 and trn1 by the containers' README, but from NxD Inference 2.29 on "NxD Inference models are now
+only supported on Trn2 and newer hardware ... pin to release 2.28" (release-notes/components/
+nxd-inference.rst, Neuron 2.29.0). Allowed, not the default."""
+
+CONTAINER_PORT = 8080
+"""The port each replica's server is told (``--port``): the one the image exposes and its health
+check asks (``EXPOSE 8080 8081``, ``HEALTHCHECK CMD curl --fail http://localhost:8080/ping``,
+Dockerfile.neuronx); vLLM's own default is 8000."""
+
+BLOCK_SIZES = (8, 16, 32, 64, 128, 256)
+"""The block sizes vLLM 0.13.0 accepts (vllm/config/cache.py, ``BlockSize``, but 1), powers of 2 as NxD
+Inference's block KV cache assumes ("assuming the block_size is always a power of 2",
+modules/kvcache/block_kv_cache_manager.py at cd3abf3). AWS recommends 32 or 16
+(vllm-user-guide-v1.rst: "set pa_block_size=32 or 16")."""
+
+MIN_PREFIX_CACHE_SEQUENCE = 512
+"""With a prefix cache, NxD Inference's automatic buckets start at 512 tokens ("currently we have a
+requirement of minimal 512 to use the FA kernel", modules/autobucketing.py at cd3abf3): a shorter
+sequence has no bucket."""
+
+ATTENTION_KERNEL_OFF_FROM = "0.10"
+"""NxD Inference 0.9 (SDK 2.29) and later turn an NKI attention kernel on by themselves for contexts
+of 4096 tokens or more (neuronx-distributed-inference modules/attention/attention_base.py,
+``get_flash_attention_strategy``: ``if q_len >= 4096: return FlashAttentionStrategy.UNSHARDED_KERNEL``)
+unless ``attn_kernel_enabled`` is false, while "NxD Inference no longer supports NKI kernels on
+Trn1/Inf2 hardware" (release notes, Neuron 2.29.0): with such an image the kernel is turned off."""
+
+
+class Nxdi(VllmServer):
+    """vLLM on NxD Inference in AWS's Deep Learning Container: the OpenAI-compatible API of vLLM
+    (0.13.0 in the default image), whose routes, errors and metrics are vLLM's own
+    (:class:`~neuron_serving.plan.engines.vllm.VllmServer`)."""
+
+    name = "nxdi"
+    title = "vLLM on NxD Inference"
+    images = (DLC_VLLM_0_13_0, DLC_VLLM_0_16_0)
+    container_port = CONTAINER_PORT
+    # Prefix caching has no platform gate on NeuronCore-v2: its attention kernels are off by default
+    # and the block KV layout runs without them (neuronx-distributed-inference cd3abf3,
+    # modules/attention/attention_base.py; modules/kvcache/block_kv_cache_manager.py).
+    prefix_caching = True
+
+    def check_plan(self, plan: ServingPlan, image: ServingImage) -> None:
+        block = plan.request.prefix_cache_block_size
+        if block is None:
+            return
+        problems = []
+        if block not in BLOCK_SIZES:
+            problems.append(problem("prefix_cache_block_size", block, "must be one of "
+                                    f"{', '.join(map(str, BLOCK_SIZES))} (vLLM's --block-size)"))
+        if plan.sequence_length < MIN_PREFIX_CACHE_SEQUENCE:
+            problems.append(problem("sequence_length", plan.sequence_length, f"must be at least "
+                                    f"{MIN_PREFIX_CACHE_SEQUENCE} with prefix_caching: NxD Inference's buckets "
+                                    "of a prefix cache start there; turn prefix_caching off for shorter sequences"))
+        if problems:
+            raise ServingConfigError(problems)
+
+    def neuron_config(self, plan: ServingPlan, image: ServingImage) -> dict[str, object]:
+        """What the plugin is told to give NxD Inference beyond what it derives from vLLM's arguments
+        (``--additional-config``'s ``override_neuron_config``, vllm-user-guide-v1.rst): the weights
+        sharded per rank into the compiled artifacts (``save_sharded_checkpoint``, which without it
+        are sharded from the checkpoint at every load), and, with an image whose NxD Inference turns
+        NKI kernels on by itself, the attention kernel off (:data:`ATTENTION_KERNEL_OFF_FROM`)."""
+        config: dict[str, object] = {"save_sharded_checkpoint": True}
+        if _release(image.export.version) >= _release(ATTENTION_KERNEL_OFF_FROM):
+            config["attn_kernel_enabled"] = False
+        return config
+
+    def engine_arguments(self, plan: ServingPlan, image: ServingImage) -> tuple[str, ...]:
+        """vLLM's engine arguments, the same for the export and every replica, so that what the
+        export compiled is what each replica loads (vLLM 0.13.0 vllm/engine/arg_utils.py,
+        ``EngineArgs.add_cli_args``). The plugin turns them into NxD Inference's configuration:
+        ``tp_degree`` from ``--tensor-parallel-size``, ``batch_size`` from ``--max-num-seqs``,
+        ``seq_len`` and ``max_context_length`` from ``--max-model-len``, the dtype from ``--dtype``
+        (neuronx_distributed_model_loader.py, ``_get_default_neuron_config``). Each is given: the
+        plugin's platform gives ``--max-num-seqs`` its own default and ``--max-model-len`` none
+        (vllm_neuron/platform.py).
+
+        Without prefix caching the plugin keeps the KV cache contiguous, one block of the whole
+        sequence per batch slot (platform.py sets ``block_size`` to ``max_model_len``), and
+        ``num_gpu_blocks_override`` must be the batch size exactly (vllm-user-guide-v1.rst, Known
+        Issues 2: "Set num_gpu_blocks_override to exactly max_num_seqs"; the platform adds vLLM's
+        null block itself). vLLM turns prefix caching on unless told (vllm/config/cache.py,
+        ``enable_prefix_caching: bool = True``), so it is turned off here.
+
+        With a prefix cache, the KV cache is paged in blocks of ``--block-size`` tokens, which the
+        plugin requires ("When prefix caching is enabled, block_size must be set", platform.py), and
+        ``--num-gpu-blocks-override`` is the block count, at least ``ceil(max_model_len / block_size)
+        * max_num_seqs`` (neuronx_distributed_model_loader.py, ``_validate_neuron_config``); the
+        plugin gives NxD Inference ``is_prefix_caching``, ``is_block_kv_layout``, ``pa_block_size``
+        and ``pa_num_blocks`` from them (``_get_default_neuron_config``)."""
+        block = plan.request.prefix_cache_block_size
+        kv_cache = ("--num-gpu-blocks-override", str(plan.batch_size), "--no-enable-prefix-caching") if block is None \
+            else ("--enable-prefix-caching", "--block-size", str(block),
+                  "--num-gpu-blocks-override", str(plan.request.effective_prefix_cache_blocks))
+        return ("--tensor-parallel-size", str(plan.degree), "--max-num-seqs", str(plan.batch_size),
+                "--max-model-len", str(plan.sequence_length), "--dtype", TORCH_DTYPES[plan.dtype], *kv_cache,
+                "--additional-config", json.dumps({"override_neuron_config": self.neuron_config(plan, image)},
+                                                  separators=(",", ":"), sort_keys=True))
+
+    def export_arguments(self, plan: ServingPlan, image: ServingImage, source: str, output: str) -> tuple[str, ...]:
+        # vLLM 0.13.0 vllm/entrypoints/openai/run_batch.py: main builds the engine client (the
+        # plugin compiles and saves to NEURON_COMPILED_ARTIFACTS, export_environment), then run_batch
+        # reads the input, skipping empty lines ("# Skip empty lines."), so /dev/null is a batch of
+        # none, and writes the outputs with open(output_file, "w"). `output` is not an argument: the
+        # compile goes to NEURON_COMPILED_ARTIFACTS.
+        return ("run-batch", "-i", "/dev/null", "-o", "/dev/null", "--model", source,
+                *self.engine_arguments(plan, image))
+
+    def export_environment(self, plan: ServingPlan, image: ServingImage, output: str) -> dict[str, str]:
+        return {
+            # Where the plugin saves the compiled model ("Loading pre-compiled models").
+            "NEURON_COMPILED_ARTIFACTS": output,
+            # The checkpoint is local: nothing needs the Hub.
+            "HF_HUB_OFFLINE": "1",
+            **_QUIET,
+        }
+
+    def export_expectations(self, plan: ServingPlan, image: ServingImage) -> dict[str, object]:
+        """A finished NxD Inference compile holds ``neuron_config.json`` (models/config.py,
+        ``CONFIG_FILE``), the compiled ``model.pt`` (models/application_base.py,
+        ``COMPILED_MODEL_FILE_NAME``) and, with ``save_sharded_checkpoint``, the weights as
+        ``weights/tp{rank}_sharded_checkpoint.safetensors`` for every rank, which a load reads
+        instead of sharding the checkpoint (application_base.py, ``load``); the copies of the
+        checkpoint's configuration and tokenizer sit beside them. ``neuron_config.json`` holds the
+        NxD Inference configuration under ``neuron_config`` (models/config.py, ``to_dict`` and
+        ``InferenceConfig.to_json_string``; a dtype as its name), all at NxD Inference cd3abf3.
+
+        The plugin loads whatever compile it finds and ignores differing arguments
+        (neuronx_distributed_model_loader.py, ``_load_compiled_model``: "Using pre-compiled
+        artifacts, override_neuron_config will be ignored"), so this check is the only one of the
+        shapes: ``batch_size`` is ``--max-num-seqs``, ``seq_len`` and ``max_context_length`` are
+        ``--max-model-len`` (``_get_default_neuron_config``)."""
+        return {
+            "config": "neuron_config.json",
+            "fields": {
+                "neuron_config.tp_degree": plan.degree,
+                "neuron_config.batch_size": plan.batch_size,
+                "neuron_config.seq_len": plan.sequence_length,
+                "neuron_config.max_context_length": plan.sequence_length,
+                "neuron_config.torch_dtype": TORCH_DTYPES[plan.dtype],
+                "neuron_config.save_sharded_checkpoint": True,
+                **self._kv_cache_fields(plan),
+            },
+            "files": ["config.json", "tokenizer_config.json", "neuron_config.json", "model.pt",
+                      *(f"weights/tp{rank}_sharded_checkpoint.safetensors" for rank in range(plan.degree))],
+        }
+
+    @staticmethod
+    def _kv_cache_fields(plan: ServingPlan) -> dict[str, object]:
+        """What the compile records of its KV cache: a prefix cache's block size and count, the count
+        with vLLM's null block that the plugin's platform adds (platform.py, ``num_gpu_blocks_override
+        += 1``; ``_handle_pa_num_blocks``)."""
+        block = plan.request.prefix_cache_block_size
+        if block is None:
+            return {"neuron_config.is_prefix_caching": False}
+        return {"neuron_config.is_prefix_caching": True, "neuron_config.is_block_kv_layout": True,
+                "neuron_config.pa_block_size": block,
+                "neuron_config.pa_num_blocks": plan.request.effective_prefix_cache_blocks + 1}
+
+    def replica_environment(self, plan: ServingPlan, image: ServingImage, replica: Replica,
+                            model_dir: str) -> dict[str, str]:
+        return {
+            # The export: loaded, never compiled again (it is mounted read-only).
+            "NEURON_COMPILED_ARTIFACTS": model_dir,
+            "NEURON_PROCESS_TAG": replica.process_tag,
+            "HF_HUB_OFFLINE": "1",
+            **_QUIET,
+        }
+
+    def replica_command(self, plan: ServingPlan, image: ServingImage, model_dir: str) -> tuple[str, ...]:
+        # The image's entry point runs its arguments (common/vllm_entrypoint.py:
+        # subprocess.check_call(sys.argv[1:])). vLLM 0.13.0 vllm/entrypoints/openai/cli_args.py: the
+        # served name is what clients send as `model`; no access log of every health check and
+        # scrape, no /docs, /redoc, /openapi.json.
+        return ("vllm", "serve", model_dir, "--served-model-name", plan.model_id, "--port", str(CONTAINER_PORT),
+                "--disable-uvicorn-access-log", "--disable-fastapi-docs", *self.engine_arguments(plan, image))
+
+
+_QUIET = {
+    # vllm/usage/usage_lib.py (0.13.0): no usage reports to stats.vllm.ai.
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    # vllm/utils/network_utils.py (0.13.0), get_ip: without it vLLM looks for a route to 8.8.8.8 to learn its
+    # address, for a distributed setup a single server does not have.
+    "VLLM_HOST_IP": "127.0.0.1",
+}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("+")[0].split(".")[:2])
+
+
+NXDI = Nxdi()

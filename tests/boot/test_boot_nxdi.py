@@ -1,0 +1,268 @@
+"""vLLM on NxD Inference's boot on a simulated host: the export is vLLM itself, run once over an empty
+batch, compiling into NEURON_COMPILED_ARTIFACTS with the weights sharded; each replica runs `vllm serve`
+on that export, read-only, with the same engine arguments, and compiles nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from bootsim import CACHE, EXPORTS, MARKER, Host, complete_marker, make_plan
+from inside import NxdiImage
+
+from neuron_serving.plan import ServingConfigError, ServingPlan, ServingRequest, plan_serving
+from neuron_serving.plan.engines import ServingImage, check_dlami_parameter
+from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_13_0, DLC_VLLM_0_16_0, NXDI
+from neuron_serving.plan.host import resolve_host
+from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, render_boot_script
+from neuron_serving.render.boot_options import BootOptions, ReadinessSignal
+from tests.harness.userdata import boot_of
+
+MakeHost = Callable[..., Host]
+MODEL = "NousResearch/Meta-Llama-3-8B-Instruct"
+SIGNAL = ReadinessSignal(stack_name="NeuronLlamaStack", logical_id="Host")
+ENGINE_ARGS = ["--tensor-parallel-size", "2", "--max-num-seqs", "4", "--max-model-len", "4096", "--dtype", "bfloat16",
+               "--num-gpu-blocks-override", "4", "--no-enable-prefix-caching",
+               "--additional-config", '{"override_neuron_config":{"save_sharded_checkpoint":true}}']
+
+
+def _plan() -> ServingPlan:
+    return make_plan("inf2.24xlarge", 2, model_id=MODEL)
+
+
+def _boot(make_host: MakeHost, plan: ServingPlan, **knobs: str) -> tuple[Host, str]:
+    host = make_host(plan.instance.devices)
+    result = host.boot(boot_of(plan, BootOptions(signal=SIGNAL), engine="nxdi"), **knobs)
+    return host, result.stdout + result.stderr if result.returncode else ""
+
+
+def _exports(host: Host) -> list[dict[str, object]]:
+    return [c for c in host.containers() if c.get("Entrypoint") == ["vllm"]]
+
+
+def _signals(host: Host) -> list[dict[str, str]]:
+    return [dict(zip(a[2::2], a[3::2], strict=True)) for a in host.aws("cloudformation", "signal-resource")]
+
+
+def test_the_export_runs_vllm_once_over_an_empty_batch_compiling_into_the_export_with_its_weights(
+    make_host: MakeHost,
+) -> None:
+    plan = _plan()
+    host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL)
+    assert failure == ""
+    key = NXDI.export_key(plan, DLC_VLLM_0_13_0)
+    [export] = _exports(host)
+    assert export["Cmd"] == ["run-batch", "-i", "/dev/null", "-o", "/dev/null", "--model", f"/models/{key}.src",
+                             *ENGINE_ARGS]
+    env = dict(item.split("=", 1) for item in export["Env"])
+    assert env["NEURON_COMPILED_ARTIFACTS"] == f"/models/{key}.tmp" and env["HF_HUB_OFFLINE"] == "1"
+    assert [d["PathOnHost"] for d in export["HostConfig"]["Devices"]] == ["/dev/neuron0"]
+    final = host.path(f"{EXPORTS}/{key}")
+    assert (final / MARKER).read_text().startswith("exported at ")
+    assert host.run(CHECK_EXPORT, str(final)).returncode == 0
+    saved = json.loads((final / "neuron_config.json").read_text())["neuron_config"]
+    assert (saved["tp_degree"], saved["batch_size"], saved["seq_len"], saved["torch_dtype"]) == (2, 4, 4096, "bfloat16")
+    # The compile, its weights per rank, and what vLLM reads of the checkpoint: not the checkpoint's weights.
+    assert sorted(str(f.relative_to(final)) for f in final.rglob("*") if f.is_file()) == sorted([
+        ".neuron-serving-complete", "config.json", "generation_config.json", "model.pt", "neuron_config.json",
+        "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json",
+        "weights/tp0_sharded_checkpoint.safetensors", "weights/tp1_sharded_checkpoint.safetensors"])
+    assert not host.path(f"{EXPORTS}/{key}.src").exists()
+
+
+def test_each_replica_serves_the_export_read_only_with_the_exports_engine_arguments_and_compiles_nothing(
+    make_host: MakeHost,
+) -> None:
+    plan = _plan()
+    host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL)
+    assert failure == ""
+    key = NXDI.export_key(plan, DLC_VLLM_0_13_0)
+    final = host.path(f"{EXPORTS}/{key}")
+    before = {f: f.stat().st_mtime_ns for f in final.rglob("*")}
+    for replica in plan.replicas:
+        result = host.run(RUN_REPLICA, str(replica.index))
+        assert result.returncode == 0, result.stderr
+    assert {f: f.stat().st_mtime_ns for f in final.rglob("*")} == before
+    created = {c["name"]: c for c in host.containers()}
+    for replica in plan.replicas:
+        container = created[f"replica-{replica.index}"]
+        config = container["HostConfig"]
+        assert [d["PathOnHost"] for d in config["Devices"]] == list(replica.device_paths)
+        assert config["PortBindings"] == {"8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(replica.port)}]}
+        assert config["Binds"] == [f"{final}:/models/{key}:ro"]
+        assert container.get("Entrypoint") in (None, [])
+        assert container["Cmd"] == ["vllm", "serve", f"/models/{key}", "--served-model-name", MODEL, "--port", "8080",
+                                    "--disable-uvicorn-access-log", "--disable-fastapi-docs", *ENGINE_ARGS]
+        env = dict(item.split("=", 1) for item in container["Env"])
+        assert env["NEURON_COMPILED_ARTIFACTS"] == f"/models/{key}"
+        assert env["NEURON_PROCESS_TAG"] == replica.name and "HF_TOKEN" not in env
+
+
+def test_ready_only_after_a_one_token_completion_of_the_served_model_through_each_replica(make_host: MakeHost) -> None:
+    plan = _plan()
+    host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL, STUB_READY_AFTER="1")
+    assert failure == ""
+    completions = [argv for argv in host.calls("curl") if argv[-1].endswith("/v1/completions")]
+    assert [argv[-1] for argv in completions] == [f"http://127.0.0.1:{r.port}/v1/completions" for r in plan.replicas]
+    for argv in completions:
+        assert json.loads(argv[argv.index("-d") + 1]) == {"model": MODEL, "prompt": "ping", "max_tokens": 1}
+    assert [s["--status"] for s in _signals(host)] == ["SUCCESS"]
+
+
+def test_a_replica_whose_export_lost_its_compile_fails_rather_than_compile_into_the_read_only_export(
+    make_host: MakeHost,
+) -> None:
+    plan = _plan()
+    host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL)
+    assert failure == ""
+    host.path(f"{EXPORTS}/{NXDI.export_key(plan, DLC_VLLM_0_13_0)}/model.pt").unlink()
+    result = host.run(RUN_REPLICA, "0")
+    assert result.returncode != 0
+    assert "Recompiling" in result.stdout and "Read-only file system" in result.stderr
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("tp_degree", 4, "neuron_config.tp_degree 4, the plan 2"),
+    ("batch_size", 8, "neuron_config.batch_size 8, the plan 4"),
+    ("save_sharded_checkpoint", False, "neuron_config.save_sharded_checkpoint False, the plan True"),
+])
+def test_check_export_refuses_a_compile_of_other_shapes_which_the_plugin_would_load_as_it_is(
+    make_host: MakeHost, field: str, value: object, said: str,
+) -> None:
+    plan = _plan()
+    host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL)
+    assert failure == ""
+    final = host.path(f"{EXPORTS}/{NXDI.export_key(plan, DLC_VLLM_0_13_0)}")
+    saved = json.loads((final / "neuron_config.json").read_text())
+    saved["neuron_config"][field] = value
+    (final / "neuron_config.json").write_text(json.dumps(saved))
+    result = host.run(CHECK_EXPORT, str(final))
+    assert result.returncode == 1 and said in result.stdout.splitlines()[-1]
+
+
+def test_a_cached_export_is_served_by_every_host_without_compiling(make_host: MakeHost) -> None:
+    plan = _plan()
+    builder, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL)
+    assert failure == ""
+    key = NXDI.export_key(plan, DLC_VLLM_0_13_0)
+    upload = builder.path(f"{EXPORTS}/{key}")
+    (upload / MARKER).unlink()
+    host = make_host(plan.instance.devices)
+    host.publish_tree(f"{CACHE}/{key}/i-0builder", upload)
+    host.publish(f"{CACHE}/{key}/COMPLETE", complete_marker(f"exports/{key}/i-0builder", upload))
+    spec = resolve_host(plan, engine="nxdi")
+    result = host.boot(render_boot_script(plan, spec, BootOptions(signal=SIGNAL, artifact_cache=CACHE)),
+                       STUB_SERVED_MODEL=MODEL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _exports(host) == []
+    assert (host.path(f"{EXPORTS}/{key}") / MARKER).read_text().startswith("downloaded from s3://")
+    for replica in plan.replicas:
+        run = host.run(RUN_REPLICA, str(replica.index))
+        assert run.returncode == 0 and "Successfully loaded pre-compiled model artifacts" in run.stdout, run.stderr
+
+
+def test_the_image_without_nxdis_kernels_on_inf2_and_trn1_compiles_with_the_attention_kernel_off() -> None:
+    plan = _plan()
+    old, new = (NXDI.neuron_config(plan, image) for image in (DLC_VLLM_0_13_0, DLC_VLLM_0_16_0))
+    assert old == {"save_sharded_checkpoint": True}
+    assert new == {"save_sharded_checkpoint": True, "attn_kernel_enabled": False}
+
+
+def test_the_fake_image_runs_only_what_the_entry_point_would_find() -> None:
+    assert NxdiImage({}).run(["python3", "-c", "1"], [], 1, {})[0] == 127
+
+
+def test_the_sdk_2_28_image_refuses_the_newest_dlamis_and_the_sdk_2_31_image_the_ubuntu_22_04_dlamis_older_driver(
+) -> None:
+    ubuntu_22, ubuntu_24 = (f"/aws/service/neuron/dlami/base/ubuntu-{v}/latest/image_id" for v in ("22.04", "24.04"))
+    check_dlami_parameter(DLC_VLLM_0_13_0, ubuntu_22)
+    check_dlami_parameter(DLC_VLLM_0_16_0, ubuntu_24)
+    check_dlami_parameter(DLC_VLLM_0_16_0, "/my-org/golden-ami")
+    with pytest.raises(ServingConfigError, match=r"rejects the Neuron runtime 2.30.51 in public.ecr.aws/neuron/"
+                       r"pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04"):
+        check_dlami_parameter(DLC_VLLM_0_13_0, ubuntu_24)
+    with pytest.raises(ServingConfigError, match=r"^dlami_parameter \('/aws/service/neuron/dlami/base/ubuntu-22.04/"
+                       r"latest/image_id'\) names a Neuron DLAMI whose driver \(aws-neuronx-dkms 2.27.4.0\) is older "
+                       r"than the Neuron runtime 2.33.10 in .* runs on \(2.28 or newer\)"):
+        check_dlami_parameter(dataclasses.replace(DLC_VLLM_0_16_0, driver_from="2.28"), ubuntu_22)
+
+
+@pytest.mark.parametrize(("image", "driver", "said"), [
+    (DLC_VLLM_0_13_0, "2.29.0.0", "rejects the Neuron runtime 2.30.51"),
+    (DLC_VLLM_0_13_0, "2.27.4.0", None),
+    (DLC_VLLM_0_16_0, "2.26.10.0", "is older than the Neuron runtime 2.33.10 of"),
+    (DLC_VLLM_0_16_0, "2.30.2.0", None),
+])
+def test_a_host_driver_the_images_runtime_cannot_use_stops_the_boot_before_the_pull(
+    make_host: MakeHost, image: ServingImage, driver: str, said: str | None,
+) -> None:
+    plan = _plan()
+    host = make_host(plan.instance.devices)
+    result = host.boot(boot_of(plan, engine="nxdi", image=image.reference), STUB_NEURON_DRIVER=driver,
+                       STUB_SERVED_MODEL=MODEL)
+    if said is None:
+        assert result.returncode == 0, result.stdout + result.stderr
+    else:
+        assert result.returncode != 0 and f"(aws-neuronx-dkms {driver}) {said}" in result.stdout
+        assert [a for a in host.calls("docker") if a[0] == "pull"] == []
+
+
+@pytest.mark.parametrize(("model_id", "degree"), [("mistralai/Mistral-7B-Instruct-v0.2", 2), ("mixtral-8x7b", 8)])
+def test_a_catalog_model_the_image_cannot_serve_stops_synth_naming_what_it_serves(model_id: str, degree: int) -> None:
+    plan = make_plan("inf2.48xlarge", degree, model_id=model_id)
+    with pytest.raises(ServingConfigError, match=r"^model_id \('.*'\) is a (mistral|mixtral) model, which "
+                       r"neuronx-distributed-inference 0.8.16251 in public.ecr.aws/neuron/.* cannot export and "
+                       r"serve; it does llama, qwen2, qwen3"):
+        resolve_host(plan, engine="nxdi")
+
+
+def _prefix_plan(**request: Any) -> ServingPlan:
+    return plan_serving(ServingRequest(MODEL, "inf2.24xlarge", tensor_parallel=2, prefix_cache_block_size=32,
+                                       **request))
+
+
+def test_with_a_prefix_cache_the_export_and_every_replica_page_the_kv_cache_in_the_same_blocks(
+    make_host: MakeHost,
+) -> None:
+    plan = _prefix_plan()
+    host = make_host(plan.instance.devices)
+    result = host.boot(boot_of(plan, BootOptions(signal=SIGNAL), engine="nxdi"), STUB_SERVED_MODEL=MODEL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    key = NXDI.export_key(plan, DLC_VLLM_0_13_0)
+    assert key != NXDI.export_key(_plan(), DLC_VLLM_0_13_0)
+    # ceil(4096 / 32) x 4 blocks: the batch at full length.
+    kv_cache = ["--enable-prefix-caching", "--block-size", "32", "--num-gpu-blocks-override", "512"]
+    [export] = _exports(host)
+    assert export["Cmd"][export["Cmd"].index("--dtype") + 2:][:5] == kv_cache
+    final = host.path(f"{EXPORTS}/{key}")
+    saved = json.loads((final / "neuron_config.json").read_text())["neuron_config"]
+    assert (saved["is_prefix_caching"], saved["pa_block_size"], saved["pa_num_blocks"]) == (True, 32, 513)
+    assert host.run(CHECK_EXPORT, str(final)).returncode == 0
+    run = host.run(RUN_REPLICA, "0")
+    assert run.returncode == 0, run.stderr
+    [replica] = [c for c in host.containers() if c["name"] == "replica-0"]
+    assert replica["Cmd"][replica["Cmd"].index("--dtype") + 2:][:5] == kv_cache
+
+
+def test_a_prefix_cache_of_more_blocks_is_its_own_compile_and_costs_its_memory() -> None:
+    least, more = _prefix_plan(), _prefix_plan(prefix_cache_blocks=2048)
+    assert NXDI.export_key(least, DLC_VLLM_0_13_0) != NXDI.export_key(more, DLC_VLLM_0_13_0)
+    assert least.request.kv_cache_tokens == (512 + 2) * 32
+    assert more.memory.kv_cache == least.memory.kv_cache * (2048 + 2) // (512 + 2)
+    with pytest.raises(ServingConfigError, match=r"^tensor_parallel \(2\) is too small for llama-3-8b"):
+        _prefix_plan(prefix_cache_blocks=40_000)
+
+
+def test_a_prefix_cache_too_small_for_the_batch_or_of_a_block_size_vllm_refuses_stops_synth() -> None:
+    with pytest.raises(ServingConfigError, match=r"^prefix_cache_blocks \(511\) must be at least 512, "
+                       r"ceil\(sequence_length / prefix_cache_block_size\) x batch_size"):
+        _prefix_plan(prefix_cache_blocks=511)
+    with pytest.raises(ServingConfigError, match=r"^prefix_cache_block_size \(24\) must be one of 8, 16, 32, 64, "
+                       r"128, 256 \(vLLM's --block-size\)"):
+        resolve_host(plan_serving(ServingRequest(MODEL, "inf2.24xlarge", tensor_parallel=2,
+                                                 prefix_cache_block_size=24)), engine="nxdi")
+    with pytest.raises(ServingConfigError, match=r"^sequence_length \(256\) must be at least 512 with prefix_caching"):
+        resolve_host(_prefix_plan(sequence_length=256), engine="nxdi")

@@ -1,0 +1,162 @@
+"""The beliefs about vLLM 0.13.0's command line that the engine for AWS's vLLM Deep Learning Container
+(pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04) rests on, checked against vLLM 0.13.0's
+real CLI through tests/harness/vllm_013.py: what `vllm serve` and `vllm run-batch` accept, refuse, and hand the
+engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = ROOT / ".tools" / "vllm-0.13.0" / "bin" / "python"
+RUNNER = ROOT / "tests" / "harness" / "vllm_013.py"
+ADDITIONAL = '{"override_neuron_config": {"save_sharded_checkpoint": true}}'
+
+
+def run(argv: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    if not PYTHON.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{PYTHON} is missing: scripts/test makes it")
+        pytest.skip(f"{PYTHON} is missing: scripts/test makes it")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "NEURON_RT_", "VLLM_"))}
+    done = subprocess.run([str(PYTHON), str(RUNNER), "--env", json.dumps(env or {}), "--json", json.dumps(argv)],
+                          capture_output=True, text=True, check=False, timeout=600,
+                          env={**clean, "HF_HOME": str(tmp_path / "hf-home"), "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def model(tmp_path: Path, name: str = "KEY") -> str:
+    """The model's folder: it must exist, as /models/KEY does in the container (see the last test)."""
+    path = tmp_path / "models" / name
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
+def serve(tmp_path: Path, *flags: str) -> list[str]:
+    return ["vllm", "serve", model(tmp_path), "--served-model-name", "meta-llama/Meta-Llama-3-8B", "--port", "8080",
+            "--tensor-parallel-size", "2", "--max-num-seqs", "4", "--max-model-len", "4096", *flags]
+
+
+NEURON_FLAGS = ("--num-gpu-blocks-override", "4", "--no-enable-prefix-caching", "--disable-uvicorn-access-log",
+                "--disable-fastapi-docs", "--additional-config", ADDITIONAL)
+
+
+def test_the_serve_command_reaches_the_engine_with_its_values(tmp_path):
+    result = run(serve(tmp_path, *NEURON_FLAGS), tmp_path)
+    assert result["exit_code"] == 0, result.get("error")
+    assert result["subcommand"] == "serve" and result["started"] == "run_server_worker"
+    assert result["platform"] == "NeuronPlatformStandIn"
+    engine = result["engine_args"]
+    assert {k: engine[k] for k in ("model", "served_model_name", "tensor_parallel_size", "max_num_seqs",
+                                   "max_model_len", "block_size", "num_gpu_blocks_override",
+                                   "enable_prefix_caching", "enable_lora", "speculative_config")} == {
+        "model": model(tmp_path), "served_model_name": ["meta-llama/Meta-Llama-3-8B"], "tensor_parallel_size": 2,
+        "max_num_seqs": 4, "max_model_len": 4096, "block_size": None, "num_gpu_blocks_override": 4,
+        "enable_prefix_caching": False, "enable_lora": None, "speculative_config": None}
+    # --additional-config's JSON arrives parsed, a dict, as the Neuron plugin reads it.
+    assert result["engine_args_types"]["additional_config"] == "dict"
+    assert engine["additional_config"] == {"override_neuron_config": {"save_sharded_checkpoint": True}}
+    # The server's own flags are not the engine's: they stay on the namespace.
+    assert {k: result["frontend"][k] for k in ("port", "disable_uvicorn_access_log", "disable_fastapi_docs")} == {
+        "port": 8080, "disable_uvicorn_access_log": True, "disable_fastapi_docs": True}
+    assert "port" not in engine and "disable_fastapi_docs" not in engine
+    assert result["server_socket"] == ["", 8080]
+
+
+def test_a_block_size_of_4096_is_refused_by_the_parser(tmp_path):
+    # vllm/config/cache.py: BlockSize = Literal[1, 8, 16, 32, 64, 128, 256], which argparse offers as its choices.
+    # (Without prefix caching, vllm-neuron's NeuronPlatform.check_and_update_config sets block_size to
+    # max_model_len itself.)
+    result = run(serve(tmp_path, "--block-size", "4096", *NEURON_FLAGS), tmp_path)
+    assert result["exit_code"] == 2 and "started" not in result
+    assert result["error"] == ("vllm serve: error: argument --block-size: invalid choice: 4096 "
+                               "(choose from 1, 8, 16, 32, 64, 128, 256)")
+
+
+def test_an_unknown_flag_is_refused_and_named(tmp_path):
+    result = run(serve(tmp_path, "--no-such-flag", "1"), tmp_path)
+    assert result["exit_code"] == 2 and "started" not in result
+    assert "--no-such-flag" in result["error"] and ": error: " in result["error"]
+
+
+def test_prefix_caching_lora_speculation_and_tool_choice_flags_parse(tmp_path):
+    lora = model(tmp_path, "lora")
+    result = run(serve(tmp_path, "--enable-prefix-caching", "--block-size", "32", "--num-gpu-blocks-override", "256",
+                       "--enable-lora", "--max-loras", "2", "--max-lora-rank", "16", "--lora-modules", f"name={lora}",
+                       "--speculative-config", '{"model": "/x", "method": "eagle", "num_speculative_tokens": 5}',
+                       "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json"), tmp_path)
+    assert result["exit_code"] == 0, result.get("error")
+    engine = result["engine_args"]
+    assert {k: engine[k] for k in ("enable_prefix_caching", "block_size", "num_gpu_blocks_override", "enable_lora",
+                                   "max_loras", "max_lora_rank")} == {
+        "enable_prefix_caching": True, "block_size": 32, "num_gpu_blocks_override": 256, "enable_lora": True,
+        "max_loras": 2, "max_lora_rank": 16}
+    # The speculative config stays the parsed dict: SpeculativeConfig is made only by create_engine_config.
+    assert engine["speculative_config"] == {"model": "/x", "method": "eagle", "num_speculative_tokens": 5}
+    assert result["engine_args_types"]["speculative_config"] == "dict"
+    assert result["frontend"]["lora_modules"] == [{"name": "name", "path": lora, "base_model_name": None}]
+    assert (result["frontend"]["enable_auto_tool_choice"], result["frontend"]["tool_call_parser"]) == (
+        True, "llama3_json")
+
+
+def test_auto_tool_choice_without_a_parser_is_refused_by_the_validate_hook(tmp_path):
+    result = run(serve(tmp_path, "--enable-auto-tool-choice"), tmp_path)
+    assert result["exit_code"] == 1 and "started" not in result
+    assert result["error"] == "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser"
+
+
+def test_an_unregistered_tool_call_parser_is_refused_before_the_port_is_bound(tmp_path):
+    # The parser takes any name; api_server.py's validate_api_server_args refuses it in setup_server.
+    result = run(serve(tmp_path, "--enable-auto-tool-choice", "--tool-call-parser", "no_such_parser"), tmp_path)
+    assert result["exit_code"] == 1 and "server_socket" not in result and "started" not in result
+    assert result["error"].startswith("KeyError: 'invalid tool call parser: no_such_parser")
+    assert "llama3_json" in result["error"]
+
+
+def batch(tmp_path: Path, *flags: str) -> list[str]:
+    return ["vllm", "run-batch", "-i", "/dev/null", "-o", "/dev/null", "--model", model(tmp_path, "KEY.src"),
+            "--tensor-parallel-size", "2", "--max-num-seqs", "4", "--max-model-len", "4096", *flags]
+
+
+def test_run_batch_with_no_requests_completes_without_a_request_to_the_engine(tmp_path):
+    result = run(batch(tmp_path, "--num-gpu-blocks-override", "4", "--no-enable-prefix-caching",
+                       "--additional-config", ADDITIONAL), tmp_path)
+    assert result["exit_code"] == 0, result.get("error")
+    assert result["subcommand"] == "run-batch"
+    assert result["run_batch"] == {
+        "engine_started_with": {"usage_context": "OPENAI_BATCH_RUNNER", "disable_frontend_multiprocessing": False,
+                                "client_config": None},
+        "calls": ["get_supported_tasks"], "completed": True, "engine_closed": True}
+    engine = result["engine_args"]
+    assert {k: engine[k] for k in ("model", "tensor_parallel_size", "max_num_seqs", "max_model_len",
+                                   "num_gpu_blocks_override", "enable_prefix_caching", "additional_config")} == {
+        "model": model(tmp_path, "KEY.src"), "tensor_parallel_size": 2, "max_num_seqs": 4, "max_model_len": 4096,
+        "num_gpu_blocks_override": 4, "enable_prefix_caching": False,
+        "additional_config": {"override_neuron_config": {"save_sharded_checkpoint": True}}}
+
+
+@pytest.mark.parametrize("flags", [("--disable-uvicorn-access-log",), ("--disable-fastapi-docs",),
+                                   ("--lora-modules", "name=/x"), ("--enable-auto-tool-choice",)])
+def test_run_batch_refuses_the_servers_own_flags(tmp_path, flags):
+    # run_batch.py's make_arg_parser has its own flags and AsyncEngineArgs', not serve's FrontendArgs.
+    result = run(batch(tmp_path, *flags), tmp_path)
+    assert result["exit_code"] == 2 and "run_batch" not in result
+    # The top parser reports what no subparser took: "vllm: error:", not "vllm run-batch: error:".
+    assert result["error"].startswith("vllm: error: unrecognized arguments: " + flags[0])
+
+
+def test_a_missing_model_folder_fails_before_the_engine_when_the_hub_is_offline(tmp_path):
+    # EngineArgs.__post_init__ (vllm/engine/arg_utils.py), with HF_HUB_OFFLINE=1 as the replicas run: a model
+    # that is not a path on disk is looked up in the Hub's cache (get_model_path), where an absolute path is no
+    # repository id.
+    result = run(["vllm", "serve", str(tmp_path / "absent"), "--port", "8080"], tmp_path, env={"HF_HUB_OFFLINE": "1"})
+    assert result["exit_code"] == 1 and "engine_args" not in result
+    assert result["error"].startswith("huggingface_hub.errors.HFValidationError: Repo id must be")

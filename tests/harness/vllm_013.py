@@ -42,9 +42,19 @@ What is replaced (only what would start an engine or a server):
   create the engine config and start ``AsyncLLM``) yields ``FakeEngineClient``: a Llama model config's few fields
   the serving objects read, and the tasks a generative model supports (``generate``). No request reaches it: with a
   request, ``run_batch`` would call its ``generate``, which it does not have.
+  ``run_batch`` is wrapped (the real one runs inside) to record that it returned and the output's line count.
 - ``prometheus_client.start_http_server`` (run-batch's ``--enable-metrics``) is recorded, not run.
+- The platform: vllm-neuron's ``vllm.platform_plugins`` entry point is imitated by package metadata that names
+  ``register`` here, whose ``NeuronPlatformStandIn`` has the class attributes of vllm-neuron's ``NeuronPlatform``
+  (an out-of-tree platform of device type ``cpu``) and none of its methods. Without a platform vLLM 0.13.0 cannot
+  build its parsers (``DeviceConfig``'s default asks for the device type).
 
-vLLM reads no model files on this path; ``HF_HUB_OFFLINE=1`` is set all the same, unless ``--env`` says otherwise.
+Versions: vllm 0.13.0 (PyPI), torch 2.13.0 CPU in place of the 2.9.0 it pins (this machine's wheel), the rest as
+requirements-vllm-0.13.0.txt says; Python 3.11 here, 3.12 in the image.
+
+vLLM reads no model files on this path, but ``HF_HUB_OFFLINE=1`` (set unless ``--env`` says otherwise, as the
+replicas run) makes ``EngineArgs.__post_init__`` look a model that is not an existing path up in the Hub's cache
+(``get_model_path``): give the model as a folder that exists.
 """
 
 from __future__ import annotations

@@ -160,3 +160,39 @@ def test_a_missing_model_folder_fails_before_the_engine_when_the_hub_is_offline(
     result = run(["vllm", "serve", str(tmp_path / "absent"), "--port", "8080"], tmp_path, env={"HF_HUB_OFFLINE": "1"})
     assert result["exit_code"] == 1 and "engine_args" not in result
     assert result["error"].startswith("huggingface_hub.errors.HFValidationError: Repo id must be")
+
+
+# -- the nxdi engine's own command lines (neuron_serving.plan.engines.nxdi), as the boot renders them -------------
+
+
+def _nxdi_plan(**request: Any):
+    from neuron_serving.plan import ServingRequest, plan_serving
+
+    return plan_serving(ServingRequest("NousResearch/Meta-Llama-3-8B-Instruct", "inf2.24xlarge", tensor_parallel=2,
+                                       **request))
+
+
+@pytest.mark.parametrize("prefix_cache", [None, 32])
+def test_the_nxdi_engines_export_and_replica_commands_reach_vllm_0_13_0s_engine_with_the_plans_values(
+    tmp_path, prefix_cache,
+):
+    from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_13_0, NXDI
+
+    plan = _nxdi_plan(prefix_cache_block_size=prefix_cache)
+    wanted = {"tensor_parallel_size": 2, "max_num_seqs": 4, "max_model_len": 4096, "dtype": "bfloat16",
+              "enable_prefix_caching": prefix_cache is not None, "block_size": prefix_cache,
+              "num_gpu_blocks_override": 512 if prefix_cache else 4,
+              "additional_config": {"override_neuron_config": {"save_sharded_checkpoint": True}}}
+    replica = run(list(NXDI.replica_command(plan, DLC_VLLM_0_13_0, model(tmp_path))), tmp_path,
+                  env={"HF_HUB_OFFLINE": "1"})
+    assert replica["exit_code"] == 0, replica.get("error")
+    assert {k: replica["engine_args"][k] for k in wanted} == wanted
+    assert replica["engine_args"]["served_model_name"] == [plan.model_id]
+    assert replica["server_socket"] == ["", 8080]
+    source, output = model(tmp_path, "KEY.src"), model(tmp_path, "KEY.tmp")
+    export = run(["vllm", *NXDI.export_arguments(plan, DLC_VLLM_0_13_0, source, output)], tmp_path,
+                 env={"HF_HUB_OFFLINE": "1"})
+    assert export["exit_code"] == 0, export.get("error")
+    assert export["run_batch"]["completed"] and export["run_batch"]["calls"] == ["get_supported_tasks"]
+    assert {k: export["engine_args"][k] for k in wanted} == wanted
+    assert export["engine_args"]["model"] == source

@@ -259,3 +259,10 @@ def test_a_prefix_cache_where_it_cannot_be_is_refused_naming_the_setting():
     with pytest.raises(ServingConfigError, match=r"^prefix_cache_blocks \(900\) applies only with prefix_caching, "
                                                  r"which is false$"):
         _settings(engine="nxdi", prefix_caching="false", prefix_cache_blocks="900")
+
+
+def test_the_tool_call_parser_reaches_the_request_and_only_nxdi_takes_one():
+    assert _settings(engine="nxdi", tool_call_parser="hermes").request.tool_call_parser == "hermes"
+    with pytest.raises(ServingConfigError, match=r"^tool_call_parser \('hermes'\) does not apply to engine tgi; "
+                                                 r"it applies to engine nxdi$"):
+        _settings(engine="tgi", tool_call_parser="hermes")

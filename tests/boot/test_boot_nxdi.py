@@ -266,3 +266,34 @@ def test_a_prefix_cache_too_small_for_the_batch_or_of_a_block_size_vllm_refuses_
                                                  prefix_cache_block_size=24)), engine="nxdi")
     with pytest.raises(ServingConfigError, match=r"^sequence_length \(256\) must be at least 512 with prefix_caching"):
         resolve_host(_prefix_plan(sequence_length=256), engine="nxdi")
+
+
+@pytest.mark.parametrize(("model_id", "asked", "parser"), [
+    ("NousResearch/Meta-Llama-3-8B-Instruct", None, None),  # Llama 3.0: no tool calls in its chat template
+    ("llama-3.1-8b", None, "llama3_json"),
+    ("llama-3.2-1b", None, "llama3_json"),
+    ("qwen2.5-7b", None, "hermes"),
+    ("llama-3.1-8b", "none", None),
+    ("NousResearch/Meta-Llama-3-8B-Instruct", "pythonic", "pythonic"),
+])
+def test_each_replica_reads_tool_calls_with_the_models_parser_unless_told(
+    model_id: str, asked: str | None, parser: str | None,
+) -> None:
+    plan = plan_serving(ServingRequest(model_id, "inf2.24xlarge", tensor_parallel=2, tool_call_parser=asked))
+    resolve_host(plan, engine="nxdi")
+    command = NXDI.replica_command(plan, DLC_VLLM_0_13_0, "/models/key")
+    flags = ["--enable-auto-tool-choice", "--tool-call-parser", parser] if parser else []
+    assert [w for w in command if w in ("--enable-auto-tool-choice", "--tool-call-parser")] == flags[:2]
+    if parser:
+        assert command[command.index("--tool-call-parser") + 1] == parser
+    # Serving only: the export, and so its key, is the same whatever reads the tool calls.
+    export = NXDI.export_arguments(plan, DLC_VLLM_0_13_0, "/s", "/o")
+    assert "--tool-call-parser" not in export and "--enable-auto-tool-choice" not in export
+
+
+def test_a_tool_call_parser_vllm_does_not_register_stops_synth_naming_the_ones_it_does() -> None:
+    plan = plan_serving(ServingRequest("llama-3.1-8b", "inf2.24xlarge", tensor_parallel=2,
+                                       tool_call_parser="llama3"))
+    with pytest.raises(ServingConfigError, match=r"^tool_call_parser \('llama3'\) must be none or one of vLLM "
+                       r"0.13.0's parsers: deepseek_v3, .*llama3_json, "):
+        resolve_host(plan, engine="nxdi")

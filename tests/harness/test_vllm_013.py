@@ -196,3 +196,25 @@ def test_the_nxdi_engines_export_and_replica_commands_reach_vllm_0_13_0s_engine_
     assert export["run_batch"]["completed"] and export["run_batch"]["calls"] == ["get_supported_tasks"]
     assert {k: export["engine_args"][k] for k in wanted} == wanted
     assert export["engine_args"]["model"] == source
+
+
+@pytest.mark.parametrize(("model_id", "parser"), [("llama-3.1-8b", "llama3_json"), ("qwen2.5-7b", "hermes")])
+def test_the_nxdi_engines_tool_call_parser_for_the_model_is_one_vllm_0_13_0_serves_with(tmp_path, model_id, parser):
+    from neuron_serving.plan import ServingRequest, plan_serving
+    from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_13_0, NXDI
+
+    plan = plan_serving(ServingRequest(model_id, "inf2.24xlarge", tensor_parallel=2))
+    result = run(list(NXDI.replica_command(plan, DLC_VLLM_0_13_0, model(tmp_path))), tmp_path,
+                 env={"HF_HUB_OFFLINE": "1"})
+    assert result["exit_code"] == 0, result.get("error")
+    # validate_api_server_args accepted the parser: the server went on to bind its port.
+    assert result["server_socket"] == ["", 8080]
+    assert (result["frontend"]["enable_auto_tool_choice"], result["frontend"]["tool_call_parser"]) == (True, parser)
+
+
+def test_the_tool_call_parsers_the_library_accepts_are_exactly_those_vllm_0_13_0_registers(tmp_path):
+    from neuron_serving.plan.engines.nxdi import TOOL_CALL_PARSERS
+
+    result = run(serve(tmp_path, "--enable-auto-tool-choice", "--tool-call-parser", "no_such_parser"), tmp_path)
+    registered = result["error"].partition("(chose from {")[2].partition("}")[0]
+    assert sorted(name.strip() for name in registered.split(",")) == sorted(TOOL_CALL_PARSERS)

@@ -59,6 +59,9 @@ class ServingRequest:
     :param prefix_cache_blocks: the blocks of that cache. Default: as many as the running batch
         needs, ``ceil(sequence_length / prefix_cache_block_size) * batch_size``; more keep more
         prefixes, at their memory's cost.
+    :param tool_call_parser: how the server reads the tool calls a model generates: a parser's name,
+        or ``none`` for no tool calling. Default: the engine's choice for the model. Serving only: the
+        planner does not use it.
     """
 
     model_id: str
@@ -73,6 +76,7 @@ class ServingRequest:
     first_replica_port: int = DEFAULT_FIRST_REPLICA_PORT
     prefix_cache_block_size: int | None = None
     prefix_cache_blocks: int | None = None
+    tool_call_parser: str | None = None
 
     @property
     def effective_max_input_tokens(self) -> int:

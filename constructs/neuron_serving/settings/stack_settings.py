@@ -210,6 +210,9 @@ class StackSettings:
         `--num-gpu-blocks-override`): at least what the batch needs at full length; more keep more prefixes, and
         take device memory, which the planner counts. `nxdi` only.""",
         shown="`ceil(sequence_length / prefix_cache_block_size) x batch_size`")
+    tool_call_parser: str | None = setting(None, """How the server reads the tool calls the model generates, for
+        OpenAI's `tools` and `tool_choice: "auto"`: one of vLLM's parsers (`llama3_json`, `hermes`...), or `none`.
+        `nxdi` only.""", shown="`llama3_json` for Llama 3, `hermes` for Qwen 2.5 and 3, else `none` (with `nxdi`)")
     hf_token_secret: str | None = setting(None, """Name or ARN of a Secrets Manager secret that holds a Hugging
         Face token, for gated models. It is read on the host; the token never appears in user data or the
         template.""", check=identifiers.secret)
@@ -438,6 +441,7 @@ class StackSettings:
             tensor_parallel=self.tensor_parallel, model_config=self.model_config,
             prefix_cache_block_size=self.prefix_cache_block_size if self.prefix_cache_kept else None,
             prefix_cache_blocks=self.prefix_cache_blocks if self.prefix_cache_kept else None,
+            tool_call_parser=self.tool_call_parser,
         )
 
     @property

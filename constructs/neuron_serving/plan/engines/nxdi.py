@@ -138,6 +138,32 @@ MIN_PREFIX_CACHE_SEQUENCE = 512
 requirement of minimal 512 to use the FA kernel", modules/autobucketing.py at cd3abf3): a shorter
 sequence has no bucket."""
 
+TOOL_CALL_PARSERS = (
+    "deepseek_v3", "deepseek_v31", "deepseek_v32", "ernie45", "gigachat3", "glm45", "granite", "granite-20b-fc",
+    "hermes", "hunyuan_a13b", "internlm", "jamba", "kimi_k2", "llama3_json", "llama4_json", "llama4_pythonic",
+    "longcat", "minimax", "minimax_m2", "mistral", "olmo3", "openai", "phi4_mini_json", "pythonic", "qwen3_coder",
+    "qwen3_xml", "seed_oss", "step3", "xlam",
+)
+"""The tool call parsers vLLM 0.13.0 registers (vllm/tool_parsers/__init__.py, ``_TOOL_PARSERS_TO_REGISTER``);
+the server refuses any other name before it binds its port (vllm/entrypoints/openai/api_server.py,
+``validate_api_server_args``; tests/harness/test_vllm_013.py)."""
+
+TOOL_CALL_FORMATS = (
+    # Llama 3.1 and later (Llama 3's 128256-token vocabulary, a context of 128K: Llama 3.0 has 8K and
+    # no tool calls in its chat template) write JSON tool calls, which llama3_json reads ("Tool
+    # parser for Llama 3.x and 4 models", vllm/tool_parsers/llama_tool_parser.py in vLLM 0.13.0; its
+    # docs, features/tool_calling.md, "Llama Models (llama3_json)"), from their own chat template.
+    ("llama", 128256, 131072, "llama3_json"),
+    # Qwen 2.5 and Qwen 3 write Hermes-style <tool_call> blocks (vLLM's docs, "Qwen Models": hermes).
+    ("qwen2", None, None, "hermes"),
+    ("qwen3", None, None, "hermes"),
+)
+"""Each model type (with the vocabulary and the least context that tell generations apart, where
+they must) whose tool calls a parser reads, by default. Tool choices ``"required"`` or a named
+function are not enforced by this image: the plugin ignores vLLM's structured-output mask under
+on-device sampling (vllm-neuron release-0.4.1, vllm_neuron/worker/neuronx_distributed_model_runner.py:
+"The grammar bitmask will be ignored")."""
+
 ATTENTION_KERNEL_OFF_FROM = "0.10"
 """NxD Inference 0.9 (SDK 2.29) and later turn an NKI attention kernel on by themselves for contexts
 of 4096 tokens or more (neuronx-distributed-inference modules/attention/attention_base.py,
@@ -161,14 +187,16 @@ class Nxdi(VllmServer):
     prefix_caching = True
 
     def check_plan(self, plan: ServingPlan, image: ServingImage) -> None:
-        block = plan.request.prefix_cache_block_size
-        if block is None:
-            return
         problems = []
-        if block not in BLOCK_SIZES:
+        parser = plan.request.tool_call_parser
+        if parser is not None and parser != "none" and parser not in TOOL_CALL_PARSERS:
+            problems.append(problem("tool_call_parser", parser, f"must be none or one of vLLM 0.13.0's parsers: "
+                                    f"{', '.join(TOOL_CALL_PARSERS)}"))
+        block = plan.request.prefix_cache_block_size
+        if block is not None and block not in BLOCK_SIZES:
             problems.append(problem("prefix_cache_block_size", block, "must be one of "
                                     f"{', '.join(map(str, BLOCK_SIZES))} (vLLM's --block-size)"))
-        if plan.sequence_length < MIN_PREFIX_CACHE_SEQUENCE:
+        if block is not None and plan.sequence_length < MIN_PREFIX_CACHE_SEQUENCE:
             problems.append(problem("sequence_length", plan.sequence_length, f"must be at least "
                                     f"{MIN_PREFIX_CACHE_SEQUENCE} with prefix_caching: NxD Inference's buckets "
                                     "of a prefix cache start there; turn prefix_caching off for shorter sequences"))
@@ -288,13 +316,31 @@ class Nxdi(VllmServer):
             **_QUIET,
         }
 
+    @staticmethod
+    def tool_call_parser(plan: ServingPlan) -> str | None:
+        """The parser of the model's tool calls, or None: the one asked for, else the model's own
+        format's (:data:`TOOL_CALL_FORMATS`)."""
+        asked = plan.request.tool_call_parser
+        if asked is not None:
+            return None if asked == "none" else asked
+        model = plan.model
+        for model_type, vocab_size, context, parser in TOOL_CALL_FORMATS:
+            if (model.model_type == model_type and vocab_size in (None, model.vocab_size)
+                    and model.max_position_embeddings >= (context or 0)):
+                return parser
+        return None
+
     def replica_command(self, plan: ServingPlan, image: ServingImage, model_dir: str) -> tuple[str, ...]:
         # The image's entry point runs its arguments (common/vllm_entrypoint.py:
         # subprocess.check_call(sys.argv[1:])). vLLM 0.13.0 vllm/entrypoints/openai/cli_args.py: the
         # served name is what clients send as `model`; no access log of every health check and
         # scrape, no /docs, /redoc, /openapi.json.
+        # Tool calls are read by the server from the generated text (vllm/entrypoints/openai/serving_chat.py
+        # with vllm/tool_parsers/), after the compile: they change nothing the export holds.
+        parser = self.tool_call_parser(plan)
+        tools = ("--enable-auto-tool-choice", "--tool-call-parser", parser) if parser else ()
         return ("vllm", "serve", model_dir, "--served-model-name", plan.model_id, "--port", str(CONTAINER_PORT),
-                "--disable-uvicorn-access-log", "--disable-fastapi-docs", *self.engine_arguments(plan, image))
+                "--disable-uvicorn-access-log", "--disable-fastapi-docs", *tools, *self.engine_arguments(plan, image))
 
 
 _QUIET = {

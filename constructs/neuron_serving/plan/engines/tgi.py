@@ -111,7 +111,7 @@ class Tgi(Engine):
     })
     # No prefix cache: optimum-neuron 0.3.0 keeps one KV cache of max_batch_size x sequence_length
     # (optimum/neuron/models/inference/backend/modules/kvcache/kv_cache_manager.py, KVCacheManager).
-    unused_settings = ("prefix_cache_block_size", "prefix_cache_blocks")
+    unused_settings = ("prefix_cache_block_size", "prefix_cache_blocks", "tool_call_parser")
     # router/src/server.rs at v3.3.5: GET /info answers the ``Info`` of router/src/lib.rs, whose
     # model_id vLLM never serves (vLLM 0.11.0 has no /info route: vllm/entrypoints/openai/api_server.py).
     probe = EngineProbe("/info", "model_id")

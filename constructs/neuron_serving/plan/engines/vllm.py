@@ -184,7 +184,8 @@ class Vllm(VllmServer):
     min_batch_size = MIN_BATCH_SIZE
     # optimum-neuron 0.4.5's vLLM plugin serves no prefix cache (optimum/neuron/vllm/platform.py: "Disable
     # prefix-caching as it's not supported on optimum-neuron").
-    unused_settings = (*VllmServer.unused_settings, "prefix_cache_block_size", "prefix_cache_blocks")
+    unused_settings = (*VllmServer.unused_settings, "prefix_cache_block_size", "prefix_cache_blocks",
+                       "tool_call_parser")
 
     def check_plan(self, plan: ServingPlan, image: ServingImage) -> None:
         problems = []

@@ -36,7 +36,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"e0c183e7eeb469c40b639ec2e75cea72be9f4227154ace05b123ab8c726e0589  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"8c29d5a479fd7d088fb0f836ff9d9bdebab00d552a3a4baa4a35a1e570a00b67  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -567,7 +567,7 @@ args+=(--log-driver awslogs --log-opt "awslogs-region=$REGION" --log-opt "awslog
   --log-opt "awslogs-stream=$INSTANCE_ID/replica-$i" --log-opt mode=non-blocking --log-opt max-buffer-size=4m)
 exec docker run --rm --name "replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:8080" \
   -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" "$IMAGE" \
-  vllm serve "/models/$key" --served-model-name meta-llama/Llama-3.1-8B-Instruct --port 8080 --disable-uvicorn-access-log --disable-fastapi-docs --tensor-parallel-size 4 --max-num-seqs 4 --max-model-len 4096 --dtype bfloat16 --num-gpu-blocks-override 4 --no-enable-prefix-caching --additional-config '{"override_neuron_config":{"save_sharded_checkpoint":true}}'
+  vllm serve "/models/$key" --served-model-name meta-llama/Llama-3.1-8B-Instruct --port 8080 --disable-uvicorn-access-log --disable-fastapi-docs --enable-auto-tool-choice --tool-call-parser llama3_json --tensor-parallel-size 4 --max-num-seqs 4 --max-model-len 4096 --dtype bfloat16 --num-gpu-blocks-override 4 --no-enable-prefix-caching --additional-config '{"override_neuron_config":{"save_sharded_checkpoint":true}}'
 # ==> /opt/neuron-serving/bin/start-monitoring <==
 #!/bin/bash
 # Ships the host's logs and publishes its metrics, for the boot script's monitoring step, which

@@ -228,6 +228,28 @@ def test_a_replica_failing_its_generations_is_counted_in_the_throughput_profiles
     assert GENERATION_ERROR in profile["first_error"]
 
 
+def test_a_shared_prefix_workload_puts_one_of_the_prefixes_before_every_prompt(tmp_path, start_router):
+    # What a prefix cache (engine nxdi) is measured with: guidellm's synthetic prefixes, through the real router.
+    router = start_router("nxdi", replicas=1)
+    with guidellm_settings():
+        ran = bench("--url", f"http://127.0.0.1:{router.port}", "--profiles", "synchronous", "--max-requests", "6",
+                    "--input-tokens", "16", "--output-tokens", "4", "--prefix-tokens", "64", "--prefix-count", "2",
+                    "--max-seconds", "30", "--results-dir", str(tmp_path / "results"))
+    assert ran.code == 0, ran.err
+    scenario = json.loads((tmp_path / "results" / "synchronous.scenario.json").read_text())
+    [data] = scenario["spec"]["data"]
+    assert (data["prompt_tokens"], data["prefix_tokens"], data["prefix_count"]) == (16, 64, 2)
+    prompts = [s.prompt for fake in router.replicas.values() for s in fake.served
+               if s.path == "/v1/completions" and s.prompt]
+    assert len(prompts) >= 6
+    # Two prefixes of 64 tokens, each followed by a prompt of 16 of its own.
+    heads = {p[:120] for p in prompts}
+    assert len(heads) == 2 and len(set(prompts)) == len(prompts)
+    document = json.loads((tmp_path / "results" / "bench.json").read_text())
+    assert (document["workload"]["prefix_tokens"], document["workload"]["prefix_count"]) == (64, 2)
+    assert "after a shared prefix of 64 (2 distinct)" in ran.out
+
+
 def test_with_stack_the_url_key_and_layout_come_from_its_outputs_and_given_rates_run_at_constant_rate(
         tmp_path, aws_for: Callable[..., AwsEmulator], monkeypatch, start_router):
     key = api_keys.new_key()

@@ -74,6 +74,8 @@ class Served:
     started: float
     headers: tuple[tuple[str, str], ...] = ()
     """The request's headers as the replica received them (names in lower case)."""
+    prompt: str | None = None
+    """The OpenAI completion's ``prompt``, where a fake records it (tests/router/fake_vllm.py)."""
 
 
 def received(headers: Any) -> tuple[tuple[str, str], ...]:

@@ -68,7 +68,8 @@ class _VllmHandler(_Handler):
         requested = body.get("max_completion_tokens", body.get("max_tokens", 16)) if chat else body.get(
             "max_tokens", 16)
         tokens = min(requested, MAX_TOKENS) if isinstance(requested, int) and requested > 0 else 16
-        replica._begin(Served("POST", self.path, time.monotonic(), received(self.headers)))
+        prompt = body.get("prompt") if isinstance(body.get("prompt"), str) else None
+        replica._begin(Served("POST", self.path, time.monotonic(), received(self.headers), prompt))
         if body.get("stream"):
             options = body.get("stream_options")
             usage = isinstance(options, dict) and options.get("include_usage") is True

@@ -26,6 +26,7 @@ from recording import RecordingRelay
 from benchmarks.router import free_port_block
 from neuron_serving.plan import ServingPlan, ServingRequest, plan_serving
 from neuron_serving.plan.engines import Engine, engine
+from neuron_serving.plan.engines.vllm import VllmServer
 from neuron_serving.render.router import ROUTER_USER, render_router_config
 
 TEST_CHECK_INTERVAL_MS = 200
@@ -207,7 +208,8 @@ def launch_router(haproxy: str, workdir: Path, replicas: int = 3, token_delay: f
     config_path.write_text(config)
     log_path = workdir / f"haproxy-{base}.log"
 
-    fake = FakeVllm if serving.name == "vllm" else FakeTgi
+    # Every engine that runs vLLM's OpenAI server (vllm, nxdi) is played by the vLLM fake.
+    fake = FakeVllm if isinstance(serving, VllmServer) else FakeTgi
     fake_ports = {r.name: metrics_port + 1 + i if record else r.port for i, r in enumerate(plan.replicas)}
     fakes = {r.name: fake(r.name, fake_ports[r.name], token_delay) for r in plan.replicas}
     recorders = {r.name: RecordingRelay(r.port, fake_ports[r.name], serving.health_path)

@@ -91,6 +91,11 @@ def register(commands: Any) -> None:
                               help=f"standard deviation of the {kind} tokens (default: 0, all equal)")
         workload.add_argument(f"--{kind}-min", type=_positive, metavar="N", help=f"fewest {kind} tokens")
         workload.add_argument(f"--{kind}-max", type=_positive, metavar="N", help=f"most {kind} tokens")
+    workload.add_argument("--prefix-tokens", type=_count, default=0, metavar="N",
+                          help="tokens of a prefix the requests share, before each prompt's own tokens: the "
+                               "workload a prefix cache (prefix_caching, engine nxdi) serves faster (default: 0)")
+    workload.add_argument("--prefix-count", type=_positive, default=1, metavar="N",
+                          help="distinct prefixes, one per request in turn (default: 1)")
     workload.add_argument("--route", choices=tuple(ROUTES), default="completions",
                           help="the OpenAI-compatible route: completions (/v1/completions, the default: the prompt "
                                "alone) or chat (/v1/chat/completions: the model's chat template adds its tokens)")
@@ -210,7 +215,8 @@ def command(args: argparse.Namespace) -> int:
     printer = Printer(args.output)
     key = args.api_key or os.environ.get(args.api_key_env) or None
     workload = Workload(Tokens(args.input_tokens, args.input_stdev, args.input_min, args.input_max),
-                        Tokens(args.output_tokens, args.output_stdev, args.output_min, args.output_max))
+                        Tokens(args.output_tokens, args.output_stdev, args.output_min, args.output_max),
+                        args.prefix_tokens, args.prefix_count)
 
     def run() -> int:
         try:
@@ -256,7 +262,8 @@ def bench(args: argparse.Namespace, workload: Workload, key: str | None) -> dict
     measured.sort(key=lambda m: (PROFILES.index(m.profile), m.rate or 0.0))
     document: dict[str, Any] = {
         "url": endpoint.url, "engine": serving.name, "model": model, "route": ROUTES[args.route],
-        "workload": {"input_tokens": asdict(workload.input), "output_tokens": asdict(workload.output)},
+        "workload": {"input_tokens": asdict(workload.input), "output_tokens": asdict(workload.output),
+                     "prefix_tokens": workload.prefix_tokens, "prefix_count": workload.prefix_count},
         "layout": {**layout_document(plan), "engine": serving.name} if plan else None, "layout_source": layout_source,
         "predictions": predictions, "instances": {"count": fleet.instances, "source": fleet.source},
         "profiles": [_profile_document(m, _predicted(m, plan, fleet.instances, args.max_concurrency))
@@ -352,7 +359,9 @@ def _layout_predictions(plan: ServingPlan | None, workload: Workload) -> dict[st
     saturation). None without a layout."""
     if plan is None:
         return None
-    mean = performance.Workload(round(workload.input.mean), round(workload.output.mean))
+    # The prefix is part of each prompt. The model prefills every prompt token: what a prefix cache
+    # saves is not predicted yet, so a shared prefix's effect shows as the measured TTFT below this one.
+    mean = performance.Workload(round(workload.mean_input_tokens), round(workload.output.mean))
     try:
         prediction = performance.predict(plan, mean)
     except ServingConfigError as err:
@@ -469,8 +478,10 @@ def _point(profile: dict[str, Any]) -> Point:
 
 def _title(document: dict[str, Any]) -> str:
     workload = document["workload"]
+    prefix = workload.get("prefix_tokens")
+    shared = (f" after a shared prefix of {prefix} ({workload['prefix_count']} distinct)" if prefix else "")
     return (f"{document['engine']} at {document['url']}, {document['route']}: {_tokens(workload['input_tokens'])} "
-            f"input and {_tokens(workload['output_tokens'])} output tokens")
+            f"input{shared} and {_tokens(workload['output_tokens'])} output tokens")
 
 
 def _tokens(tokens: dict[str, Any]) -> str:

@@ -78,10 +78,27 @@ class Tokens:
 
 @dataclass(frozen=True)
 class Workload:
-    """The synthetic requests: prompt and output token counts."""
+    """The synthetic requests: prompt and output token counts.
+
+    :param prefix_tokens: tokens of a prefix that requests share, put before each prompt: guidellm
+        0.8.1 makes ``prefix_count`` prefixes of that many tokens and gives each request one of them
+        (guidellm/schemas/data/deserializers/synthetic.py, ``SyntheticTextDataArgs.prefix_tokens`` and
+        ``prefix_count``; guidellm/data/deserializers/synthetic.py, ``_create_prefix_iter``), before
+        its own prompt, joined by a space on the completions route and as the system message on the
+        chat route (guidellm/backends/openai/request_handlers.py). What a prefix cache serves.
+        Default: 0, no prefix.
+    :param prefix_count: how many distinct prefixes. Default: 1.
+    """
 
     input: Tokens
     output: Tokens
+    prefix_tokens: int = 0
+    prefix_count: int = 1
+
+    @property
+    def mean_input_tokens(self) -> float:
+        """A request's mean prompt tokens, its prefix included."""
+        return self.input.mean + self.prefix_tokens
 
 
 @dataclass(frozen=True)
@@ -174,7 +191,9 @@ def scenario(*, target: str, model: str, route: str, workload: Workload, profile
                     "verify": True},
         "profile": profile,
         "data": [{"kind": "synthetic_text", **workload.input.fields("prompt_tokens"),
-                  **workload.output.fields("output_tokens")}],
+                  **workload.output.fields("output_tokens"),
+                  **({"prefix_tokens": workload.prefix_tokens, "prefix_count": workload.prefix_count}
+                     if workload.prefix_tokens else {})}],
         "tokenizer": {"kind": "huggingface_auto", "model": str(tokenizer)},
         "constraints": constraints,
         # sample_size 0 keeps every request's timings and counts but not its prompt and output

@@ -266,3 +266,20 @@ def test_the_tool_call_parser_reaches_the_request_and_only_nxdi_takes_one():
     with pytest.raises(ServingConfigError, match=r"^tool_call_parser \('hermes'\) does not apply to engine tgi; "
                                                  r"it applies to engine nxdi$"):
         _settings(engine="tgi", tool_call_parser="hermes")
+
+
+def test_nxdi_whose_compiles_have_no_hub_cache_refuses_its_settings():
+    with pytest.raises(ServingConfigError, match=r"^hub_compile_cache_repo \('me/cache'\) does not apply to engine "
+                                                 r"nxdi; it applies to engine tgi, vllm$"):
+        _settings(engine="nxdi", hub_compile_cache_repo="me/cache")
+    with pytest.raises(ServingConfigError, match=r"^hub_compile_cache \(False\) does not apply to engine nxdi"):
+        _settings(engine="nxdi", hub_compile_cache="false")
+
+
+def test_an_objective_with_nxdis_prefix_cache_chooses_among_the_sequences_and_batches_it_compiles():
+    # A short workload would let the objective choose 256 tokens, below a prefix cache's first bucket.
+    settings = _settings(engine="nxdi", objective="latency", workload_input_tokens="100", workload_output_tokens="50")
+    assert settings.space.min_sequence_length == 512
+    assert settings.request.prefix_cache_block_size == 32
+    assert _settings(engine="tgi", objective="latency").space.min_sequence_length == 1
+    assert _settings(engine="nxdi", prefix_caching="false", objective="latency").space.min_sequence_length == 1

@@ -4,7 +4,6 @@ on that export, read-only, with the same engine arguments, and compiles nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -39,8 +38,8 @@ def _boot(make_host: MakeHost, plan: ServingPlan, **knobs: str) -> tuple[Host, s
     return host, result.stdout + result.stderr if result.returncode else ""
 
 
-def _exports(host: Host) -> list[dict[str, object]]:
-    return [c for c in host.containers() if c.get("Entrypoint") == ["vllm"]]
+def _exports(host: Host) -> list[dict[str, Any]]:
+    return [c for c in host.containers() if c.get("Cmd", [None])[0] == "run-batch"]
 
 
 def _signals(host: Host) -> list[dict[str, str]]:
@@ -93,8 +92,9 @@ def test_each_replica_serves_the_export_read_only_with_the_exports_engine_argume
         assert [d["PathOnHost"] for d in config["Devices"]] == list(replica.device_paths)
         assert config["PortBindings"] == {"8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(replica.port)}]}
         assert config["Binds"] == [f"{final}:/models/{key}:ro"]
-        assert container.get("Entrypoint") in (None, [])
-        assert container["Cmd"] == ["vllm", "serve", f"/models/{key}", "--served-model-name", MODEL, "--port", "8080",
+        # vLLM itself is PID 1, so that docker stop's SIGTERM reaches it (Nxdi.replica_entrypoint).
+        assert container["Entrypoint"] == ["vllm"]
+        assert container["Cmd"] == ["serve", f"/models/{key}", "--served-model-name", MODEL, "--port", "8080",
                                     "--disable-uvicorn-access-log", "--disable-fastapi-docs", *ENGINE_ARGS]
         env = dict(item.split("=", 1) for item in container["Env"])
         assert env["NEURON_COMPILED_ARTIFACTS"] == f"/models/{key}"
@@ -187,13 +187,13 @@ def test_the_sdk_2_28_image_refuses_the_newest_dlamis_and_the_sdk_2_31_image_the
     with pytest.raises(ServingConfigError, match=r"^dlami_parameter \('/aws/service/neuron/dlami/base/ubuntu-22.04/"
                        r"latest/image_id'\) names a Neuron DLAMI whose driver \(aws-neuronx-dkms 2.27.4.0\) is older "
                        r"than the Neuron runtime 2.33.10 in .* runs on \(2.28 or newer\)"):
-        check_dlami_parameter(dataclasses.replace(DLC_VLLM_0_16_0, driver_from="2.28"), ubuntu_22)
+        check_dlami_parameter(DLC_VLLM_0_16_0, ubuntu_22)
 
 
 @pytest.mark.parametrize(("image", "driver", "said"), [
     (DLC_VLLM_0_13_0, "2.29.0.0", "rejects the Neuron runtime 2.30.51"),
     (DLC_VLLM_0_13_0, "2.27.4.0", None),
-    (DLC_VLLM_0_16_0, "2.26.10.0", "is older than the Neuron runtime 2.33.10 of"),
+    (DLC_VLLM_0_16_0, "2.27.4.0", "is older than the Neuron runtime 2.33.10 of"),
     (DLC_VLLM_0_16_0, "2.30.2.0", None),
 ])
 def test_a_host_driver_the_images_runtime_cannot_use_stops_the_boot_before_the_pull(

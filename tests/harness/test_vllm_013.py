@@ -183,7 +183,8 @@ def test_the_nxdi_engines_export_and_replica_commands_reach_vllm_0_13_0s_engine_
               "enable_prefix_caching": prefix_cache is not None, "block_size": prefix_cache,
               "num_gpu_blocks_override": 512 if prefix_cache else 4,
               "additional_config": {"override_neuron_config": {"save_sharded_checkpoint": True}}}
-    replica = run(list(NXDI.replica_command(plan, DLC_VLLM_0_13_0, model(tmp_path))), tmp_path,
+    replica = run([NXDI.replica_entrypoint(DLC_VLLM_0_13_0), *NXDI.replica_command(plan, DLC_VLLM_0_13_0,
+                                                                                   model(tmp_path))], tmp_path,
                   env={"HF_HUB_OFFLINE": "1"})
     assert replica["exit_code"] == 0, replica.get("error")
     assert {k: replica["engine_args"][k] for k in wanted} == wanted
@@ -204,7 +205,8 @@ def test_the_nxdi_engines_tool_call_parser_for_the_model_is_one_vllm_0_13_0_serv
     from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_13_0, NXDI
 
     plan = plan_serving(ServingRequest(model_id, "inf2.24xlarge", tensor_parallel=2))
-    result = run(list(NXDI.replica_command(plan, DLC_VLLM_0_13_0, model(tmp_path))), tmp_path,
+    result = run([NXDI.replica_entrypoint(DLC_VLLM_0_13_0), *NXDI.replica_command(plan, DLC_VLLM_0_13_0,
+                                                                                  model(tmp_path))], tmp_path,
                  env={"HF_HUB_OFFLINE": "1"})
     assert result["exit_code"] == 0, result.get("error")
     # validate_api_server_args accepted the parser: the server went on to bind its port.

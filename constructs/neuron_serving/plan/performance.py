@@ -617,10 +617,13 @@ class LayoutSpace:
     :param batch_sizes: Default: :data:`BATCH_SIZES`.
     :param sequence_lengths: Default: the powers of two from the shortest the workload fits in up to
         the request's ``sequence_length``, and that length itself.
+    :param min_sequence_length: the shortest sequence the engine compiles for the request (a prefix
+        cache's buckets start at 512 tokens with engine nxdi). Default: 1.
     """
 
     batch_sizes: tuple[int, ...] | None = None
     sequence_lengths: tuple[int, ...] | None = None
+    min_sequence_length: int = 1
 
     @classmethod
     def fixed(cls, request: ServingRequest) -> LayoutSpace:
@@ -640,10 +643,16 @@ class LayoutSpace:
             sequences = (*shorter, request.sequence_length)
         found = []
         for sequence in sequences:
+            if sequence < self.min_sequence_length:
+                continue
             explicit = request.max_input_tokens is not None and request.max_input_tokens < sequence
             for batch in BATCH_SIZES if self.batch_sizes is None else self.batch_sizes:
                 candidate = replace(request, batch_size=batch, sequence_length=sequence,
                                     max_input_tokens=request.max_input_tokens if explicit else None)
+                # A prefix cache of a given block count holds only the batches it covers at full length.
+                if (candidate.prefix_cache_blocks is not None
+                        and candidate.prefix_cache_blocks < candidate.min_prefix_cache_blocks):
+                    continue
                 try:
                     workload.check_fits(candidate)
                 except ServingConfigError:

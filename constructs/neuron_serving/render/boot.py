@@ -435,6 +435,7 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
             engine=engine.title,
             monitoring=monitoring is not None,
             replica_command=Unquoted(_replica_command(engine, plan, image, key)),
+            replica_entrypoint=engine.replica_entrypoint(image),
         ),
         f"/etc/systemd/system/{REPLICA_UNIT}@.service": render(
             "neuron-replica@.service.j2", engine=engine.title, ready_unit=hook is not None),

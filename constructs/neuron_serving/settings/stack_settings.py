@@ -212,7 +212,8 @@ class StackSettings:
         shown="`ceil(sequence_length / prefix_cache_block_size) x batch_size`")
     tool_call_parser: str | None = setting(None, """How the server reads the tool calls the model generates, for
         OpenAI's `tools` and `tool_choice: "auto"`: one of vLLM's parsers (`llama3_json`, `hermes`...), or `none`.
-        `nxdi` only.""", shown="`llama3_json` for Llama 3, `hermes` for Qwen 2.5 and 3, else `none` (with `nxdi`)")
+        `nxdi` only.""", shown="`llama3_json` for Llama 3.1 and later, `hermes` for Qwen 2.5 and 3, else `none` "
+        "(with `nxdi`)")
     hf_token_secret: str | None = setting(None, """Name or ARN of a Secrets Manager secret that holds a Hugging
         Face token, for gated models. It is read on the host; the token never appears in user data or the
         template.""", check=identifiers.secret)
@@ -250,14 +251,15 @@ class StackSettings:
         layout that someone compiled before with the image's optimum-neuron and compiler takes minutes, not an
         hour. The export then reaches the Hub, with the token of `hf_token_secret` when given; the replicas never
         do. `false` exports offline and compiles every graph: only with `engine=vllm`, whose optimum-neuron can (the TGI
-        image's optimum-neuron 0.3.0 stops at its first graph offline, so TGI refuses `false`).""")
+        image's optimum-neuron 0.3.0 stops at its first graph offline, so TGI refuses `false`). `nxdi` compiles with
+        NxD Inference, which has no Hub cache, and refuses the setting.""")
     hub_compile_cache_repo: str = setting(PUBLIC_HUB_CACHE, """The Hub repository of that cache: optimum-neuron's
-        public one, or your organisation's own (private ones need `hf_token_secret`, whose token must read it).""",
-        check=identifiers.hub_repo)
+        public one, or your organisation's own (private ones need `hf_token_secret`, whose token must read it).
+        Not with `nxdi`.""", check=identifiers.hub_repo)
     compile_cache: bool = setting(True, """The export also keeps its compiled graphs in the artifact cache's
-        bucket (`s3://<bucket>/compile-cache/`, optimum-neuron's `NEURON_COMPILE_CACHE_URL`), looked up before the
-        Hub cache: a graph compiled once for any layout, revision or stack size of this stack is never compiled
-        again. A `prebuilt_export` compiles nothing and needs neither cache.""")
+        bucket (`s3://<bucket>/compile-cache/`, the Neuron persistent cache's `NEURON_COMPILE_CACHE_URL`), looked
+        up before the Hub cache: a graph compiled once for any layout, revision or stack size of this stack is never
+        compiled again. A `prebuilt_export` compiles nothing and needs neither cache.""")
     builder_instance_type: str | None = setting(None, """The instance type of the builder: a one-off
         instance that exports the model into the artifact cache, then terminates, for serving hosts too
         small to compile it (Llama 3 8B on inf2.xlarge). Those hosts wait for its export and never
@@ -478,7 +480,8 @@ class StackSettings:
         engine = self.__dict__.get("_engine")
         least = 1 if engine is None else engine.min_batch_size
         batches = tuple(b for b in BATCH_SIZES if b >= least) if self.batch_size is None else (self.batch_size,)
-        return LayoutSpace(batches, None if self.sequence_length is None else (self.sequence_length,))
+        shortest = engine.min_prefix_cache_sequence if engine is not None and self.prefix_cache_kept else 1
+        return LayoutSpace(batches, None if self.sequence_length is None else (self.sequence_length,), shortest)
 
     @property
     def load(self) -> LoadPrediction | None:

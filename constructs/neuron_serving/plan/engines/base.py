@@ -356,6 +356,8 @@ class Engine(ABC):
     prefix_caching: bool = False
     """Whether the engine serves a prefix cache (``ServingRequest.prefix_cache_block_size``), and
     keeps one unless told not to."""
+    min_prefix_cache_sequence: int = 1
+    """The shortest sequence length the engine compiles a prefix cache for."""
     probe: EngineProbe
     """How ``neuron-serving smoke`` tells, with one GET, that an endpoint serves this engine."""
 
@@ -473,6 +475,12 @@ class Engine(ABC):
         """The command every replica's container runs (``docker run IMAGE COMMAND...``), serving the
         export at ``model_dir``; empty for an image whose entry point needs none. Default: empty."""
         return ()
+
+    def replica_entrypoint(self, image: ServingImage) -> str | None:
+        """The program each replica's container runs in place of the image's entry point
+        (``docker run --entrypoint``), :meth:`replica_command` its arguments; None for the image's own.
+        Default: None."""
+        return None
 
     @abstractmethod
     def export_expectations(self, plan: ServingPlan, image: ServingImage) -> dict[str, object]:

@@ -109,10 +109,11 @@ DLC_VLLM_0_16_0 = ServingImage(
     neuron_runtime="2.33.10",
     driver_below=None,
     # "Neuron Runtime Library 2.32 is not backward-compatible with Neuron Driver 2.26 or earlier"
-    # (runtime.rst, Neuron 2.30.0; containers.rst, "Neuron Containers [2.30.0]"); no later note
-    # lifts it for 2.33, so it is assumed to hold. The newest Ubuntu 24.04 base DLAMI (SDK 2.32,
-    # driver 2.30.2.0) runs older runtimes, and 2.33 is new enough for Driver 2.29 and later.
-    driver_from="2.27",
+    # (runtime.rst, Neuron 2.30.0; containers.rst, "Neuron Containers [2.30.0]"); no note says which
+    # drivers runtime 2.33 runs, which SDK 2.31 pairs with driver 2.29.0 (n2-manifest.json): 2.28,
+    # SDK 2.30's driver, is the oldest taken, an assumption. The newest Ubuntu 24.04 base DLAMI (SDK
+    # 2.32, driver 2.30.2.0) runs older runtimes, and 2.33 is new enough for Driver 2.29 and later.
+    driver_from="2.28",
     dlami_parameter="/aws/service/neuron/dlami/base/ubuntu-24.04/latest/image_id",
     # Dockerfile.neuronx (tag 2.31.1): NEURONX_CC_VERSION=2.26.6360.0+6f180f47.
     neuronx_cc="2.26.6360.0+6f180f47",
@@ -185,6 +186,9 @@ class Nxdi(VllmServer):
     # and the block KV layout runs without them (neuronx-distributed-inference cd3abf3,
     # modules/attention/attention_base.py; modules/kvcache/block_kv_cache_manager.py).
     prefix_caching = True
+    min_prefix_cache_sequence = MIN_PREFIX_CACHE_SEQUENCE
+    # Compiles go through NxD Inference, which has no Hugging Face Hub cache: settings of one are refused.
+    unused_settings = (*VllmServer.unused_settings, "hub_compile_cache", "hub_compile_cache_repo")
 
     def check_plan(self, plan: ServingPlan, image: ServingImage) -> None:
         problems = []
@@ -330,16 +334,23 @@ class Nxdi(VllmServer):
                 return parser
         return None
 
+    def replica_entrypoint(self, image: ServingImage) -> str | None:
+        # `vllm` itself, not the image's entry point: that runs its arguments as a child
+        # (common/vllm_entrypoint.py: subprocess.check_call(sys.argv[1:])), as PID 1 of the container
+        # with no handler for SIGTERM, which the kernel then drops, so `docker stop` would wait out its
+        # timeout and kill vLLM. vLLM, as PID 1, handles SIGTERM and shuts down
+        # (vllm/entrypoints/launcher.py, serve_http: loop.add_signal_handler(signal.SIGTERM, ...)).
+        return image.export.entrypoint
+
     def replica_command(self, plan: ServingPlan, image: ServingImage, model_dir: str) -> tuple[str, ...]:
-        # The image's entry point runs its arguments (common/vllm_entrypoint.py:
-        # subprocess.check_call(sys.argv[1:])). vLLM 0.13.0 vllm/entrypoints/openai/cli_args.py: the
+        # `vllm serve` (replica_entrypoint). vLLM 0.13.0 vllm/entrypoints/openai/cli_args.py: the
         # served name is what clients send as `model`; no access log of every health check and
         # scrape, no /docs, /redoc, /openapi.json.
         # Tool calls are read by the server from the generated text (vllm/entrypoints/openai/serving_chat.py
         # with vllm/tool_parsers/), after the compile: they change nothing the export holds.
         parser = self.tool_call_parser(plan)
         tools = ("--enable-auto-tool-choice", "--tool-call-parser", parser) if parser else ()
-        return ("vllm", "serve", model_dir, "--served-model-name", plan.model_id, "--port", str(CONTAINER_PORT),
+        return ("serve", model_dir, "--served-model-name", plan.model_id, "--port", str(CONTAINER_PORT),
                 "--disable-uvicorn-access-log", "--disable-fastapi-docs", *tools, *self.engine_arguments(plan, image))
 
 

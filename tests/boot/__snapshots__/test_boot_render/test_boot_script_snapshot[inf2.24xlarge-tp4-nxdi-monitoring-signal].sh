@@ -36,7 +36,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"8c29d5a479fd7d088fb0f836ff9d9bdebab00d552a3a4baa4a35a1e570a00b67  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"ed5081b8657ed974e688ad581b5ac4b0d7857b8256667dbc9ebb0ec0222c376e  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -565,9 +565,9 @@ for d in $DEVICES; do args+=(--device "/dev/neuron$d"); done
 . "$R/etc/neuron-serving/host.env"
 args+=(--log-driver awslogs --log-opt "awslogs-region=$REGION" --log-opt "awslogs-group=$LOG_GROUP_REPLICAS"
   --log-opt "awslogs-stream=$INSTANCE_ID/replica-$i" --log-opt mode=non-blocking --log-opt max-buffer-size=4m)
-exec docker run --rm --name "replica-$i" "${args[@]}" -p "127.0.0.1:$PORT:8080" \
+exec docker run --rm --name "replica-$i" --entrypoint vllm "${args[@]}" -p "127.0.0.1:$PORT:8080" \
   -v "$R/var/lib/neuron-serving/exports/$key:/models/$key:ro" --env-file "$R$ENV_FILE" "$IMAGE" \
-  vllm serve "/models/$key" --served-model-name meta-llama/Llama-3.1-8B-Instruct --port 8080 --disable-uvicorn-access-log --disable-fastapi-docs --enable-auto-tool-choice --tool-call-parser llama3_json --tensor-parallel-size 4 --max-num-seqs 4 --max-model-len 4096 --dtype bfloat16 --num-gpu-blocks-override 4 --no-enable-prefix-caching --additional-config '{"override_neuron_config":{"save_sharded_checkpoint":true}}'
+  serve "/models/$key" --served-model-name meta-llama/Llama-3.1-8B-Instruct --port 8080 --disable-uvicorn-access-log --disable-fastapi-docs --enable-auto-tool-choice --tool-call-parser llama3_json --tensor-parallel-size 4 --max-num-seqs 4 --max-model-len 4096 --dtype bfloat16 --num-gpu-blocks-override 4 --no-enable-prefix-caching --additional-config '{"override_neuron_config":{"save_sharded_checkpoint":true}}'
 # ==> /opt/neuron-serving/bin/start-monitoring <==
 #!/bin/bash
 # Ships the host's logs and publishes its metrics, for the boot script's monitoring step, which

@@ -71,6 +71,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tee import Tee
+
 # The modules of the Neuron SDK that the neuronx image installs (TGI v3.3.5 Dockerfile.neuron) and the real
 # optimum-neuron modeling code imports; torch_neuron (inf1) is deliberately absent.
 STUB_ROOTS = ("torch_neuronx", "neuronx_distributed", "neuronxcc", "torch_xla", "libneuronxla")
@@ -443,20 +446,6 @@ def _console_script(name: str) -> Callable[[], Any]:
     raise RuntimeError(f"no {name} console script in the installed optimum-neuron")
 
 
-class _Tee(io.TextIOBase):
-    def __init__(self, *streams: Any) -> None:
-        self._streams = streams
-
-    def write(self, s: str) -> int:
-        for stream in self._streams:
-            stream.write(s)
-        return len(s)
-
-    def flush(self) -> None:
-        for stream in self._streams:
-            stream.flush()
-
-
 def stub_module(name: str) -> types.ModuleType:
     """A stub package named ``name``, as `NeuronSdkStubFinder` makes them."""
     module = _StubModule(name)
@@ -476,7 +465,7 @@ def run(argv: list[str], neuron_devices: int, compile_cache: dict[str, Any] | No
     out, err = io.StringIO(), rec.stderr
     real_stderr = sys.stderr
     saved_argv = sys.argv
-    with contextlib.redirect_stdout(_Tee(out, real_stderr)), contextlib.redirect_stderr(_Tee(err, real_stderr)):
+    with contextlib.redirect_stdout(Tee(out, real_stderr)), contextlib.redirect_stderr(Tee(err, real_stderr)):
         try:
             sys.meta_path.insert(0, NeuronSdkStubFinder())
             if compile_cache is not None:

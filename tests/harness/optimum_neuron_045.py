@@ -280,7 +280,7 @@ def run(argv: list[str], compile_cache: dict[str, Any] | None = None) -> dict[st
     saved, code, stderr = sys.argv, 0, io.StringIO()
     sys.argv = list(argv)
     try:
-        with contextlib.redirect_stderr(harness_030._Tee(sys.stderr, stderr)):
+        with contextlib.redirect_stderr(harness_030.Tee(sys.stderr, stderr)):
             optimum_cli.main()
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)

@@ -77,24 +77,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tee import Tee
+
 # The engine's fields for reports (the whole dataclass is under engine_args) and the server's (FrontendArgs).
 PLUGIN_DISTRIBUTION = "vllm-neuron-standin"
 FRONTEND_FIELDS = ("port", "host", "disable_uvicorn_access_log", "disable_fastapi_docs", "lora_modules",
                    "enable_auto_tool_choice", "tool_call_parser", "headless", "api_server_count")
-
-
-class _Tee(io.TextIOBase):
-    def __init__(self, *streams: Any) -> None:
-        self._streams = streams
-
-    def write(self, s: str) -> int:
-        for stream in self._streams:
-            stream.write(s)
-        return len(s)
-
-    def flush(self) -> None:
-        for stream in self._streams:
-            stream.flush()
 
 
 def jsonable(value: Any) -> Any:
@@ -260,7 +249,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     saved, code, stderr = sys.argv, 0, io.StringIO()
     sys.argv = list(argv)
     try:
-        with contextlib.redirect_stderr(_Tee(sys.stderr, stderr)):
+        with contextlib.redirect_stderr(Tee(sys.stderr, stderr)):
             cli_main.main()
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)

@@ -125,7 +125,10 @@ def test_no_key_appears_in_any_log_line_the_router_writes(secure_router) -> None
         router.request("POST", "/generate", generate(), headers=bearer(key))
         router.request("POST", "/generate_stream", generate(2), headers=bearer(key))
         router.request("GET", "/metrics", headers=bearer(key))
+    # Each line is written as its stream ends, which may come after a later request's (wait_for_log).
     router.wait_for_log("GET /metrics ", 2)
+    router.wait_for_log("POST /generate ", 2)
+    router.wait_for_log("POST /generate_stream ", 2)
     router.stop()
 
     log = router.log_path.read_text()

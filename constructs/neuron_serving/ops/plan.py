@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from ..plan.engines import DEFAULT_ENGINE, ENGINES, engine
+from ..plan.engines.base import release
 from ..plan.errors import Problems, ServingConfigError
-from ..plan.hub_cache import HubCache, release
+from ..plan.hub_cache import HubCache
 from ..plan.instances import INSTANCES
 from ..plan.layout import (
     GIB,

@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .engines.base import TORCH_DTYPES, ServingImage
+from .engines.base import TORCH_DTYPES, ServingImage, release
 from .host import PUBLIC_HUB_CACHE
 from .layout import ServingPlan
 
@@ -46,11 +46,6 @@ INF2_TRN1_TARGETS: tuple[str | None, ...] = (None, "trn1")
 optimum-neuron v0.4.5 records ``trn1`` for both (optimum/neuron/utils/instance.py,
 ``INSTANCE_VALUE_MAP``); v0.3.0 leaves it null except on trn2
 (optimum/neuron/models/inference/backend/config.py, ``target: ... = None,  # set to "trn2" for trn2``)."""
-
-
-def release(version: str) -> str:
-    """A version without its PEP 440 local label: ``2.19.8089.0`` of ``2.19.8089.0+8ab9f450``."""
-    return version.partition("+")[0]
 
 
 def compiler_folder(names: Iterable[str], neuronx_cc: str) -> str | None:

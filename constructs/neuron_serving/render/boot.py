@@ -614,30 +614,33 @@ def _phase(name: str) -> str:
     return name
 
 
+def _shell_words(words: Sequence[str], suffixes: Sequence[str], key: str) -> list[str]:
+    """``words`` as shell words for a script whose ``$key`` names the export: a container path
+    ``/models/<key><suffix>`` (each of ``suffixes``) as ``"/models/$key<suffix>"``, the rest quoted."""
+    paths = {f"{MODEL_MOUNT}/{key}{suffix}": f'"{MODEL_MOUNT}/$key{suffix}"' for suffix in suffixes}
+    return [paths.get(word) or shlex.quote(word) for word in words]
+
+
 def _export_words(engine: Engine, plan: ServingPlan, image: ServingImage, key: str) -> str:
-    """The engine's export arguments as shell words for ``export-model``, whose ``$key`` names the
-    export: the checkpoint directory and the output as ``"/models/$key.src"`` and ``.tmp``."""
-    paths = {f"{MODEL_MOUNT}/{key}{suffix}": f'"{MODEL_MOUNT}/$key{suffix}"' for suffix in (".src", ".tmp")}
-    words = engine.export_arguments(plan, image, *paths)
-    return " ".join(paths.get(word) or shlex.quote(word) for word in words)
+    """The engine's export arguments as shell words for ``export-model``: the checkpoint directory
+    and the output as ``"/models/$key.src"`` and ``.tmp``."""
+    source, output = (f"{MODEL_MOUNT}/{key}{suffix}" for suffix in (".src", ".tmp"))
+    return " ".join(_shell_words(engine.export_arguments(plan, image, source, output), (".src", ".tmp"), key))
 
 
 def _export_environment(engine: Engine, plan: ServingPlan, image: ServingImage,
                         key: str) -> list[tuple[str, Unquoted]]:
     """The engine's export variables as ``NAME`` and a shell word, the export's directory as
-    ``"/models/$key.tmp"`` (see :func:`_export_words`)."""
-    output = f"{MODEL_MOUNT}/{key}.tmp"
-    env = engine.export_environment(plan, image, output)
-    return [(name, Unquoted(f'"{MODEL_MOUNT}/$key.tmp"' if value == output else shlex.quote(value)))
-            for name, value in env.items()]
+    ``"/models/$key.tmp"``."""
+    env = engine.export_environment(plan, image, f"{MODEL_MOUNT}/{key}.tmp")
+    words = _shell_words(list(env.values()), (".tmp",), key)
+    return [(name, Unquoted(word)) for name, word in zip(env, words, strict=True)]
 
 
 def _replica_command(engine: Engine, plan: ServingPlan, image: ServingImage, key: str) -> str:
-    """The engine's replica command as shell words for ``run-replica``, whose ``$key`` names the
-    export: its directory inside the container as ``"/models/$key"``."""
-    model_dir = f"{MODEL_MOUNT}/{key}"
-    return " ".join(f'"{MODEL_MOUNT}/$key"' if word == model_dir else shlex.quote(word)
-                    for word in engine.replica_command(plan, image, model_dir))
+    """The engine's replica command as shell words for ``run-replica``: the export's directory
+    inside the container as ``"/models/$key"``."""
+    return " ".join(_shell_words(engine.replica_command(plan, image, f"{MODEL_MOUNT}/{key}"), ("",), key))
 
 
 def _userdata_file(name: str) -> str:

@@ -528,8 +528,15 @@ and each SDK's driver is its manifest's (src/helperscripts/n2-manifest.json: 2.2
 from an AMI."""
 
 
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text))
+def release(version: str) -> str:
+    """A version without its PEP 440 local label: ``2.19.8089.0`` of ``2.19.8089.0+8ab9f450``."""
+    return version.partition("+")[0]
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``version``'s release as numbers, which compare as releases do: ``(0, 10, 18399)`` of
+    ``0.10.18399``, above ``(0, 9)``; a local label (``+3b612583``) does not count."""
+    return tuple(int(part) for part in release(version).split("."))
 
 
 def check_dlami_parameter(image: ServingImage, parameter: str) -> None:
@@ -539,7 +546,7 @@ def check_dlami_parameter(image: ServingImage, parameter: str) -> None:
     parameter whose DLAMI's driver (:data:`NEWEST_DLAMI_DRIVERS`) is older than ``image``'s runtime
     needs (:attr:`ServingImage.driver_from`)."""
     newest = NEWEST_DLAMI_DRIVERS.get(parameter)
-    if image.driver_from is not None and newest is not None and _version(newest) < _version(image.driver_from):
+    if image.driver_from is not None and newest is not None and version_key(newest) < version_key(image.driver_from):
         raise ServingConfigError([problem(
             "dlami_parameter", parameter,
             f"names a Neuron DLAMI whose driver (aws-neuronx-dkms {newest}) is older than the Neuron runtime "

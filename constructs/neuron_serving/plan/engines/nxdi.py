@@ -25,7 +25,7 @@ import json
 
 from ..errors import ServingConfigError, problem
 from ..layout import Replica, ServingPlan
-from .base import CHECKPOINT_FILES, TORCH_DTYPES, ExportToolchain, ServingImage
+from .base import CHECKPOINT_FILES, TORCH_DTYPES, ExportToolchain, ServingImage, version_key
 from .vllm import VllmServer
 
 SERVED_CHECKPOINT_FILES = (
@@ -165,7 +165,7 @@ function are not enforced by this image: the plugin ignores vLLM's structured-ou
 on-device sampling (vllm-neuron release-0.4.1, vllm_neuron/worker/neuronx_distributed_model_runner.py:
 "The grammar bitmask will be ignored")."""
 
-ATTENTION_KERNEL_OFF_FROM = "0.10"
+ATTENTION_KERNEL_OFF_FROM = "0.9"
 """NxD Inference 0.9 (SDK 2.29) and later turn an NKI attention kernel on by themselves for contexts
 of 4096 tokens or more (neuronx-distributed-inference modules/attention/attention_base.py,
 ``get_flash_attention_strategy``: ``if q_len >= 4096: return FlashAttentionStrategy.UNSHARDED_KERNEL``)
@@ -214,7 +214,7 @@ class Nxdi(VllmServer):
         are sharded from the checkpoint at every load), and, with an image whose NxD Inference turns
         NKI kernels on by itself, the attention kernel off (:data:`ATTENTION_KERNEL_OFF_FROM`)."""
         config: dict[str, object] = {"save_sharded_checkpoint": True}
-        if _release(image.export.version) >= _release(ATTENTION_KERNEL_OFF_FROM):
+        if version_key(image.export.version) >= version_key(ATTENTION_KERNEL_OFF_FROM):
             config["attn_kernel_enabled"] = False
         return config
 
@@ -362,10 +362,6 @@ _QUIET = {
     # address, for a distributed setup a single server does not have.
     "VLLM_HOST_IP": "127.0.0.1",
 }
-
-
-def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("+")[0].split(".")[:2])
 
 
 NXDI = Nxdi()

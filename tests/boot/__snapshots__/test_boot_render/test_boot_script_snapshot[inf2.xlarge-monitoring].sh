@@ -35,7 +35,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"c0248d0340cda4949cdd0145658b5d2a7ae656a37c35c8d0227c6d4aac18c09f  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"7ccc76acff832ec667e4c7fac4cf22d75f52d9c9d67d65e34e53ab0f1a4226c2  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -204,8 +204,8 @@ if [ "$last" != 0 ] || [ ${#devs[@]} != 1 ]; then
   [ "$first" = "$last" ] || first+="..$last"
   die "expected 1 Neuron devices for inf2.xlarge, found ${#devs[@]}${first:+ (/dev/neuron$first)}; check the instance type and the Neuron driver (neuron-ls above)"
 fi
-# The Neuron runtime inside the image works with host drivers below 2.29 only
-# (Neuron release notes, runtime, Neuron 2.31.0); the DLAMI's driver is its aws-neuronx-dkms.
+# The Neuron runtime inside the image works with the host drivers (the DLAMI's aws-neuronx-dkms)
+# below 2.29 only (Neuron release notes, runtime, Neuron 2.31.0; ServingImage.driver_below)
 driver=$(dpkg-query -W -f '${Version}' aws-neuronx-dkms 2>/dev/null) || driver=
 if [ -n "$driver" ] && dpkg --compare-versions "$driver" ge 2.29; then
   die "the Neuron driver (aws-neuronx-dkms $driver) rejects the Neuron runtime 2.26.42 of $IMAGE; launch an AMI with a driver below 2.29 (dlami_parameter, ami_id)"

@@ -36,7 +36,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"6ce7363df5b8f972d12be1550b863e6a70472a9b472a4da0c4b267e39a85125b  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"89f8c2f9e7b9cfdc9af661dbb1cfdcfcdd4054bc94415ed278f0a0df1f8d7aa7  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -314,8 +314,8 @@ if [ "$last" != 15 ] || [ ${#devs[@]} != 16 ]; then
   [ "$first" = "$last" ] || first+="..$last"
   die "expected 16 Neuron devices for trn1.32xlarge, found ${#devs[@]}${first:+ (/dev/neuron$first)}; check the instance type and the Neuron driver (neuron-ls above)"
 fi
-# The Neuron runtime inside the image works with host drivers below 2.29 only
-# (Neuron release notes, runtime, Neuron 2.31.0); the DLAMI's driver is its aws-neuronx-dkms.
+# The Neuron runtime inside the image works with the host drivers (the DLAMI's aws-neuronx-dkms)
+# below 2.29 only (Neuron release notes, runtime, Neuron 2.31.0; ServingImage.driver_below)
 driver=$(dpkg-query -W -f '${Version}' aws-neuronx-dkms 2>/dev/null) || driver=
 if [ -n "$driver" ] && dpkg --compare-versions "$driver" ge 2.29; then
   die "the Neuron driver (aws-neuronx-dkms $driver) rejects the Neuron runtime 2.26.42 of $IMAGE; launch an AMI with a driver below 2.29 (dlami_parameter, ami_id)"

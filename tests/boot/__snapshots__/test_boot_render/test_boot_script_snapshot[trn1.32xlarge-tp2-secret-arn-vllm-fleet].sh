@@ -36,7 +36,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"bf988014a2af37a829e23c19b791f4f679776b8f43702f64a2cea8b0913434f7  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"1e0a90b2e6bee4ae64098a0791b32d743f59546f85dc1c630bd81408ffce9054  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -315,8 +315,8 @@ if [ "$last" != 15 ] || [ ${#devs[@]} != 16 ]; then
   [ "$first" = "$last" ] || first+="..$last"
   die "expected 16 Neuron devices for trn1.32xlarge, found ${#devs[@]}${first:+ (/dev/neuron$first)}; check the instance type and the Neuron driver (neuron-ls above)"
 fi
-# The Neuron runtime inside the image works with host drivers below 2.29 only
-# (Neuron release notes, runtime, Neuron 2.31.0); the DLAMI's driver is its aws-neuronx-dkms.
+# The Neuron runtime inside the image works with the host drivers (the DLAMI's aws-neuronx-dkms)
+# below 2.29 only (Neuron release notes, runtime, Neuron 2.31.0; ServingImage.driver_below)
 driver=$(dpkg-query -W -f '${Version}' aws-neuronx-dkms 2>/dev/null) || driver=
 if [ -n "$driver" ] && dpkg --compare-versions "$driver" ge 2.29; then
   die "the Neuron driver (aws-neuronx-dkms $driver) rejects the Neuron runtime 2.28.23 of $IMAGE; launch an AMI with a driver below 2.29 (dlami_parameter, ami_id)"

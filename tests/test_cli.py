@@ -42,6 +42,18 @@ def test_plan_lists_every_allowed_degree_with_replicas_memory_and_fit(capsys):
     assert any(line.startswith("default (smallest degree that fits): 12 -> replica-0: neuron0-5") for line in lines)
 
 
+def test_plan_with_int8_weights_fits_a_70b_model_on_half_the_cores_and_only_with_nxdi(capsys):
+    assert main(["plan", "--model", "meta-llama/Llama-3.1-70B-Instruct", "--instance-type", "inf2.48xlarge",
+                 "--engine", "nxdi", "--quantization", "int8"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(", bf16 with int8 weights")
+    rows = _rows("\n".join(lines))
+    assert (rows[4][5], rows[6][5]) == ("no", "yes")
+    assert any(line.startswith("default (smallest degree that fits): 6 -> replica-0: neuron0-2") for line in lines)
+    assert main(["plan", "--model", "meta-llama/Llama-3.1-70B-Instruct", "--quantization", "int8"]) == 2
+    assert "quantization ('int8') is not made by engine tgi; give --engine nxdi" in capsys.readouterr().err
+
+
 def test_plan_predicts_every_fitting_degree_and_leaves_the_others_blank(capsys):
     assert main(["plan", "--model", "meta-llama/Llama-3.1-70B-Instruct", "--instance-type", "inf2.48xlarge"]) == 0
     rows = _rows(capsys.readouterr().out)

@@ -268,6 +268,17 @@ def test_the_tool_call_parser_reaches_the_request_and_only_nxdi_takes_one():
         _settings(engine="tgi", tool_call_parser="hermes")
 
 
+def test_int8_weights_reach_the_request_with_nxdi_and_are_refused_naming_the_engine_that_makes_them():
+    assert _settings(engine="nxdi", quantization="int8").request.quantization == "int8"
+    assert _settings(engine="nxdi").request.quantization is None
+    with pytest.raises(ServingConfigError) as err:
+        _settings(engine="tgi", quantization="int8")
+    assert [str(p) for p in err.value.problems] == [
+        "quantization ('int8') is not made by engine tgi; engine nxdi makes int8"]
+    with pytest.raises(ServingConfigError, match=r"^quantization \('fp8'\) must be one of none, int8$"):
+        _settings(engine="nxdi", quantization="fp8")
+
+
 def test_nxdi_whose_compiles_have_no_hub_cache_refuses_its_settings():
     with pytest.raises(ServingConfigError, match=r"^hub_compile_cache_repo \('me/cache'\) does not apply to engine "
                                                  r"nxdi; it applies to engine tgi, vllm$"):

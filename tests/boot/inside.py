@@ -324,8 +324,13 @@ class NxdiImage:
     (SDK 2.28.0): models/config.py (``neuron_config.json`` is the model's configuration with the
     NeuronConfig under ``neuron_config``, a dtype as its name), models/application_base.py (``model.pt``;
     with ``save_sharded_checkpoint`` a load reads ``weights/tp{rank}_sharded_checkpoint.safetensors`` of
-    every rank, else it shards the checkpoint named by ``_name_or_path``). Not imitated: what vLLM does
-    once the engine is up (the curl stub plays the server on loopback).
+    every rank, else it shards the checkpoint named by ``_name_or_path``, or, quantized, the file
+    ``quantized_checkpoints_path`` names, ``checkpoint_loader_fn``: "Quantized checkpoint file not
+    found"; ``save_quantized_state_dict`` writes that file before a compile). The quantization fields'
+    defaults are NeuronConfig's (models/config.py: ``quantized`` False, ``quantization_type``
+    ``per_tensor_symmetric``, ``quantization_dtype`` ``int8``; "quantized_checkpoints_path is required"
+    when quantized). Not imitated: what vLLM does once the engine is up (the curl stub plays the server on
+    loopback).
     """
 
     def __init__(self, knobs: dict[str, str]) -> None:
@@ -374,7 +379,14 @@ class NxdiImage:
         if prefix and blocks < least:
             return 1, said, (f"AssertionError: At least {least} blocks are required for max_model_len {seq_len}, "
                              f"but only {blocks} blocks are available\n")
+        quantized_path = override.get("quantized_checkpoints_path")
+        if override.get("quantized") and quantized_path is None:
+            return 1, said, "AssertionError: quantized_checkpoints_path is required\n"
         neuron_config = {
+            "quantized": False,
+            "quantized_checkpoints_path": None,
+            "quantization_type": "per_tensor_symmetric",
+            "quantization_dtype": "int8",
             "tp_degree": degree,
             "batch_size": batch_size,
             "seq_len": seq_len,
@@ -388,6 +400,17 @@ class NxdiImage:
             "save_sharded_checkpoint": False,
             **override,
         }
+        if neuron_config["quantized"]:
+            # Written into the container's own writable layer unless the path is on a bind mount.
+            try:
+                target = host_path(binds, quantized_path, write=True)
+            except FileNotFoundError:
+                target = None
+            except PermissionError:
+                return 1, said, f"PermissionError: [Errno 13] Permission denied: '{quantized_path}'\n"
+            if target is not None:
+                target.write_text("quantized weights\n")
+            said += f"Saving quantized state dict as torch pt file to: {quantized_path}\n"
         out.mkdir(parents=True, exist_ok=True)
         files = {"neuron_config.json": json.dumps({**config, "_name_or_path": model, "neuron_config": neuron_config}),
                  "model.pt": "compiled graph\n"}
@@ -412,6 +435,15 @@ class NxdiImage:
                        if not (where / f"weights/tp{rank}_sharded_checkpoint.safetensors").is_file()]
             if missing:
                 return 1, "", f"FileNotFoundError: No such file or directory: '{where}/{missing[0]}'\n"
+        elif neuron_config.get("quantized"):
+            # A new container: the export's own writable layer, and what it quantized into, are gone.
+            path = neuron_config["quantized_checkpoints_path"]
+            try:
+                found = host_path(binds, path).is_file()
+            except FileNotFoundError:
+                found = False
+            if not found:
+                return 1, "", f"FileNotFoundError: Quantized checkpoint file not found: {path}\n"
         else:
             checkpoint = saved.get("_name_or_path", "")
             try:

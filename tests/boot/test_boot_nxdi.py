@@ -14,7 +14,7 @@ from inside import NxdiImage
 
 from neuron_serving.plan import ServingConfigError, ServingPlan, ServingRequest, plan_serving
 from neuron_serving.plan.engines import ServingImage, check_dlami_parameter
-from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_13_0, DLC_VLLM_0_16_0, NXDI
+from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_13_0, DLC_VLLM_0_16_0, NXDI, QUANTIZED_CHECKPOINT
 from neuron_serving.plan.host import resolve_host
 from neuron_serving.render.boot import CHECK_EXPORT, RUN_REPLICA, render_boot_script
 from neuron_serving.render.boot_options import BootOptions, ReadinessSignal
@@ -297,3 +297,58 @@ def test_a_tool_call_parser_vllm_does_not_register_stops_synth_naming_the_ones_i
     with pytest.raises(ServingConfigError, match=r"^tool_call_parser \('llama3'\) must be none or one of vLLM "
                        r"0.13.0's parsers: deepseek_v3, .*llama3_json, "):
         resolve_host(plan, engine="nxdi")
+
+
+def _quantized_plan(**request: Any) -> ServingPlan:
+    return plan_serving(ServingRequest(MODEL, "inf2.24xlarge", tensor_parallel=2, quantization="int8", **request))
+
+
+def test_int8_weights_are_quantized_by_the_export_and_every_replica_loads_them_from_its_shards(
+    make_host: MakeHost,
+) -> None:
+    plan = _quantized_plan()
+    host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL)
+    assert failure == ""
+    key = NXDI.export_key(plan, DLC_VLLM_0_13_0)
+    assert "-bf16-int8-" in key and key != NXDI.export_key(_plan(), DLC_VLLM_0_13_0)
+    [export] = _exports(host)
+    override = json.loads(export["Cmd"][export["Cmd"].index("--additional-config") + 1])["override_neuron_config"]
+    assert override == {"save_sharded_checkpoint": True, "quantized": True,
+                        "quantized_checkpoints_path": QUANTIZED_CHECKPOINT,
+                        "quantization_type": "per_channel_symmetric", "quantization_dtype": "int8"}
+    final = host.path(f"{EXPORTS}/{key}")
+    saved = json.loads((final / "neuron_config.json").read_text())
+    assert [saved["neuron_config"][k] for k in ("quantized", "quantization_type", "quantization_dtype")] == [
+        True, "per_channel_symmetric", "int8"]
+    # The quantized checkpoint stayed in the export's container; the export holds the quantized shards.
+    assert not [f for f in final.rglob("*") if "quantized" in f.name]
+    assert host.run(CHECK_EXPORT, str(final)).returncode == 0
+    run = host.run(RUN_REPLICA, "0")
+    assert run.returncode == 0 and "Successfully loaded pre-compiled model artifacts" in run.stdout, run.stderr
+    # A compile of unquantized weights is not this plan's, though the plugin would load it as it is.
+    saved["neuron_config"]["quantized"] = False
+    (final / "neuron_config.json").write_text(json.dumps(saved))
+    result = host.run(CHECK_EXPORT, str(final))
+    assert result.returncode == 1 and "neuron_config.quantized False, the plan True" in result.stdout
+
+
+def test_int8_weights_take_about_half_the_device_memory_so_a_larger_model_fits_more_replicas() -> None:
+    plain, quantized = _plan(), _quantized_plan()
+    model = plain.model
+    # The linear layers in one byte with a float32 scale per output channel; embeddings and norms in bf16.
+    assert quantized.memory.weights == ((model.parameter_count - model.linear_parameter_count) * 2
+                                        + model.linear_parameter_count + model.linear_output_channels * 4) // 2
+    assert 0.5 < quantized.memory.weights / plain.memory.weights < 0.55
+    big = [plan_serving(ServingRequest("llama-3.1-70b", "inf2.48xlarge", quantization=q)) for q in (None, "int8")]
+    assert [(p.degree, len(p.replicas)) for p in big] == [(12, 2), (6, 4)]
+
+
+@pytest.mark.parametrize(("engine", "quantization", "said"), [
+    ("nxdi", "f8e4m3", r"^quantization \('f8e4m3'\) must be none or one of int8$"),
+    ("tgi", "int8", r"^quantization \('int8'\) is not made by engine tgi, which serves the weights in dtype$"),
+    ("vllm", "int8", r"^quantization \('int8'\) is not made by engine vllm"),
+])
+def test_a_quantization_the_engine_does_not_make_stops_synth(engine: str, quantization: str, said: str) -> None:
+    with pytest.raises(ServingConfigError, match=said):
+        resolve_host(plan_serving(ServingRequest(MODEL, "inf2.24xlarge", tensor_parallel=2,
+                                                 quantization=quantization)), engine=engine)

@@ -36,11 +36,15 @@ def test_the_default_nxdi_stack_keeps_a_prefix_cache_of_the_batch_at_full_length
     assert template.stack.boot_script.options.compile_cache == template.stack.artifact_cache.compile_cache_uri
 
 
-def test_without_prefix_caching_each_replica_has_one_block_per_batch_slot(synth):
-    template = synth(engine="nxdi", prefix_caching="false")
+def test_without_prefix_caching_each_replica_has_one_block_per_batch_slot_and_int8_weights_when_asked(synth):
+    template = synth(engine="nxdi", prefix_caching="false", quantization="int8")
     batch = template.stack.plan.batch_size
     assert f"--num-gpu-blocks-override {batch} --no-enable-prefix-caching" in _replica_command(template)
-    assert "prefix_cache_block_size" not in json.loads(template.json["Outputs"]["ServingPlan"]["Value"])
+    layout = json.loads(template.json["Outputs"]["ServingPlan"]["Value"])
+    assert "prefix_cache_block_size" not in layout
+    assert '"quantization_dtype":"int8"' in _replica_command(template)
+    # bench --stack reads the layout back with its quantized weights, whose memory the planner counts.
+    assert layout["quantization"] == "int8" and request_from_layout(layout).quantization == "int8"
 
 
 def test_the_sdk_2_31_image_launches_the_newest_ubuntu_24_04_dlami_and_turns_the_attention_kernel_off(synth):

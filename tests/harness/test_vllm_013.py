@@ -172,17 +172,26 @@ def _nxdi_plan(**request: Any):
                                        **request))
 
 
-@pytest.mark.parametrize("prefix_cache", [None, 32])
+QUANTIZED = {"quantized": True, "quantized_checkpoints_path": "/tmp/neuron-serving-quantized-checkpoint.pt",
+             "quantization_type": "per_channel_symmetric", "quantization_dtype": "int8"}
+"""What the vllm-neuron plugin (release-0.4.1, neuronx_distributed_model_loader.py) passes to NxD Inference
+for INT8 weights: ``quantized`` with its path, type and dtype, in ``override_neuron_config``."""
+
+
+@pytest.mark.parametrize(("prefix_cache", "quantization"), [(None, None), (32, "int8")])
 def test_the_nxdi_engines_export_and_replica_commands_reach_vllm_0_13_0s_engine_with_the_plans_values(
-    tmp_path, prefix_cache,
+    tmp_path, prefix_cache, quantization,
 ):
     from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_13_0, NXDI
 
-    plan = _nxdi_plan(prefix_cache_block_size=prefix_cache)
+    plan = _nxdi_plan(prefix_cache_block_size=prefix_cache, quantization=quantization)
+    override = {"save_sharded_checkpoint": True, **(QUANTIZED if quantization else {})}
     wanted = {"tensor_parallel_size": 2, "max_num_seqs": 4, "max_model_len": 4096, "dtype": "bfloat16",
               "enable_prefix_caching": prefix_cache is not None, "block_size": prefix_cache,
               "num_gpu_blocks_override": 512 if prefix_cache else 4,
-              "additional_config": {"override_neuron_config": {"save_sharded_checkpoint": True}}}
+              # vLLM takes --additional-config as JSON (vllm/config/utils.py, the parser's json.loads) and does
+              # not read it: the plugin does. No --quantization: the plugin quantizes itself.
+              "additional_config": {"override_neuron_config": override}, "quantization": None}
     replica = run([NXDI.replica_entrypoint(DLC_VLLM_0_13_0), *NXDI.replica_command(plan, DLC_VLLM_0_13_0,
                                                                                    model(tmp_path))], tmp_path,
                   env={"HF_HUB_OFFLINE": "1"})

@@ -34,6 +34,13 @@ def test_an_8b_export_boot_takes_about_an_hour_and_a_half_and_a_cached_boot_unde
     assert boot_minutes(plan, throughput=BASELINE, exports=False) == 52  # 20 pull + 2 + 4 download + 25 load
 
 
+def test_a_host_that_quantizes_the_weights_waits_longer_for_its_export_not_for_a_downloaded_one():
+    plan = plan_serving(ServingRequest("llama-3-8b", "inf2.24xlarge", quantization="int8"))
+    # 98 minutes as above, and 0.5 a billion parameters to quantize (8.03 B: 4.01, rounded up with the rest).
+    assert boot_minutes(plan, throughput=BASELINE) == 102
+    assert boot_minutes(plan, throughput=BASELINE, exports=False) == 52
+
+
 def test_each_boot_phase_estimate_is_a_prediction_that_its_ceiling_covers():
     plan = _plan("llama-3-8b", "inf2.24xlarge")
     minutes = phase_minutes(plan, BASELINE)

@@ -26,6 +26,7 @@ from ..plan.hub_cache import HubCache
 from ..plan.instances import INSTANCES
 from ..plan.layout import (
     GIB,
+    QUANTIZATIONS,
     DegreeOption,
     ServingPlan,
     ServingRequest,
@@ -117,6 +118,9 @@ def register(commands: Any) -> None:
     plan.add_argument("--engine", choices=tuple(ENGINES), default=DEFAULT_ENGINE,
                       help="the serving engine whose image's optimum-neuron and neuronx-cc versions the Hub cache "
                            f"is looked up for (default: {DEFAULT_ENGINE}); nxdi's compiles have no Hub cache")
+    plan.add_argument("--quantization", choices=("none", *QUANTIZATIONS), default="none",
+                      help="the weights' quantization, made by the export (engine nxdi): int8 takes about half "
+                           "the weights' device memory")
     plan.add_argument("--no-hub-cache", dest="hub_cache", action="store_false",
                       help="do not ask the Hugging Face Hub which layouts optimum-neuron's cache holds")
     plan.set_defaults(run=command)
@@ -261,10 +265,16 @@ def _plan_inputs(args: argparse.Namespace) -> tuple[ServingRequest, Workload, Co
         max_input_tokens=args.max_input_tokens,
         dtype=args.dtype,
         model_config=args.model_config,
+        quantization=None if args.quantization == "none" else args.quantization,
     )
     workload = Workload(args.input_tokens, args.output_tokens)
     constraints = Constraints(args.max_itl_ms, args.max_ttft_ms, args.min_tokens_per_second)
     problems = Problems()
+    serving = engine(args.engine)
+    if request.quantization is not None and request.quantization not in serving.quantizations:
+        makers = ", ".join(e.name for e in ENGINES.values() if request.quantization in e.quantizations)
+        problems.add("quantization", request.quantization,
+                     f"is not made by engine {serving.name}; give --engine {makers}")
     if args.objective != "goodput":
         for name in ("p99_ttft_ms", "p99_itl_ms"):
             if getattr(args, name) is not None:
@@ -461,7 +471,8 @@ def _plan_text(request: ServingRequest, workload: Workload, document: dict[str, 
         f"{request.instance_type} (about ${INSTANCES[request.instance_type].hourly_usd:.2f}/h on demand)")
     lines = [
         f"{request.model_id} on {where}: batch {request.batch_size}, sequence {request.sequence_length}, "
-        f"input <= {request.effective_max_input_tokens}, {request.dtype}",
+        f"input <= {request.effective_max_input_tokens}, {request.dtype}"
+        + ("" if request.quantization is None else f" with {request.quantization} weights"),
         f"predicted for {workload.input_tokens} input and {workload.output_tokens} output tokens per request "
         "(prompts are padded to the sequence length; tok/s and $/Mtok: output tokens, at saturation)",
     ]

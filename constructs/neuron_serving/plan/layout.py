@@ -19,6 +19,13 @@ GIB = 1024**3
 DTYPE_BYTES = {"bf16": 2, "fp16": 2}
 """Auto-cast types TGI's Neuron backend accepts (``HF_AUTO_CAST_TYPE``) and their width."""
 
+QUANTIZATIONS = {"int8": 1}
+"""Weight quantizations and the width of a quantized weight. NxD Inference quantizes the weights of
+every linear layer of the model (its LM head too) per output channel, with a float32 scale for each,
+and keeps the embeddings and norms in the model's dtype (neuronx-distributed-inference cd3abf3,
+models/application_base.py ``generate_quantized_state_dict`` and models/model_base.py
+``prepare_quantized_state_dict``; models/model_wrapper.py keeps the scales in float32)."""
+
 OVERHEAD_FRACTION = 0.2
 """Margin on top of weights and KV cache for activations, compiler scratch buffers and the
 Neuron runtime's own allocations. A stated estimate: layouts within it of the limit should be
@@ -62,6 +69,8 @@ class ServingRequest:
     :param tool_call_parser: how the server reads the tool calls a model generates: a parser's name,
         or ``none`` for no tool calling. Default: the engine's choice for the model. Serving only: the
         planner does not use it.
+    :param quantization: the weights' quantization (:data:`QUANTIZATIONS`: ``int8``), done by the
+        export from the checkpoint, or None for weights in ``dtype``. Default: None.
     """
 
     model_id: str
@@ -77,6 +86,7 @@ class ServingRequest:
     prefix_cache_block_size: int | None = None
     prefix_cache_blocks: int | None = None
     tool_call_parser: str | None = None
+    quantization: str | None = None
 
     @property
     def effective_max_input_tokens(self) -> int:
@@ -226,6 +236,8 @@ class ServingPlan:
 
     @cached_property
     def weights_bytes(self) -> int:
+        """The checkpoint's weights in the plan's dtype, as the host downloads them (quantizing
+        happens in the export)."""
         return self.model.parameter_count * DTYPE_BYTES[self.dtype]
 
     @property
@@ -248,7 +260,7 @@ class ServingPlan:
 def _memory_estimate(model: ModelSpec, instance: InstanceSpec, request: ServingRequest,
                      degree: int) -> MemoryEstimate:
     dtype_bytes = DTYPE_BYTES[request.dtype]
-    weights = model.parameter_count * dtype_bytes // degree
+    weights = model.weight_bytes(dtype_bytes, QUANTIZATIONS.get(request.quantization or "")) // degree
     kv_cache = model.kv_cache_bytes_per_token(dtype_bytes, degree) * request.kv_cache_tokens
     overhead = int((weights + kv_cache) * OVERHEAD_FRACTION)
     return MemoryEstimate(weights, kv_cache, overhead, instance.memory_per_core_gib * GIB)
@@ -283,6 +295,8 @@ def _validate(request: ServingRequest) -> tuple[ModelSpec, InstanceSpec]:
         )
     if request.dtype not in DTYPE_BYTES:
         problems.add("dtype", request.dtype, f"must be one of {', '.join(DTYPE_BYTES)}")
+    if request.quantization is not None and request.quantization not in QUANTIZATIONS:
+        problems.add("quantization", request.quantization, f"must be none or one of {', '.join(QUANTIZATIONS)}")
     if model is not None and _is_int(request.sequence_length) and (
         request.sequence_length > model.max_position_embeddings
     ):
@@ -321,7 +335,14 @@ def _validate(request: ServingRequest) -> tuple[ModelSpec, InstanceSpec]:
 
 def compile_memory_problem(plan: ServingPlan) -> str | None:
     """Why ``plan``'s host cannot export (compile) its model, or ``None`` when it can. Only a host
-    that compiles needs this memory: one serving a prebuilt export does not."""
+    that compiles needs this memory: one serving a prebuilt export does not.
+
+    Quantized weights (``ServingRequest.quantization``) are made first, alone: NxD Inference loads the
+    whole checkpoint on the CPU with transformers' ``from_pretrained`` and no dtype
+    (models/llama/modeling_llama.py ``load_hf_model``, at cd3abf3), which in transformers 4 (vLLM
+    0.13.0 requires <5) is float32 ("set fp32 as the default dtype for BC", transformers 4.57.3
+    modeling_utils.py ``_get_dtype``): 4 bytes a parameter, what this estimate counts for a 2-byte
+    dtype (:data:`COMPILE_RAM_FACTOR` times 2)."""
     model, instance = plan.model, plan.instance
     need_gib = model.parameter_count * DTYPE_BYTES[plan.request.dtype] * COMPILE_RAM_FACTOR / GIB + COMPILE_RAM_BASE_GIB
     if need_gib <= instance.host_ram_gib:
@@ -500,6 +521,8 @@ def layout_document(plan: ServingPlan) -> dict[str, object]:
     if request.prefix_cache_block_size is not None:
         document.update(prefix_cache_block_size=request.prefix_cache_block_size,
                         prefix_cache_blocks=request.effective_prefix_cache_blocks)
+    if request.quantization is not None:
+        document["quantization"] = request.quantization
     return document
 
 
@@ -508,11 +531,11 @@ def request_from_layout(document: Mapping[str, object]) -> ServingRequest:
     missing = [key for key in _LAYOUT_KEYS if key not in document]
     if missing:
         raise ServingConfigError([problem("ServingPlan", dict(document), f"lacks {', '.join(missing)}")])
-    optional = {key: document[key] for key in _PREFIX_CACHE_KEYS if key in document}
+    optional = {key: document[key] for key in _OPTIONAL_KEYS if key in document}
     return ServingRequest(**{key: document[key] for key in _LAYOUT_KEYS}, **optional)  # type: ignore[arg-type]
 
 
 _LAYOUT_KEYS = ("model_id", "instance_type", "tensor_parallel", "batch_size", "sequence_length",
                 "max_input_tokens", "dtype")
-_PREFIX_CACHE_KEYS = ("prefix_cache_block_size", "prefix_cache_blocks")
-"""Only in the layout of a prefix cache; a layout without them has none."""
+_OPTIONAL_KEYS = ("prefix_cache_block_size", "prefix_cache_blocks", "quantization")
+"""Only in the layout of a prefix cache or of quantized weights; a layout without them has neither."""

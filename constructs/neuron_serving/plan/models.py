@@ -78,6 +78,35 @@ class ModelSpec:
         lm_head = 0 if self.tie_word_embeddings else embeddings
         return embeddings + self.num_layers * per_layer + self.hidden_size + lm_head
 
+    @property
+    def linear_parameter_count(self) -> int:
+        """The parameters of the model's linear layers (attention projections, MLP and experts, and
+        an untied LM head): those weight quantization converts. The embeddings, norms and a mixture
+        of experts' router stay in the model's dtype."""
+        q_and_o = 2 * self.hidden_size * self.num_attention_heads * self.head_dim
+        k_and_v = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
+        mlp = 3 * self.hidden_size * self.intermediate_size * self.num_experts
+        lm_head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+        return self.num_layers * (q_and_o + k_and_v + mlp) + lm_head
+
+    @property
+    def linear_output_channels(self) -> int:
+        """The output channels of those layers, each of which per-channel quantization scales."""
+        attention = (self.num_attention_heads + 2 * self.num_kv_heads) * self.head_dim + self.hidden_size
+        mlp = (2 * self.intermediate_size + self.hidden_size) * self.num_experts
+        lm_head = 0 if self.tie_word_embeddings else self.vocab_size
+        return self.num_layers * (attention + mlp) + lm_head
+
+    def weight_bytes(self, dtype_bytes: int, quantized_bytes: int | None = None) -> int:
+        """The model's weights in bytes: every parameter in ``dtype_bytes``, or, quantized, the
+        linear layers' in ``quantized_bytes`` with a float32 scale per output channel (see
+        :data:`~neuron_serving.plan.layout.QUANTIZATIONS`) and the rest in ``dtype_bytes``."""
+        if quantized_bytes is None:
+            return self.parameter_count * dtype_bytes
+        linear = self.linear_parameter_count
+        return ((self.parameter_count - linear) * dtype_bytes + linear * quantized_bytes
+                + self.linear_output_channels * 4)
+
     def kv_cache_bytes_per_token(self, dtype_bytes: int, degree: int) -> int:
         """Key and value bytes one token occupies on one NeuronCore at tensor-parallel ``degree``.
 

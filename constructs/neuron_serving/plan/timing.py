@@ -19,6 +19,12 @@ EXPORT_MINUTES_PER_BILLION = 4
 system guide), growing with the parameter count; 20 + 4 per billion gives 52 minutes for 8B and
 about 5 hours for 70B."""
 
+QUANTIZE_MINUTES_PER_BILLION = 0.5
+"""Quantizing the weights before the compile (``ServingRequest.quantization``): NxD Inference reads
+the whole checkpoint into float32 on the CPU, quantizes each linear layer and writes the result, one
+byte a parameter (docs/engines.md, "INT8 weights"), before it compiles. Not measured: a stated
+ceiling of 30 seconds per billion parameters (4 minutes for 8B, 35 for 70B) on top of the export's."""
+
 DOWNLOAD_BASE_MINUTES = 2
 DOWNLOAD_MINUTES_PER_BILLION = 0.5
 """Downloading a finished export (artifact cache, prebuilt export): about 2 bytes per parameter
@@ -82,6 +88,8 @@ def boot_minutes(plan: ServingPlan, *, throughput: int, exports: bool = True) ->
     minutes: float = PULL_MINUTES + ready_minutes(plan, throughput)
     if exports:
         minutes += EXPORT_BASE_MINUTES + EXPORT_MINUTES_PER_BILLION * billions
+        if plan.request.quantization is not None:
+            minutes += QUANTIZE_MINUTES_PER_BILLION * billions
     else:
         minutes += DOWNLOAD_BASE_MINUTES + DOWNLOAD_MINUTES_PER_BILLION * billions
     return min(math.ceil(minutes), MAX_CLOUDFORMATION_MINUTES)

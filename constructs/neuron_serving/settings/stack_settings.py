@@ -25,6 +25,7 @@ from ..plan.host import (
     resolve_host,
 )
 from ..plan.layout import (
+    QUANTIZATIONS,
     ServingPlan,
     ServingRequest,
     builder_plan,
@@ -210,6 +211,12 @@ class StackSettings:
         `--num-gpu-blocks-override`): at least what the batch needs at full length; more keep more prefixes, and
         take device memory, which the planner counts. `nxdi` only.""",
         shown="`ceil(sequence_length / prefix_cache_block_size) x batch_size`")
+    quantization: str = setting("none", """`int8` to quantize the model's weights at export: each linear layer's
+        weights as 8-bit integers with a scale per output channel (NxD Inference's `per_channel_symmetric`), about
+        half of their device memory, which the planner counts (and so may fit a smaller degree, a larger batch or a
+        longer sequence), at some accuracy. The export then needs host memory for the whole model in float32.
+        `none` serves the weights in `dtype`. `nxdi` only; FP8 is not offered on inf2 and trn1 (docs/engines.md).""",
+        check=_choice("none", *QUANTIZATIONS))
     tool_call_parser: str | None = setting(None, """How the server reads the tool calls the model generates, for
         OpenAI's `tools` and `tool_choice: "auto"`: one of vLLM's parsers (`llama3_json`, `hermes`...), or `none`.
         `nxdi` only.""", shown="`llama3_json` for Llama 3.1 and later, `hermes` for Qwen 2.5 and 3, else `none` "
@@ -444,6 +451,7 @@ class StackSettings:
             prefix_cache_block_size=self.prefix_cache_block_size if self.prefix_cache_kept else None,
             prefix_cache_blocks=self.prefix_cache_blocks if self.prefix_cache_kept else None,
             tool_call_parser=self.tool_call_parser,
+            quantization=None if self.quantization == "none" else self.quantization,
         )
 
     @property
@@ -643,7 +651,11 @@ class StackSettings:
         if self.prefix_caching and not engine.prefix_caching:
             problems.add("prefix_caching", True, f"is not served by engine {self.engine}; engine "
                          + ", ".join(e.name for e in ENGINES.values() if e.prefix_caching) + " serves it")
-        elif self.prefix_caching is False:
+        if self.quantization != "none" and self.quantization not in engine.quantizations:
+            problems.add("quantization", self.quantization, f"is not made by engine {self.engine}; engine "
+                         + ", ".join(f"{e.name} makes {' or '.join(e.quantizations)}"
+                                     for e in ENGINES.values() if e.quantizations))
+        if self.prefix_caching is False:
             for key in ("prefix_cache_block_size", "prefix_cache_blocks"):
                 if getattr(self, key) != _DEFAULTS[key]:
                     problems.add(key, getattr(self, key), "applies only with prefix_caching, which is false")

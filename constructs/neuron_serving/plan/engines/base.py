@@ -358,6 +358,8 @@ class Engine(ABC):
     keeps one unless told not to."""
     min_prefix_cache_sequence: int = 1
     """The shortest sequence length the engine compiles a prefix cache for."""
+    quantizations: tuple[str, ...] = ()
+    """The weight quantizations the export can make (``ServingRequest.quantization``)."""
     probe: EngineProbe
     """How ``neuron-serving smoke`` tells, with one GET, that an endpoint serves this engine."""
 
@@ -415,6 +417,15 @@ class Engine(ABC):
                 "model_id", plan.model_id, f"is a {plan.model.model_type} model, which {image.export.title} "
                 f"in {image.reference} cannot export and serve; it does "
                 f"{', '.join(image.model_types)}")])
+        request = plan.request
+        if request.quantization is not None and request.quantization not in self.quantizations:
+            raise ServingConfigError([problem(
+                "quantization", request.quantization, f"is not made by engine {self.name}, which serves the weights "
+                f"in dtype{'; it makes ' + ', '.join(self.quantizations) if self.quantizations else ''}")])
+        if request.prefix_cache_block_size is not None and not self.prefix_caching:
+            raise ServingConfigError([problem(
+                "prefix_cache_block_size", request.prefix_cache_block_size,
+                f"asks for a prefix cache, which engine {self.name} does not serve")])
         self.check_plan(plan, image)
 
     def check_plan(self, plan: ServingPlan, image: ServingImage) -> None:  # noqa: B027 (optional hook)
@@ -439,12 +450,15 @@ class Engine(ABC):
             # pa_num_blocks); keys without one are those of before it existed.
             parts.append(f"prefix-cache={plan.request.prefix_cache_block_size}x"
                          f"{plan.request.effective_prefix_cache_blocks}")
+        if plan.request.quantization is not None:
+            parts.append(f"quantization={plan.request.quantization}")
         if revision is not None:
             parts.append(f"revision={revision}")
         digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
         slug = "".join(c if c.isalnum() else "-" for c in plan.model_id.split("/")[-1].lower())
+        quantized = "" if plan.request.quantization is None else f"-{plan.request.quantization}"
         return (f"{KEY_FORMAT}-{self.name}-{slug}-tp{plan.degree}-b{plan.batch_size}-s{plan.sequence_length}"
-                f"-{plan.dtype}-{digest}")
+                f"-{plan.dtype}{quantized}-{digest}")
 
     @abstractmethod
     def error_body(self, status: int, message: str) -> str:

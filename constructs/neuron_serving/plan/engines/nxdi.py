@@ -165,6 +165,22 @@ function are not enforced by this image: the plugin ignores vLLM's structured-ou
 on-device sampling (vllm-neuron release-0.4.1, vllm_neuron/worker/neuronx_distributed_model_runner.py:
 "The grammar bitmask will be ignored")."""
 
+QUANTIZED_CHECKPOINT = "/tmp/neuron-serving-quantized-checkpoint.pt"
+"""Where the export's quantized weights are written before the compile shards them, inside the
+export's container, whose writable layer Docker drops with it. NxD Inference requires the path
+(models/config.py: "quantized_checkpoints_path is required"); the plugin quantizes into it before
+each compile (vllm-neuron release-0.4.1, neuronx_distributed_model_loader.py,
+``_compile_and_load_model``: ``save_quantized_state_dict``, which writes one file there with ``torch.save``
+unless the path is a directory, models/application_base.py at cd3abf3), and the compile's sharding
+reads it back (``checkpoint_loader_fn``). A replica never reads it: with ``save_sharded_checkpoint``
+the load reads the compile's ``weights/`` (application_base.py, ``load_weights``)."""
+
+QUANTIZATION_TYPE = "per_channel_symmetric"
+"""A scale per output channel, the finer of NxD Inference's two weight quantizations
+(``per_tensor_symmetric``, ``per_channel_symmetric``: developer_guides/feature-guide.rst, "Model
+Weight Quantization", at v2.28.0); the plugin's default is per tensor
+(neuronx_distributed_model_loader.py, ``quantization_type``)."""
+
 ATTENTION_KERNEL_OFF_FROM = "0.9"
 """NxD Inference 0.9 (SDK 2.29) and later turn an NKI attention kernel on by themselves for contexts
 of 4096 tokens or more (neuronx-distributed-inference modules/attention/attention_base.py,
@@ -187,6 +203,10 @@ class Nxdi(VllmServer):
     # modules/attention/attention_base.py; modules/kvcache/block_kv_cache_manager.py).
     prefix_caching = True
     min_prefix_cache_sequence = MIN_PREFIX_CACHE_SEQUENCE
+    # INT8 weights. FP8 (f8e4m3, f8e5m2) is not offered: on NeuronCore-v2 it needs
+    # XLA_HANDLE_SPECIAL_SCALAR (feature-guide.rst), and neuronx-cc refuses F8E4M3FN on TRN1/TRN2
+    # ("Target TRN3 or later hardware", aws-neuron/aws-neuron-sdk issue 1393); see docs/engines.md.
+    quantizations = ("int8",)
     # Compiles go through NxD Inference, which has no Hugging Face Hub cache: settings of one are refused.
     unused_settings = (*VllmServer.unused_settings, "hub_compile_cache", "hub_compile_cache_repo")
 
@@ -212,10 +232,16 @@ class Nxdi(VllmServer):
         (``--additional-config``'s ``override_neuron_config``, vllm-user-guide-v1.rst): the weights
         sharded per rank into the compiled artifacts (``save_sharded_checkpoint``, which without it
         are sharded from the checkpoint at every load), and, with an image whose NxD Inference turns
-        NKI kernels on by itself, the attention kernel off (:data:`ATTENTION_KERNEL_OFF_FROM`)."""
+        NKI kernels on by itself, the attention kernel off (:data:`ATTENTION_KERNEL_OFF_FROM`); with
+        quantized weights, the quantization (:data:`QUANTIZED_CHECKPOINT`, :data:`QUANTIZATION_TYPE`)."""
         config: dict[str, object] = {"save_sharded_checkpoint": True}
         if version_key(image.export.version) >= version_key(ATTENTION_KERNEL_OFF_FROM):
             config["attn_kernel_enabled"] = False
+        if plan.request.quantization is not None:
+            # The plugin passes these four to NxD Inference when "quantized" is given
+            # (neuronx_distributed_model_loader.py, "Get quantization config if specified").
+            config.update(quantized=True, quantized_checkpoints_path=QUANTIZED_CHECKPOINT,
+                          quantization_type=QUANTIZATION_TYPE, quantization_dtype=plan.request.quantization)
         return config
 
     def engine_arguments(self, plan: ServingPlan, image: ServingImage) -> tuple[str, ...]:
@@ -293,6 +319,7 @@ class Nxdi(VllmServer):
                 "neuron_config.torch_dtype": TORCH_DTYPES[plan.dtype],
                 "neuron_config.save_sharded_checkpoint": True,
                 **self._kv_cache_fields(plan),
+                **self._quantization_fields(plan),
             },
             "files": ["config.json", "tokenizer_config.json", "neuron_config.json", "model.pt",
                       *(f"weights/tp{rank}_sharded_checkpoint.safetensors" for rank in range(plan.degree))],
@@ -309,6 +336,15 @@ class Nxdi(VllmServer):
         return {"neuron_config.is_prefix_caching": True, "neuron_config.is_block_kv_layout": True,
                 "neuron_config.pa_block_size": block,
                 "neuron_config.pa_num_blocks": plan.request.effective_prefix_cache_blocks + 1}
+
+    @staticmethod
+    def _quantization_fields(plan: ServingPlan) -> dict[str, object]:
+        """What the compile records of its weights' quantization (models/config.py, NeuronConfig:
+        ``quantized``, ``quantization_type``, ``quantization_dtype``)."""
+        if plan.request.quantization is None:
+            return {"neuron_config.quantized": False}
+        return {"neuron_config.quantized": True, "neuron_config.quantization_type": QUANTIZATION_TYPE,
+                "neuron_config.quantization_dtype": plan.request.quantization}
 
     def replica_environment(self, plan: ServingPlan, image: ServingImage, replica: Replica,
                             model_dir: str) -> dict[str, str]:

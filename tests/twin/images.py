@@ -14,6 +14,9 @@ huggingface-cli against the loopback Hub). A replica container (one with a publi
   :class:`FakeTgi` on the published host port, in the twin's namespace.
 - vLLM (optimum-neuron 0.4.5 image): ``optimum-cli neuron serve``'s checks as inside.py's
   :class:`VllmImage` makes them, then :class:`FakeVllm`.
+- vLLM on NxD Inference (AWS's Deep Learning Container): ``vllm serve`` loads the export as inside.py's
+  :class:`NxdiImage` plays the vllm-neuron plugin (a replica that finds no finished compile fails on the
+  read-only export), then :class:`FakeVllm`, vLLM's server, as the served model.
 
 Knobs (:attr:`TwinImage.knobs`): ``TWIN_REPLICA_CRASH=<container name>`` makes that replica fail to load
 its model as a Neuron runtime error does (exit 1 before it listens).
@@ -33,7 +36,7 @@ for _dir in ("tests/router", "tests/boot"):
 
 from fake_tgi import FakeTgi  # noqa: E402
 from fake_vllm import FakeVllm  # noqa: E402
-from inside import CHECKPOINT, VLLM_IMAGE, ServingImage, VllmImage, _value  # noqa: E402
+from inside import CHECKPOINT, NXDI_IMAGE, VLLM_IMAGE, NxdiImage, ServingImage, VllmImage, _value  # noqa: E402
 from test_boot_export import HUB_CLIS  # noqa: E402
 
 from tests.harness.dockerd import BehaviourResult, Bind, command, container_name, emit, environment, host_path, sleep  # noqa: E402
@@ -74,6 +77,13 @@ class TwinImage:
                 return code, out, *err
             served = _value(VllmImage.entry_point(command(body), env), "--served_model_name")
             server: FakeTgi = FakeVllm(container, port, served_model=served or "")
+        elif image.startswith(NXDI_IMAGE):
+            # `vllm serve <export> --served-model-name <id> ...` (Nxdi.replica_command), loaded, not compiled.
+            argv = command(body)
+            code, out, *err = NxdiImage(self.knobs).run(argv, binds, devices, env)
+            if code != 0:
+                return code, out, *err
+            server = FakeVllm(container, port, served_model=_value(argv, "--served-model-name") or "")
         else:
             problem = self._tgi_problem(env, binds, devices)
             if problem:

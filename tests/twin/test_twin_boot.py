@@ -88,6 +88,31 @@ def test_a_vllm_stack_boots_and_serves(world: World) -> None:
     boots_and_serves(world, {"engine": "vllm"})
 
 
+def test_an_internet_facing_nxdi_stack_boots_and_serves_a_key_holder_with_vllm_as_each_replicas_pid_1(
+        world: World) -> None:
+    # The nxdi stack's defaults: the SDK 2.28 image, whose driver bound (below 2.29) the twin's aws-neuronx-dkms
+    # 2.27.4.0 meets, a prefix cache, and each replica's container started with `--entrypoint vllm`; API keys on.
+    from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_13_0, NXDI
+    from neuron_serving.userdata import api_keys
+
+    launch, _, plan = user_data({**SECURE, "engine": "nxdi"})
+    stage(world, launch)
+    key = api_keys.new_key()
+    world.aws.create_secret(launch.value("API_KEYS_SECRET"), json.dumps({"alice": api_keys.stored(key)}))
+    twin, _, image = boot(world, launch, plan)
+    assert twin.wait_boot_script(timeout=300) == "done", failure_report(twin)
+    assert signals(world)[-1] == ("SUCCESS", twin.instance_id)
+    assert sorted(image.serving) == [r.name for r in plan.replicas]
+    assert completion(plan.router_port)[0] == 401
+    assert serves(plan.router_port, {"Authorization": f"Bearer {key}"})["model"] == plan.model_id
+    created = {r["container"]["name"]: r["container"] for r in world.engines[0].records if "container" in r}
+    for replica in plan.replicas:
+        container = created[replica.name]
+        assert container["Entrypoint"] == ["vllm"]
+        assert container["Cmd"][:2] == ["serve", f"/models/{NXDI.export_key(plan, DLC_VLLM_0_13_0)}"]
+        assert "--enable-prefix-caching" in container["Cmd"]
+
+
 def test_a_fleet_host_publishes_its_export_and_the_next_host_downloads_it_without_compiling(world: World) -> None:
     launch, _, plan = user_data(FLEET)
     stage(world, launch)

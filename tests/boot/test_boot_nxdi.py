@@ -46,13 +46,15 @@ def _signals(host: Host) -> list[dict[str, str]]:
     return [dict(zip(a[2::2], a[3::2], strict=True)) for a in host.aws("cloudformation", "signal-resource")]
 
 
-def test_the_export_runs_vllm_once_over_an_empty_batch_compiling_into_the_export_with_its_weights(
+def test_the_export_runs_vllm_once_and_each_replica_serves_it_read_only_ready_after_a_completion_through_it(
     make_host: MakeHost,
 ) -> None:
     plan = _plan()
-    host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL)
+    host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL, STUB_READY_AFTER="1")
     assert failure == ""
     key = NXDI.export_key(plan, DLC_VLLM_0_13_0)
+
+    # The export: vLLM itself, once, over an empty batch, compiling into the export with its weights.
     [export] = _exports(host)
     assert export["Cmd"] == ["run-batch", "-i", "/dev/null", "-o", "/dev/null", "--model", f"/models/{key}.src",
                              *ENGINE_ARGS]
@@ -71,15 +73,14 @@ def test_the_export_runs_vllm_once_over_an_empty_batch_compiling_into_the_export
         "weights/tp0_sharded_checkpoint.safetensors", "weights/tp1_sharded_checkpoint.safetensors"])
     assert not host.path(f"{EXPORTS}/{key}.src").exists()
 
+    # Ready only after a one-token completion of the served model through each replica.
+    completions = [argv for argv in host.calls("curl") if argv[-1].endswith("/v1/completions")]
+    assert [argv[-1] for argv in completions] == [f"http://127.0.0.1:{r.port}/v1/completions" for r in plan.replicas]
+    for argv in completions:
+        assert json.loads(argv[argv.index("-d") + 1]) == {"model": MODEL, "prompt": "ping", "max_tokens": 1}
+    assert [s["--status"] for s in _signals(host)] == ["SUCCESS"]
 
-def test_each_replica_serves_the_export_read_only_with_the_exports_engine_arguments_and_compiles_nothing(
-    make_host: MakeHost,
-) -> None:
-    plan = _plan()
-    host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL)
-    assert failure == ""
-    key = NXDI.export_key(plan, DLC_VLLM_0_13_0)
-    final = host.path(f"{EXPORTS}/{key}")
+    # Each replica: the export read-only, the export's engine arguments, nothing compiled.
     before = {f: f.stat().st_mtime_ns for f in final.rglob("*")}
     for replica in plan.replicas:
         result = host.run(RUN_REPLICA, str(replica.index))
@@ -101,46 +102,29 @@ def test_each_replica_serves_the_export_read_only_with_the_exports_engine_argume
         assert env["NEURON_PROCESS_TAG"] == replica.name and "HF_TOKEN" not in env
 
 
-def test_ready_only_after_a_one_token_completion_of_the_served_model_through_each_replica(make_host: MakeHost) -> None:
-    plan = _plan()
-    host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL, STUB_READY_AFTER="1")
-    assert failure == ""
-    completions = [argv for argv in host.calls("curl") if argv[-1].endswith("/v1/completions")]
-    assert [argv[-1] for argv in completions] == [f"http://127.0.0.1:{r.port}/v1/completions" for r in plan.replicas]
-    for argv in completions:
-        assert json.loads(argv[argv.index("-d") + 1]) == {"model": MODEL, "prompt": "ping", "max_tokens": 1}
-    assert [s["--status"] for s in _signals(host)] == ["SUCCESS"]
-
-
-def test_a_replica_whose_export_lost_its_compile_fails_rather_than_compile_into_the_read_only_export(
+def test_check_export_refuses_a_compile_of_other_shapes_which_the_plugin_would_load_and_a_replica_compiles_nothing(
     make_host: MakeHost,
-) -> None:
-    plan = _plan()
-    host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL)
-    assert failure == ""
-    host.path(f"{EXPORTS}/{NXDI.export_key(plan, DLC_VLLM_0_13_0)}/model.pt").unlink()
-    result = host.run(RUN_REPLICA, "0")
-    assert result.returncode != 0
-    assert "Recompiling" in result.stdout and "Read-only file system" in result.stderr
-
-
-@pytest.mark.parametrize(("field", "value", "said"), [
-    ("tp_degree", 4, "neuron_config.tp_degree 4, the plan 2"),
-    ("batch_size", 8, "neuron_config.batch_size 8, the plan 4"),
-    ("save_sharded_checkpoint", False, "neuron_config.save_sharded_checkpoint False, the plan True"),
-])
-def test_check_export_refuses_a_compile_of_other_shapes_which_the_plugin_would_load_as_it_is(
-    make_host: MakeHost, field: str, value: object, said: str,
 ) -> None:
     plan = _plan()
     host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL)
     assert failure == ""
     final = host.path(f"{EXPORTS}/{NXDI.export_key(plan, DLC_VLLM_0_13_0)}")
     saved = json.loads((final / "neuron_config.json").read_text())
-    saved["neuron_config"][field] = value
+    for field, value, said in [
+        ("tp_degree", 4, "neuron_config.tp_degree 4, the plan 2"),
+        ("batch_size", 8, "neuron_config.batch_size 8, the plan 4"),
+        ("save_sharded_checkpoint", False, "neuron_config.save_sharded_checkpoint False, the plan True"),
+    ]:
+        (final / "neuron_config.json").write_text(json.dumps({**saved, "neuron_config": {
+            **saved["neuron_config"], field: value}}))
+        result = host.run(CHECK_EXPORT, str(final))
+        assert result.returncode == 1 and said in result.stdout.splitlines()[-1], (field, result.stdout)
     (final / "neuron_config.json").write_text(json.dumps(saved))
-    result = host.run(CHECK_EXPORT, str(final))
-    assert result.returncode == 1 and said in result.stdout.splitlines()[-1]
+    # A replica whose export lost its compile fails rather than compile into the read-only export.
+    (final / "model.pt").unlink()
+    result = host.run(RUN_REPLICA, "0")
+    assert result.returncode != 0
+    assert "Recompiling" in result.stdout and "Read-only file system" in result.stderr
 
 
 def test_a_cached_export_is_served_by_every_host_without_compiling(make_host: MakeHost) -> None:

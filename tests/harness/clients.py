@@ -6,6 +6,9 @@ huggingface_hub, langchain-openai and litellm), never with the project's venv:
     .tools/clients/bin/python tests/harness/clients.py --url http://127.0.0.1:8080 --model tgi \\
         '[["openai_models", "KEY"], ["hub_text_generation", "KEY"]]'
 
+A call may name its own endpoint and model, ``[call, key, url, model]``, for several endpoints in one process
+(each client's import costs seconds); its answer is then under ``"<call> <key> <url>"``.
+
 It prints one JSON object on stdout, by ``"<call> <key>"``: ``{"ok": <what the call returned>}``, or, when the
 client raised, ``{"raised": <the exception's class>, "message": str(exception), ...}`` with what the exception carries
 (the status, and for the OpenAI SDK its ``body``, ``type`` and ``code``). Every call is what the
@@ -175,19 +178,21 @@ def describe(error: BaseException) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", required=True, help="the endpoint, http://host:port, without a path")
-    parser.add_argument("--model", required=True, help="the model OpenAI-compatible requests name")
+    parser.add_argument("--url", help="the endpoint, http://host:port, without a path, of calls that name none")
+    parser.add_argument("--model", help="the model OpenAI-compatible requests name, for calls that name none")
     parser.add_argument("calls", help='a JSON list of [call, key] pairs: each call of CALLS, with the API key its '
-                                      'client sends as its bearer token; the answers print as {"call key": result}')
+                                      'client sends as its bearer token; the answers print as {"call key": result}; '
+                                      'or [call, key, url, model], whose answer prints as "call key url"')
     args = parser.parse_args()
     results: dict[str, Any] = {}
     # One process runs every call: each client's import costs seconds (LiteLLM's most).
-    for name, key in json.loads(args.calls):
-        call = argparse.Namespace(url=args.url, model=args.model, key=key)
+    for name, key, *target in json.loads(args.calls):
+        url, model = target or (args.url, args.model)
+        answer = " ".join([name, key, *target[:1]])
         try:
-            results[f"{name} {key}"] = {"ok": CALLS[name](call)}
+            results[answer] = {"ok": CALLS[name](argparse.Namespace(url=url, model=model, key=key))}
         except Exception as error:  # the client's error is the result
-            results[f"{name} {key}"] = describe(error)
+            results[answer] = describe(error)
     json.dump(results, sys.stdout, default=str)
     sys.stdout.write("\n")
 

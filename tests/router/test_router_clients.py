@@ -60,34 +60,54 @@ def openai_model(serving: Engine) -> str:
     return serving.openai_model({"data": [{"id": SERVED_MODEL}]}) or SERVED_MODEL
 
 
-def run_clients(router: Router, serving: Engine, calls: list[tuple[str, str]]) -> dict[str, Any]:
-    """Each ``(call, key)`` of the driver against ``router``, by ``"<call> <key>"``."""
+def _driver(calls: list[list[str]], *options: str) -> dict[str, Any]:
     need(CLIENTS / "bin" / "python", MISSING)
-    ran = subprocess.run([str(CLIENTS / "bin" / "python"), str(DRIVER), "--url", f"http://127.0.0.1:{router.port}",
-                          "--model", openai_model(serving), json.dumps(calls)],
+    ran = subprocess.run([str(CLIENTS / "bin" / "python"), str(DRIVER), *options, json.dumps(calls)],
                          capture_output=True, text=True, timeout=600, check=False, stdin=subprocess.DEVNULL)
     assert ran.returncode == 0, ran.stderr[-3000:]
     answers: dict[str, Any] = json.loads(ran.stdout)
     return answers
 
 
-@pytest.fixture(scope="module", params=["tgi", "vllm", "nxdi"])
+def run_clients(router: Router, serving: Engine, calls: list[tuple[str, str]]) -> dict[str, Any]:
+    """Each ``(call, key)`` of the driver against ``router``, by ``"<call> <key>"``."""
+    return _driver([list(call) for call in calls], "--url", f"http://127.0.0.1:{router.port}",
+                   "--model", openai_model(serving))
+
+
+ENGINES = ("tgi", "vllm", "nxdi")
+
+
+@pytest.fixture(scope="module", params=ENGINES)
 def clients_engine(request: pytest.FixtureRequest) -> Engine:
     return engine(request.param)
 
 
 @pytest.fixture(scope="module")
-def answers(haproxy_bin: str, clients_engine: Engine,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """Every client call's answer through a one-replica router of ``clients_engine`` with API keys
-    on, holding KEY: each call with KEY, and those of :data:`REFUSED` with an unknown key too."""
-    workdir = tmp_path_factory.mktemp(f"clients-{clients_engine.name}")
+def every_answer(haproxy_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, Any]]]:
+    """Every client call's answer through a one-replica router of each engine with API keys on,
+    holding KEY: each call with KEY, and those of :data:`REFUSED` with an unknown key too; by engine.
+    One driver process calls the three routers (each client's import costs seconds)."""
+    workdir = tmp_path_factory.mktemp("clients")
     keys = workdir / "api-keys.sha256"
     keys.write_text(api_keys.keys_file_text([api_keys.digest(KEY)]))
     with router_launcher(haproxy_bin, workdir) as launch:
-        router = launch(replicas=1, serving=clients_engine, api_keys=True, keys_file=str(keys),
-                        runtime_socket=str(workdir / "admin.sock"), log_target="stdout format raw")
-        yield run_clients(router, clients_engine, [(call, KEY) for call in CALLS] + [(c, WRONG) for c in REFUSED])
+        urls = {}
+        for name in ENGINES:
+            router = launch(replicas=1, serving=engine(name), api_keys=True, keys_file=str(keys),
+                            runtime_socket=str(workdir / f"admin-{name}.sock"), log_target="stdout format raw")
+            urls[name] = f"http://127.0.0.1:{router.port}"
+        calls = [[call, key, urls[name], openai_model(engine(name))] for name in ENGINES
+                 for call, key in [(call, KEY) for call in CALLS] + [(c, WRONG) for c in REFUSED]]
+        answers = _driver(calls)
+        yield {name: {key.removesuffix(f" {url}"): answer for key, answer in answers.items() if key.endswith(f" {url}")}
+               for name, url in urls.items()}
+
+
+@pytest.fixture(scope="module")
+def answers(every_answer: dict[str, dict[str, Any]], clients_engine: Engine) -> dict[str, Any]:
+    """The answers through ``clients_engine``'s router (:func:`every_answer`)."""
+    return every_answer[clients_engine.name]
 
 
 def ok(answers: dict[str, Any], call: str, key: str = KEY) -> Any:

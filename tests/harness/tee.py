@@ -1,4 +1,4 @@
-"""A text stream that writes to several: the tool runners (optimum_neuron.py, vllm_013.py) keep what a tool
+"""A text stream that writes to several: the tool runners (optimum_neuron.py, vllm_cli.py) keep what a tool
 prints while it still reaches the terminal. Standard library only, as each runner runs in its tool's own venv."""
 
 from __future__ import annotations

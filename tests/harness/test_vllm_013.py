@@ -1,6 +1,6 @@
 """The beliefs about vLLM 0.13.0's command line that the engine for AWS's vLLM Deep Learning Container
 (pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04) rests on, checked against vLLM 0.13.0's
-real CLI through tests/harness/vllm_013.py: what `vllm serve` and `vllm run-batch` accept, refuse, and hand the
+real CLI through tests/harness/vllm_cli.py: what `vllm serve` and `vllm run-batch` accept, refuse, and hand the
 engine."""
 
 from __future__ import annotations
@@ -15,17 +15,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = ROOT / ".tools" / "vllm-0.13.0" / "bin" / "python"
-RUNNER = ROOT / "tests" / "harness" / "vllm_013.py"
+RUNNER = ROOT / "tests" / "harness" / "vllm_cli.py"
 ADDITIONAL = '{"override_neuron_config": {"save_sharded_checkpoint": true}}'
 
 
-def run(argv: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
-    if not PYTHON.exists():
+def run(argv: list[str], tmp_path: Path, env: dict[str, str] | None = None, python: Path = PYTHON) -> dict[str, Any]:
+    """``argv`` through the runner with ``python``, a tools venv's (tests/harness/test_vllm_016.py passes vLLM
+    0.16.0's): missing, the test fails under CI and is skipped elsewhere."""
+    if not python.exists():
         if os.environ.get("CI"):
-            pytest.fail(f"{PYTHON} is missing: scripts/test makes it")
-        pytest.skip(f"{PYTHON} is missing: scripts/test makes it")
+            pytest.fail(f"{python} is missing: scripts/test makes it")
+        pytest.skip(f"{python} is missing: scripts/test makes it")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "NEURON_RT_", "VLLM_"))}
-    done = subprocess.run([str(PYTHON), str(RUNNER), "--env", json.dumps(env or {}), "--json", json.dumps(argv)],
+    done = subprocess.run([str(python), str(RUNNER), "--env", json.dumps(env or {}), "--json", json.dumps(argv)],
                           capture_output=True, text=True, check=False, timeout=600,
                           env={**clean, "HF_HOME": str(tmp_path / "hf-home"), "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-3000:]

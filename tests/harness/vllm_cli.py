@@ -1,10 +1,10 @@
-"""Runs a vLLM 0.13.0 container's ``vllm`` argv through vLLM 0.13.0's real CLI on CPU, and records what would reach
-its engine and its server.
+"""Runs a vLLM container's ``vllm`` argv through that vLLM's real CLI on CPU, and records what would reach its engine
+and its server: vLLM 0.13.0's or vLLM 0.16.0's, whichever venv's python runs it.
 
-Run it with the python of the tools venv that ``requirements-vllm-0.13.0.txt`` builds, never with the project's
-venv::
+Run it with the python of a tools venv that ``requirements-vllm-0.13.0.txt`` or ``requirements-vllm-0.16.0.txt``
+builds, never with the project's venv::
 
-    .tools/vllm-0.13.0/bin/python tests/harness/vllm_013.py \\
+    .tools/vllm-0.13.0/bin/python tests/harness/vllm_cli.py \\
         --json '["vllm", "serve", "/models/x", "--port", "8080", "--tensor-parallel-size", "2", ...]'
 
 It prints one JSON object: ``exit_code`` (argparse's refusal is 2, as the container's process would end),
@@ -13,19 +13,22 @@ JSON-able fields of the namespace the subcommand's parser made, after its valida
 under ``args_not_json``), ``engine_args`` (every field of the ``AsyncEngineArgs`` that ``from_cli_args`` made from
 it) and, for ``run-batch``, ``run_batch`` (what the real batch runner did with a fake engine).
 
-What runs for real (vLLM 0.13.0's PyPI wheel, the version AWS's Deep Learning Container
-pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04 bundles, without AWS's vllm-neuron
-platform plugin, which is not on PyPI; its compiled CUDA part fails to load here, which vLLM only logs):
+What runs for real (vLLM's PyPI wheel, without AWS's vllm-neuron platform plugin, which is not on PyPI; its compiled
+CUDA part fails to load here, which vLLM only logs): vLLM 0.13.0, the version AWS's Deep Learning Container
+pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04 bundles, or vLLM 0.16.0, which
+pytorch-inference-vllm-neuronx:0.16.0-neuronx-py312-sdk2.31.1-ubuntu24.04 bundles. The files named below are the
+same in both wheels but where a version is named; 0.16.0's were read in its installed wheel.
 
 - ``vllm`` itself: ``vllm.entrypoints.cli.main:main`` (the console script), with the real subparsers of every
   subcommand it registers. ``serve``: ``make_arg_parser`` (vllm/entrypoints/openai/cli_args.py: FrontendArgs and
   ``AsyncEngineArgs.add_cli_args``) and its validate hook ``validate_parsed_serve_args``; ``ServeSubcommand.cmd``
   (vllm/entrypoints/cli/serve.py), which moves the positional model tag into ``args.model`` and picks how to run.
   ``run-batch``: ``make_arg_parser`` of vllm/entrypoints/openai/run_batch.py (its own flags and
-  ``AsyncEngineArgs.add_cli_args``: no FrontendArgs), ``RunBatchSubcommand.cmd`` and run_batch.py's ``main``:
-  ``validate_run_batch_args``, ``api_server.build_async_engine_client`` (whose ``AsyncEngineArgs.from_cli_args``
-  makes the engine's arguments) and ``run_batch``, which builds the OpenAI serving objects over the engine client,
-  reads ``--input-file``, runs each request and writes ``--output-file``.
+  ``AsyncEngineArgs.add_cli_args``: no FrontendArgs), ``RunBatchSubcommand.cmd`` (vllm/entrypoints/cli/run_batch.py)
+  and run_batch.py's ``main``: ``validate_run_batch_args``, ``api_server.build_async_engine_client`` (whose
+  ``AsyncEngineArgs.from_cli_args`` makes the engine's arguments) and ``run_batch``, which builds the OpenAI serving
+  objects over the engine client (0.16.0: ``build_endpoint_registry``), reads ``--input-file``, runs each request
+  and writes ``--output-file``.
 - ``AsyncEngineArgs.from_cli_args(args)`` (vllm/engine/arg_utils.py), for ``serve`` in the replaced worker,
   for ``run-batch`` inside the real ``build_async_engine_client``.
 
@@ -46,11 +49,13 @@ What is replaced (only what would start an engine or a server):
 - ``prometheus_client.start_http_server`` (run-batch's ``--enable-metrics``) is recorded, not run.
 - The platform: vllm-neuron's ``vllm.platform_plugins`` entry point is imitated by package metadata that names
   ``register`` here, whose ``NeuronPlatformStandIn`` has the class attributes of vllm-neuron's ``NeuronPlatform``
-  (an out-of-tree platform of device type ``cpu``) and none of its methods. Without a platform vLLM 0.13.0 cannot
-  build its parsers (``DeviceConfig``'s default asks for the device type).
+  (an out-of-tree platform of device type ``cpu``) and none of its methods. Without a platform vLLM cannot build its
+  parsers (``DeviceConfig``'s default asks for the device type). vLLM 0.16.0 loads plugins the same way
+  (vllm/platforms/__init__.py ``resolve_current_platform_cls_qualname``, vllm/plugins/__init__.py
+  ``load_plugins_by_group``).
 
-Versions: vllm 0.13.0 (PyPI), torch 2.13.0 CPU in place of the 2.9.0 it pins (this machine's wheel), the rest as
-requirements-vllm-0.13.0.txt says; Python 3.11 here, 3.12 in the image.
+Versions: vllm 0.13.0 or 0.16.0 (PyPI), torch 2.13.0 CPU in place of the 2.9.0 or 2.9.1 they pin (this machine's
+wheel), the rest as each requirements file says; Python 3.11 here, 3.12 in the images.
 
 vLLM reads no model files on this path, but ``HF_HUB_OFFLINE=1`` (set unless ``--env`` says otherwise, as the
 replicas run) makes ``EngineArgs.__post_init__`` look a model that is not an existing path up in the Hub's cache
@@ -115,7 +120,8 @@ class NeuronPlatformPlugin(importlib.abc.MetaPathFinder):
     """The package metadata of a stand-in for AWS's vllm-neuron: its ``vllm.platform_plugins`` entry point, which
     vLLM's ``resolve_current_platform_cls_qualname`` (vllm/platforms/__init__.py) loads and activates, as it would
     the real plugin's, before building the parsers (``DeviceConfig``'s default, a parser default, asks the platform
-    for its device type: with no platform, vLLM 0.13.0 cannot even make its parser here)."""
+    for its device type: with no platform, vLLM 0.13.0 cannot even make its parser here, and vLLM 0.16.0's ``serve``
+    ends with "RuntimeError: Failed to infer device type")."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> None:
         return None
@@ -141,7 +147,8 @@ class _PluginDistribution(importlib.metadata.Distribution):
 
 def register() -> str:
     """The entry point: the stand-in platform's qualified name. Its class attributes are those of
-    vllm_neuron/platform.py ``NeuronPlatform`` (vllm-project/vllm-neuron; that the image's plugin has the same is
+    vllm_neuron/platform.py ``NeuronPlatform`` (vllm-project/vllm-neuron; the same at its 0.2.0 tag and in its main
+    branch of 2025-11-18, 61abf3f; that the images' plugins, release-0.4.1 and release-0.5.3, have the same is
     unverified): an out-of-tree platform whose device type is ``cpu``. None of its methods is here: they act on a
     ``VllmConfig`` (``create_engine_config``), which nothing here makes."""
     from vllm.platforms import Platform, PlatformEnum
@@ -160,17 +167,21 @@ def register() -> str:
 
 class FakeEngineClient:
     """Stands for the ``AsyncLLM`` that ``build_async_engine_client_from_engine_args`` would start: what
-    ``run_batch``'s serving objects read when they are built (vllm/entrypoints/openai/serving_models.py,
-    serving_engine.py, serving_chat.py ``__init__``)."""
+    ``run_batch``'s serving objects read when they are built (``__init__`` in vllm/entrypoints/openai/
+    serving_models.py, serving_engine.py, serving_chat.py in 0.13.0; models/serving.py, engine/serving.py,
+    chat_completion/serving.py in 0.16.0)."""
 
     def __init__(self, engine_args: Any, record: dict[str, Any]) -> None:
         self._record = record
         self.input_processor = None
         self.io_processor = None
+        # vLLM 0.16.0 reads the engine's renderer too (models/serving.py), and the text config's model type
+        # (chat_completion/serving.py, for Kimi K2's tool call ids); 0.13.0 reads neither.
+        self.renderer = None
+        hf_config = types.SimpleNamespace(model_type="llama", num_labels=0)
         self.model_config = types.SimpleNamespace(
             model=engine_args.model, max_model_len=engine_args.max_model_len, logits_processors=None,
-            generation_config="auto", hf_config=types.SimpleNamespace(model_type="llama", num_labels=0),
-            get_diff_sampling_param=dict)
+            generation_config="auto", hf_config=hf_config, hf_text_config=hf_config, get_diff_sampling_param=dict)
 
     async def get_supported_tasks(self) -> tuple[str, ...]:
         self._record.setdefault("calls", []).append("get_supported_tasks")

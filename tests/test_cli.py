@@ -51,7 +51,7 @@ def test_plan_with_int8_weights_fits_a_70b_model_on_half_the_cores_and_only_with
     assert (rows[4][5], rows[6][5]) == ("no", "yes")
     assert any(line.startswith("default (smallest degree that fits): 6 -> replica-0: neuron0-2") for line in lines)
     assert main(["plan", "--model", "meta-llama/Llama-3.1-70B-Instruct", "--quantization", "int8"]) == 2
-    assert "quantization ('int8') is not made by engine tgi; give --engine nxdi" in capsys.readouterr().err
+    assert "quantization ('int8') is not made by engine tgi; engine nxdi makes it" in capsys.readouterr().err
 
 
 def test_plan_predicts_every_fitting_degree_and_leaves_the_others_blank(capsys):

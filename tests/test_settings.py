@@ -274,7 +274,7 @@ def test_int8_weights_reach_the_request_with_nxdi_and_are_refused_naming_the_eng
     with pytest.raises(ServingConfigError) as err:
         _settings(engine="tgi", quantization="int8")
     assert [str(p) for p in err.value.problems] == [
-        "quantization ('int8') is not made by engine tgi; engine nxdi makes int8"]
+        "quantization ('int8') is not made by engine tgi; engine nxdi makes it"]
     with pytest.raises(ServingConfigError, match=r"^quantization \('fp8'\) must be one of none, int8$"):
         _settings(engine="nxdi", quantization="fp8")
 

@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..plan.engines import DEFAULT_ENGINE, ENGINES, engine
+from ..plan.engines import DEFAULT_ENGINE, ENGINES, engine, quantization_problem
 from ..plan.engines.base import release
 from ..plan.errors import Problems, ServingConfigError
 from ..plan.hub_cache import HubCache
@@ -270,11 +270,8 @@ def _plan_inputs(args: argparse.Namespace) -> tuple[ServingRequest, Workload, Co
     workload = Workload(args.input_tokens, args.output_tokens)
     constraints = Constraints(args.max_itl_ms, args.max_ttft_ms, args.min_tokens_per_second)
     problems = Problems()
-    serving = engine(args.engine)
-    if request.quantization is not None and request.quantization not in serving.quantizations:
-        makers = ", ".join(e.name for e in ENGINES.values() if request.quantization in e.quantizations)
-        problems.add("quantization", request.quantization,
-                     f"is not made by engine {serving.name}; give --engine {makers}")
+    if said := quantization_problem(engine(args.engine), request.quantization):
+        problems.add("quantization", request.quantization, said)
     if args.objective != "goodput":
         for name in ("p99_ttft_ms", "p99_itl_ms"):
             if getattr(args, name) is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..plan import identifiers
-from ..plan.engines import DEFAULT_ENGINE, ENGINES
+from ..plan.engines import DEFAULT_ENGINE, ENGINES, quantization_problem
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.host import (
     DEFAULT_PULL_ATTEMPTS,
@@ -451,8 +451,13 @@ class StackSettings:
             prefix_cache_block_size=self.prefix_cache_block_size if self.prefix_cache_kept else None,
             prefix_cache_blocks=self.prefix_cache_blocks if self.prefix_cache_kept else None,
             tool_call_parser=self.tool_call_parser,
-            quantization=None if self.quantization == "none" else self.quantization,
+            quantization=self._request_quantization,
         )
+
+    @property
+    def _request_quantization(self) -> str | None:
+        """The ``quantization`` setting as the request takes it: None for ``none``."""
+        return None if self.quantization == "none" else self.quantization
 
     @property
     def prefix_cache_kept(self) -> bool:
@@ -651,10 +656,8 @@ class StackSettings:
         if self.prefix_caching and not engine.prefix_caching:
             problems.add("prefix_caching", True, f"is not served by engine {self.engine}; engine "
                          + ", ".join(e.name for e in ENGINES.values() if e.prefix_caching) + " serves it")
-        if self.quantization != "none" and self.quantization not in engine.quantizations:
-            problems.add("quantization", self.quantization, f"is not made by engine {self.engine}; engine "
-                         + ", ".join(f"{e.name} makes {' or '.join(e.quantizations)}"
-                                     for e in ENGINES.values() if e.quantizations))
+        if said := quantization_problem(engine, self._request_quantization):
+            problems.add("quantization", self.quantization, said)
         if self.prefix_caching is False:
             for key in ("prefix_cache_block_size", "prefix_cache_blocks"):
                 if getattr(self, key) != _DEFAULTS[key]:

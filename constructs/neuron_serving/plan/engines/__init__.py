@@ -37,6 +37,15 @@ def engine(name: str) -> Engine:
     return found
 
 
+def quantization_problem(serving: Engine, quantization: str | None) -> str | None:
+    """Why ``serving`` cannot serve weights of ``quantization`` (``ServingRequest.quantization``;
+    None for weights in their dtype), naming the engines that make it; None when it can."""
+    if quantization is None or quantization in serving.quantizations:
+        return None
+    makers = ", ".join(e.name for e in ENGINES.values() if quantization in e.quantizations)
+    return f"is not made by engine {serving.name}; {'engine ' + makers if makers else 'no engine'} makes it"
+
+
 __all__ = [
     "CHECKPOINT_EXCLUDED",
     "CHECKPOINT_FILES",
@@ -54,4 +63,5 @@ __all__ = [
     "SmokeRequest",
     "check_dlami_parameter",
     "engine",
+    "quantization_problem",
 ]

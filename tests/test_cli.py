@@ -333,3 +333,21 @@ def test_plan_with_the_vllm_engine_chooses_only_batches_vllm_serves(capsys):
     assert chosen["batch_size"] >= 2
     assert main(["plan", "--engine", "vllm", "--batch-size", "1", "--no-hub-cache"]) == 2
     assert "batch_size (1) must be at least 2 with --engine vllm" in capsys.readouterr().err
+
+
+def test_plan_with_an_eagle_draft_counts_its_memory_and_only_with_nxdi(capsys):
+    base = ["plan", "--model", "meta-llama/Meta-Llama-3-8B-Instruct", "--instance-type", "inf2.24xlarge",
+            "--no-hub-cache"]
+    assert main([*base, "--engine", "nxdi"]) == 0
+    plain = _rows(capsys.readouterr().out)
+    assert main([*base, "--engine", "nxdi", "--speculative-model", "yuhuili/EAGLE-LLaMA3-Instruct-8B",
+                 "--speculative-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith(", drafted by yuhuili/EAGLE-LLaMA3-Instruct-8B (4 tokens a step)")
+    drafted = _rows(out)
+    # Degree 2: about 1.5 GiB more on each core (the draft's layer, embeddings, LM head, fc and one layer of KV,
+    # and the 20% overhead on them).
+    assert 1.3 < float(drafted[2][3]) - float(plain[2][3]) < 1.7
+    assert main([*base, "--speculative-model", "yuhuili/EAGLE-LLaMA3-Instruct-8B"]) == 2
+    assert "speculative_model ('yuhuili/EAGLE-LLaMA3-Instruct-8B') is not served by engine tgi; give --engine nxdi" \
+        in capsys.readouterr().err

@@ -294,3 +294,16 @@ def test_an_objective_with_nxdis_prefix_cache_chooses_among_the_sequences_and_ba
     assert settings.request.prefix_cache_block_size == 32
     assert _settings(engine="tgi", objective="latency").space.min_sequence_length == 1
     assert _settings(engine="nxdi", prefix_caching="false", objective="latency").space.min_sequence_length == 1
+
+
+def test_an_eagle_draft_reaches_the_request_with_nxdi_and_is_refused_elsewhere_or_without_its_model():
+    request = _settings(engine="nxdi", speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B",
+                        speculative_tokens=3).request
+    assert (request.speculative_model, request.speculative_tokens) == ("yuhuili/EAGLE-LLaMA3-Instruct-8B", 3)
+    assert _settings(engine="nxdi").request.speculative_model is None
+    with pytest.raises(ServingConfigError) as err:
+        _settings(engine="tgi", speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B")
+    assert "speculative_model ('yuhuili/EAGLE-LLaMA3-Instruct-8B') is not served by engine tgi; engine nxdi serves it" \
+        in [str(p) for p in err.value.problems]
+    with pytest.raises(ServingConfigError, match=r"^speculative_tokens \(3\) applies only with speculative_model$"):
+        _settings(engine="nxdi", speculative_tokens=3)

@@ -48,12 +48,32 @@ from typing import Any
 from tests.harness.dockerd import BehaviourResult, Bind, command, environment, host_path
 from tests.harness.fake_hub import CLIENT_ENV_REMOVE, FakeHub
 
+
+def safetensors(tensors: dict[str, tuple[list[int], str]]) -> str:
+    """A safetensors file of ``U8`` tensors (name: shape and bytes), as text: the format
+    (huggingface/safetensors docs/source/index.mdx, "Format") is a little-endian u64 header size, the JSON
+    header, which may end in spaces, and the bytes; here the header is padded to 256 bytes, a size whose
+    bytes (0, 1, 0...) are text, as the tensors' are, so that real readers (safetensors' safe_open, in
+    userdata/eagle-draft.py) read what a fake Hub serves."""
+    header: dict[str, object] = {}
+    offset = 0
+    for name, (shape, data) in tensors.items():
+        header[name] = {"dtype": "U8", "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":"))
+    assert len(text) <= 256
+    return "\x00\x01\x00\x00\x00\x00\x00\x00" + text.ljust(256) + "".join(data for _, data in tensors.values())
+
+
 CHECKPOINT = {
     "config.json": '{"model_type": "llama", "torch_dtype": "bfloat16"}\n',
     "generation_config.json": "{}\n",
-    "model-00001-of-00002.safetensors": "weights, first half\n",
-    "model-00002-of-00002.safetensors": "weights, second half\n",
-    "model.safetensors.index.json": "{}\n",
+    # The LM head in the second shard, as in Meta's Llama 3 repositories: what eagle-draft copies into a draft.
+    "model-00001-of-00002.safetensors": safetensors({"model.embed_tokens.weight": ([2, 4], "embedded")}),
+    "model-00002-of-00002.safetensors": safetensors({"lm_head.weight": ([2, 4], "the head")}),
+    "model.safetensors.index.json": json.dumps({"metadata": {}, "weight_map": {
+        "model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+        "lm_head.weight": "model-00002-of-00002.safetensors"}}) + "\n",
     "tokenizer.json": "{}\n",
     "tokenizer_config.json": "{}\n",
     "special_tokens_map.json": "{}\n",
@@ -61,6 +81,18 @@ CHECKPOINT = {
     "original/params.json": "{}\n",
     "LICENSE": "license\n",
 }
+
+EAGLE_DRAFT = {
+    # yuhuili/EAGLE-LLaMA3-Instruct-8B: its config (SafeAILab/EAGLE eagle/train/EAGLE-LLaMA3-Instruct-8B.json at
+    # f872b7f) and weights without an LM head ("pretrained EAGLE model checkpoints don't include the LM head
+    # weights", NxD Inference's feature guide at v2.28.0), here as safetensors.
+    "config.json": json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+                               "num_hidden_layers": 1, "vocab_size": 128256, "torch_dtype": "float16"}) + "\n",
+    "model.safetensors": safetensors({"fc.weight": ([2, 4], "fc fused"),
+                                      "layers.0.mlp.up_proj.weight": ([1, 2], "up")}),
+    "README.md": "an EAGLE draft\n",
+}
+"""An EAGLE draft's Hub repository; :meth:`ServingImage._download` serves it for a repository named EAGLE."""
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 """The torch dtype names optimum-neuron records, kept apart from the library's own table
@@ -160,6 +192,7 @@ class ServingImage:
         include, exclude = _values(argv, "--include") or ["*"], _values(argv, "--exclude")
         files = CHECKPOINT if not repo.endswith("-neuron") else export_files(
             ["--batch_size", "4", "--sequence_length", "4096", "--auto_cast_type", "bf16"], 8, weights=True)
+        files = EAGLE_DRAFT if "eagle" in repo.lower() else files
         for name, text in files.items():
             if any(fnmatch.fnmatch(name, p) for p in include) and not any(fnmatch.fnmatch(name, p) for p in exclude):
                 (out / name).parent.mkdir(parents=True, exist_ok=True)
@@ -337,6 +370,8 @@ class NxdiImage:
         self.knobs = knobs
 
     def run(self, argv: list[str], binds: list[Bind], devices: int, env: dict[str, str]) -> BehaviourResult:
+        if argv[:1] == ["python"] and len(argv) == 5:
+            return self._python(argv[1:], binds)
         if argv[:2] == ["vllm", "run-batch"]:
             return self._engine(argv[2:], _value(argv, "--model"), binds, devices, env, batch=True)
         if argv[:2] == ["vllm", "serve"] and len(argv) > 2:
@@ -357,6 +392,8 @@ class NxdiImage:
         except FileNotFoundError:
             where = None
         if where is not None and (where / "neuron_config.json").is_file() and (where / "model.pt").is_file():
+            if speculation := self._speculation(flags, binds, compiling=False):
+                return 1, "", speculation
             return self._load(where, binds, degree, batch)
         said = f"Unable to find precompiled artifacts from {compiled}. Recompiling...\n"
         time.sleep(float(self.knobs.get("STUB_EXPORT_SECONDS", "0")))
@@ -367,6 +404,7 @@ class NxdiImage:
         except (FileNotFoundError, PermissionError):
             return 1, said, f"OSError: [Errno 30] Read-only file system: '{compiled}/neuron_config.json'\n"
         config = json.loads((host_path(binds, model) / "config.json").read_text())
+        spec = json.loads(_value(flags, "--speculative-config") or "null")
         batch_size, seq_len = int(_value(flags, "--max-num-seqs") or 32), int(_value(flags, "--max-model-len") or 0)
         # vllm/config/cache.py (0.13.0): prefix caching is on unless turned off; the plugin's platform then
         # wants a block size, adds the null block to --num-gpu-blocks-override, and the loader checks the
@@ -379,6 +417,8 @@ class NxdiImage:
         if prefix and blocks < least:
             return 1, said, (f"AssertionError: At least {least} blocks are required for max_model_len {seq_len}, "
                              f"but only {blocks} blocks are available\n")
+        if speculation := self._speculation(flags, binds, compiling=True):
+            return 1, said, speculation
         quantized_path = override.get("quantized_checkpoints_path")
         if override.get("quantized") and quantized_path is None:
             return 1, said, "AssertionError: quantized_checkpoints_path is required\n"
@@ -398,6 +438,9 @@ class NxdiImage:
             "pa_block_size": int(block) if prefix and block else seq_len,
             "pa_num_blocks": blocks + 1,
             "save_sharded_checkpoint": False,
+            "enable_fused_speculation": spec is not None,
+            "enable_eagle_speculation": spec is not None and spec.get("method") == "eagle",
+            "speculation_length": spec["num_speculative_tokens"] if spec else 0,
             **override,
         }
         if neuron_config["quantized"]:
@@ -422,6 +465,46 @@ class NxdiImage:
             (out / name).write_text(text)
         said += f"compiled {model} into {compiled}\n"
         return (0, said + "batch of 0 requests done\n") if batch else (0, said + "serving\n")
+
+    @staticmethod
+    def _speculation(flags: list[str], binds: list[Bind], *, compiling: bool) -> str | None:
+        """Why the draft of ``--speculative-config`` cannot be loaded, or None. Every load reads its
+        ``config.json`` first (``_init_fused_spec_config``: "Cannot load draft model config from ..."); a
+        compile reads its weights too (NxD Inference's ``checkpoint_loader_fn`` of the draft), whose LM head the
+        fused model needs ("the draft model must include the LM head weights from the target model",
+        feature-guide.rst at v2.28.0)."""
+        spec = json.loads(_value(flags, "--speculative-config") or "null")
+        if spec is None:
+            return None
+        draft = spec["model"]
+        try:
+            found = host_path(binds, draft)
+        except FileNotFoundError:
+            found = None
+        if found is None or not (found / "config.json").is_file():
+            return (f"ValueError: Cannot load draft model config from '{draft}'. Please ensure the path is correct "
+                    f"and config.json exists. Error: {draft} does not appear to have a file named config.json\n")
+        if compiling:
+            weights = found / "model.safetensors"
+            data = weights.read_bytes() if weights.is_file() else b"\x02\0\0\0\0\0\0\0{}"
+            names = json.loads(data[8:8 + int.from_bytes(data[:8], "little")])
+            if "lm_head.weight" not in names:
+                return f"KeyError: 'lm_head.weight' is not in the draft's checkpoint at {draft}\n"
+        return None
+
+    @staticmethod
+    def _python(argv: list[str], binds: list[Bind]) -> BehaviourResult:
+        """The image's Python running export-model's draft conversion (``python /opt/neuron-serving/bin/eagle-draft
+        TARGET DRAFT OUT``): the real script, with the torch and safetensors of .tools/vllm-0.13.0, on the
+        bound directories."""
+        python = Path(__file__).resolve().parents[2] / ".tools" / "vllm-0.13.0" / "bin" / "python"
+        if not python.exists():
+            return 127, "", f"{python} is missing: scripts/test makes it\n"
+        script, target, draft, out = argv
+        words = [str(host_path(binds, script)), str(host_path(binds, target)), str(host_path(binds, draft)),
+                 str(host_path(binds, out, write=True))]
+        done = subprocess.run([str(python), *words], capture_output=True, text=True, timeout=120, check=False)
+        return done.returncode, done.stdout, done.stderr
 
     @staticmethod
     def _load(where: Path, binds: list[Bind], degree: int, batch: bool) -> BehaviourResult:

@@ -336,3 +336,92 @@ def test_a_quantization_the_engine_does_not_make_stops_synth(engine: str, quanti
     with pytest.raises(ServingConfigError, match=said):
         resolve_host(plan_serving(ServingRequest(MODEL, "inf2.24xlarge", tensor_parallel=2,
                                                  quantization=quantization)), engine=engine)
+
+
+DRAFT = "yuhuili/EAGLE-LLaMA3-Instruct-8B"
+
+
+def _speculating_plan(**request: Any) -> ServingPlan:
+    return plan_serving(ServingRequest(MODEL, "inf2.24xlarge", tensor_parallel=2, speculative_model=DRAFT,
+                                       speculative_tokens=4, **request))
+
+
+def test_an_eagle_draft_gets_the_models_lm_head_is_compiled_into_the_export_and_every_replica_reads_its_config(
+    make_host: MakeHost,
+) -> None:
+    plan = _speculating_plan()
+    host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL)
+    assert failure == ""
+    key = NXDI.export_key(plan, DLC_VLLM_0_13_0)
+    assert "-bf16-eagle4-" in key and key != NXDI.export_key(_plan(), DLC_VLLM_0_13_0)
+    # The draft's repository, downloaded beside the checkpoint (its README is not), then converted by the real
+    # userdata/eagle-draft.py in the image's Python: its tensors and the model's LM head, in one file.
+    [download] = [c for c in host.containers() if DRAFT in c.get("Cmd", [])]
+    assert download["Cmd"][download["Cmd"].index("--local-dir") + 1] == f"/models/{key}.src/eagle-draft.download"
+    [convert] = [c for c in host.containers() if c.get("Entrypoint") == ["python"]]
+    assert convert["Cmd"] == ["/opt/neuron-serving/bin/eagle-draft", f"/models/{key}.src",
+                              f"/models/{key}.src/eagle-draft.download", f"/models/{key}.src/eagle-draft"]
+    log = host.path("/var/log/neuron-serving/export.log").read_text()
+    [said] = [line for line in log.splitlines() if line.startswith("eagle-draft: ")]
+    assert said.startswith("eagle-draft: 3 tensors of ") and ", with the LM head of " in said and "((2, 4))" in said
+    [export] = _exports(host)
+    speculation = json.loads(export["Cmd"][export["Cmd"].index("--speculative-config") + 1])
+    assert speculation == {"method": "eagle", "model": f"/models/{key}.src/eagle-draft", "num_speculative_tokens": 4}
+    final = host.path(f"{EXPORTS}/{key}")
+    saved = json.loads((final / "neuron_config.json").read_text())["neuron_config"]
+    assert [saved[k] for k in ("enable_fused_speculation", "enable_eagle_speculation", "speculation_length")] == [
+        True, True, 4]
+    # The export keeps the draft's config for the replicas, not its weights (they are in the compile's shards),
+    # and the checkpoint with the draft is gone.
+    assert sorted(p.name for p in (final / "eagle-draft").iterdir()) == ["config.json"]
+    assert not host.path(f"{EXPORTS}/{key}.src").exists()
+    run = host.run(RUN_REPLICA, "0")
+    assert run.returncode == 0 and "Successfully loaded pre-compiled model artifacts" in run.stdout, run.stderr
+    replica = {c["name"]: c for c in host.containers()}["replica-0"]
+    speculation = json.loads(replica["Cmd"][replica["Cmd"].index("--speculative-config") + 1])
+    assert speculation == {"method": "eagle", "model": f"/models/{key}/eagle-draft", "num_speculative_tokens": 4}
+    # A replica whose export lacks the draft's config fails as the plugin does; check-export refuses the export.
+    (final / "eagle-draft" / "config.json").unlink()
+    run = host.run(RUN_REPLICA, "0")
+    assert run.returncode != 0 and f"Cannot load draft model config from '/models/{key}/eagle-draft'" in (
+        run.stdout + run.stderr)
+    result = host.run(CHECK_EXPORT, str(final))
+    assert result.returncode == 1 and "eagle-draft/config.json" in result.stdout
+
+
+def test_a_draft_costs_its_weights_and_kv_cache_on_every_core() -> None:
+    from neuron_serving.plan.models import EAGLE_DRAFTS, eagle_fc_parameter_count
+
+    plain, speculating = _plan(), _speculating_plan()
+    draft = EAGLE_DRAFTS[DRAFT.lower()]
+    assert speculating.draft == draft and plain.draft is None
+    # One layer of Llama 3 8B's shape with its embeddings and the LM head, sharded; fc whole on every core.
+    assert speculating.memory.weights - plain.memory.weights == (
+        draft.parameter_count * 2 // 2 + eagle_fc_parameter_count(draft) * 2)
+    assert speculating.memory.kv_cache - plain.memory.kv_cache == plain.memory.kv_cache // 32
+    assert 1.1 < (speculating.memory.weights - plain.memory.weights) / 2**30 < 1.3
+
+
+@pytest.mark.parametrize(("request_", "said"), [
+    ({"speculative_model": "yuhuili/EAGLE-LLaMA3-Instruct-70B"},
+     r"^speculative_model \('yuhuili/EAGLE-LLaMA3-Instruct-70B'\) has hidden_size 8192, but llama-3-8b has 4096: "),
+    ({"speculative_model": "someone/eagle-draft"}, r"^speculative_model \('someone/eagle-draft'\) is not an EAGLE "
+     r"draft the library knows the shape of; give speculative_model_config .* or use one of yuhuili/"),
+    ({"speculative_model": DRAFT, "speculative_tokens": 11}, r"^speculative_tokens \(11\) must be an integer from 1 "
+     r"to 10$"),
+    ({"speculative_model": DRAFT, "quantization": "int8"}, r"^quantization \('int8'\) cannot be served with "
+     r"speculative_model: the vllm-neuron plugin compiles the draft with the model's quantization"),
+    ({"speculative_model_config": "/x/config.json"}, r"^speculative_model_config \('/x/config.json'\) applies only "
+     r"with speculative_model$"),
+])
+def test_a_draft_the_model_cannot_use_stops_synth_naming_the_setting(request_: dict[str, Any], said: str) -> None:
+    with pytest.raises(ServingConfigError, match=said):
+        resolve_host(plan_serving(ServingRequest(MODEL, "inf2.24xlarge", tensor_parallel=2, **request_)),
+                     engine="nxdi")
+
+
+@pytest.mark.parametrize("engine", ["tgi", "vllm"])
+def test_speculative_decoding_by_another_engine_stops_synth(engine: str) -> None:
+    with pytest.raises(ServingConfigError, match=rf"^speculative_model \('{DRAFT}'\) asks for speculative decoding, "
+                       rf"which engine {engine} does not serve$"):
+        resolve_host(_speculating_plan(), engine=engine)

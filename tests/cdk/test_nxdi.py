@@ -6,7 +6,7 @@ import json
 
 from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_16_0
 from neuron_serving.plan.layout import request_from_layout
-from neuron_serving.render.boot import RUN_REPLICA
+from neuron_serving.render.boot import EAGLE_DRAFT, RUN_REPLICA
 
 
 def _replica_command(template) -> str:
@@ -45,6 +45,19 @@ def test_without_prefix_caching_each_replica_has_one_block_per_batch_slot_and_in
     assert '"quantization_dtype":"int8"' in _replica_command(template)
     # bench --stack reads the layout back with its quantized weights, whose memory the planner counts.
     assert layout["quantization"] == "int8" and request_from_layout(layout).quantization == "int8"
+
+
+def test_an_eagle_draft_is_converted_by_the_bundles_script_and_named_by_every_replica_and_the_layout(synth):
+    template = synth(engine="nxdi", speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B", speculative_tokens="4")
+    files = template.stack.boot_script.boot.files
+    assert files[EAGLE_DRAFT].startswith('"""eagle-draft TARGET DRAFT OUT')
+    command = _replica_command(template)
+    assert '"method":"eagle"' in command and '"num_speculative_tokens":4' in command
+    layout = json.loads(template.json["Outputs"]["ServingPlan"]["Value"])
+    assert (layout["speculative_model"], layout["speculative_tokens"]) == ("yuhuili/EAGLE-LLaMA3-Instruct-8B", 4)
+    # bench --stack reads the layout back with the draft, whose memory the planner counts.
+    assert request_from_layout(layout).speculative_model == "yuhuili/EAGLE-LLaMA3-Instruct-8B"
+    assert EAGLE_DRAFT not in synth(engine="nxdi").stack.boot_script.boot.files
 
 
 def test_the_sdk_2_31_image_launches_the_newest_ubuntu_24_04_dlami_and_turns_the_attention_kernel_off(synth):

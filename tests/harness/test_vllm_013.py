@@ -115,14 +115,6 @@ def test_auto_tool_choice_without_a_parser_is_refused_by_the_validate_hook(tmp_p
     assert result["error"] == "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser"
 
 
-def test_an_unregistered_tool_call_parser_is_refused_before_the_port_is_bound(tmp_path):
-    # The parser takes any name; api_server.py's validate_api_server_args refuses it in setup_server.
-    result = run(serve(tmp_path, "--enable-auto-tool-choice", "--tool-call-parser", "no_such_parser"), tmp_path)
-    assert result["exit_code"] == 1 and "server_socket" not in result and "started" not in result
-    assert result["error"].startswith("KeyError: 'invalid tool call parser: no_such_parser")
-    assert "llama3_json" in result["error"]
-
-
 def batch(tmp_path: Path, *flags: str) -> list[str]:
     return ["vllm", "run-batch", "-i", "/dev/null", "-o", "/dev/null", "--model", model(tmp_path, "KEY.src"),
             "--tensor-parallel-size", "2", "--max-num-seqs", "4", "--max-model-len", "4096", *flags]
@@ -181,13 +173,15 @@ QUANTIZED = {"quantized": True, "quantized_checkpoints_path": "/tmp/neuron-servi
 for INT8 weights: ``quantized`` with its path, type and dtype, in ``override_neuron_config``."""
 
 
-@pytest.mark.parametrize(("prefix_cache", "quantization"), [(None, None), (32, "int8")])
+# Quantized weights and a draft are not served together (Nxdi.check_plan): each case has one of them.
+@pytest.mark.parametrize(("prefix_cache", "quantization", "draft"),
+                         [(None, "int8", None), (32, None, "yuhuili/EAGLE-LLaMA3-Instruct-8B")])
 def test_the_nxdi_engines_export_and_replica_commands_reach_vllm_0_13_0s_engine_with_the_plans_values(
-    tmp_path, prefix_cache, quantization,
+    tmp_path, prefix_cache, quantization, draft,
 ):
     from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_13_0, NXDI
 
-    plan = _nxdi_plan(prefix_cache_block_size=prefix_cache, quantization=quantization)
+    plan = _nxdi_plan(prefix_cache_block_size=prefix_cache, quantization=quantization, speculative_model=draft)
     override = {"save_sharded_checkpoint": True, **(QUANTIZED if quantization else {})}
     wanted = {"tensor_parallel_size": 2, "max_num_seqs": 4, "max_model_len": 4096, "dtype": "bfloat16",
               "enable_prefix_caching": prefix_cache is not None, "block_size": prefix_cache,
@@ -195,11 +189,19 @@ def test_the_nxdi_engines_export_and_replica_commands_reach_vllm_0_13_0s_engine_
               # vLLM takes --additional-config as JSON (vllm/config/utils.py, the parser's json.loads) and does
               # not read it: the plugin does. No --quantization: the plugin quantizes itself.
               "additional_config": {"override_neuron_config": override}, "quantization": None}
+
+    def speculation(where: str) -> dict[str, Any] | None:
+        # --speculative-config, JSON too (EngineArgs.add_cli_args), reaches the engine as the dict whose
+        # method, model and num_speculative_tokens SpeculativeConfig takes (vllm/config/speculative.py).
+        return None if draft is None else {"method": "eagle", "model": f"{where}/eagle-draft",
+                                           "num_speculative_tokens": 5}
+
     replica = run([NXDI.replica_entrypoint(DLC_VLLM_0_13_0), *NXDI.replica_command(plan, DLC_VLLM_0_13_0,
                                                                                    model(tmp_path))], tmp_path,
                   env={"HF_HUB_OFFLINE": "1"})
     assert replica["exit_code"] == 0, replica.get("error")
     assert {k: replica["engine_args"][k] for k in wanted} == wanted
+    assert replica["engine_args"]["speculative_config"] == speculation(model(tmp_path))
     assert replica["engine_args"]["served_model_name"] == [plan.model_id]
     assert replica["server_socket"] == ["", 8080]
     source, output = model(tmp_path, "KEY.src"), model(tmp_path, "KEY.tmp")
@@ -208,6 +210,7 @@ def test_the_nxdi_engines_export_and_replica_commands_reach_vllm_0_13_0s_engine_
     assert export["exit_code"] == 0, export.get("error")
     assert export["run_batch"]["completed"] and export["run_batch"]["calls"] == ["get_supported_tasks"]
     assert {k: export["engine_args"][k] for k in wanted} == wanted
+    assert export["engine_args"]["speculative_config"] == speculation(source)
     assert export["engine_args"]["model"] == source
 
 
@@ -226,9 +229,15 @@ def test_the_nxdi_engines_tool_call_parser_for_the_model_is_one_vllm_0_13_0_serv
     assert (result["frontend"]["enable_auto_tool_choice"], result["frontend"]["tool_call_parser"]) == (True, parser)
 
 
-def test_the_tool_call_parsers_the_library_accepts_are_exactly_those_vllm_0_13_0_registers(tmp_path):
+def test_an_unregistered_tool_call_parser_is_refused_before_the_port_is_bound_naming_exactly_the_librarys_parsers(
+    tmp_path,
+):
     from neuron_serving.plan.engines.nxdi import TOOL_CALL_PARSERS
 
+    # The parser takes any name; api_server.py's validate_api_server_args refuses it in setup_server, listing the
+    # registered ones, which are the ones the library accepts.
     result = run(serve(tmp_path, "--enable-auto-tool-choice", "--tool-call-parser", "no_such_parser"), tmp_path)
+    assert result["exit_code"] == 1 and "server_socket" not in result and "started" not in result
+    assert result["error"].startswith("KeyError: 'invalid tool call parser: no_such_parser")
     registered = result["error"].partition("(chose from {")[2].partition("}")[0]
     assert sorted(name.strip() for name in registered.split(",")) == sorted(TOOL_CALL_PARSERS)

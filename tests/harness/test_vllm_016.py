@@ -51,9 +51,10 @@ def _wanted(plan: Any, override: dict[str, Any]) -> dict[str, Any]:
 def test_the_nxdi_export_and_replica_of_the_0_16_0_image_reach_vllm_0_16_0s_engine_with_the_plans_values(tmp_path):
     from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_16_0, NXDI
 
-    # Qwen 2.5 without a prefix cache: a contiguous KV cache of one block per sequence, and Hermes tool calls.
-    plan = _plan("qwen2.5-7b")
-    wanted = _wanted(plan, {})
+    # Qwen 2.5 without a prefix cache (a contiguous KV cache of one block per sequence), INT8 weights, and Hermes
+    # tool calls.
+    plan = _plan("qwen2.5-7b", quantization="int8")
+    wanted = _wanted(plan, QUANTIZED)
     replica = run([NXDI.replica_entrypoint(DLC_VLLM_0_16_0), *NXDI.replica_command(plan, DLC_VLLM_0_16_0,
                                                                                    model(tmp_path))], tmp_path)
     assert replica["exit_code"] == 0, replica.get("error")
@@ -82,16 +83,20 @@ def test_the_nxdi_export_and_replica_of_the_0_16_0_image_reach_vllm_0_16_0s_engi
     assert export["engine_args"]["model"] == source
 
 
-def test_a_prefix_cached_int8_replica_of_the_0_16_0_image_serves_with_llama3_json_tool_calls(tmp_path):
+def test_a_prefix_cached_speculating_replica_of_the_0_16_0_image_serves_with_llama3_json_tool_calls(tmp_path):
     from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_16_0, NXDI
 
-    # Llama 3.1 (llama3_json by default) with a prefix cache of 32-token blocks and INT8 weights.
-    plan = _plan("llama-3.1-8b", prefix_cache_block_size=32, quantization="int8")
-    wanted = _wanted(plan, QUANTIZED)
+    # Llama 3.1 (llama3_json by default) with a prefix cache of 32-token blocks and an EAGLE draft of its shape.
+    plan = _plan("llama-3.1-8b", prefix_cache_block_size=32, speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B",
+                 speculative_tokens=4)
+    wanted = _wanted(plan, {})
     result = run([NXDI.replica_entrypoint(DLC_VLLM_0_16_0), *NXDI.replica_command(plan, DLC_VLLM_0_16_0,
                                                                                   model(tmp_path))], tmp_path)
     assert result["exit_code"] == 0, result.get("error")
     assert {k: result["engine_args"][k] for k in wanted} == wanted
+    # The draft in the export, as the plugin reads it on every load.
+    assert result["engine_args"]["speculative_config"] == {
+        "method": "eagle", "model": f"{model(tmp_path)}/eagle-draft", "num_speculative_tokens": 4}
     assert result["server_socket"] == ["", 8080]
     assert (result["frontend"]["enable_auto_tool_choice"], result["frontend"]["tool_call_parser"]) == (
         True, "llama3_json")

@@ -41,6 +41,15 @@ def test_a_host_that_quantizes_the_weights_waits_longer_for_its_export_not_for_a
     assert boot_minutes(plan, throughput=BASELINE, exports=False) == 52
 
 
+def test_a_host_that_speculates_waits_for_its_drafts_download_and_compile_too():
+    plan = plan_serving(ServingRequest("llama-3-8b", "inf2.24xlarge",
+                                       speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B"))
+    # The draft's 1.3 B parameters (one layer, embeddings, LM head, fc) at the model's minutes per billion.
+    assert boot_minutes(plan, throughput=BASELINE) == 103
+    # Downloaded, its share of the export (0.65 minutes) rounds up with the rest into the same 52 minutes.
+    assert boot_minutes(plan, throughput=BASELINE, exports=False) == 52
+
+
 def test_each_boot_phase_estimate_is_a_prediction_that_its_ceiling_covers():
     plan = _plan("llama-3-8b", "inf2.24xlarge")
     minutes = phase_minutes(plan, BASELINE)

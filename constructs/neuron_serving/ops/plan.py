@@ -25,6 +25,7 @@ from ..plan.errors import Problems, ServingConfigError
 from ..plan.hub_cache import HubCache
 from ..plan.instances import INSTANCES
 from ..plan.layout import (
+    DEFAULT_SPECULATIVE_TOKENS,
     GIB,
     QUANTIZATIONS,
     DegreeOption,
@@ -121,6 +122,13 @@ def register(commands: Any) -> None:
     plan.add_argument("--quantization", choices=("none", *QUANTIZATIONS), default="none",
                       help="the weights' quantization, made by the export (engine nxdi): int8 takes about half "
                            "the weights' device memory")
+    plan.add_argument("--speculative-model", metavar="HUB_ID",
+                      help="an EAGLE draft of the model (engine nxdi), whose weights and KV cache every core holds "
+                           "beside the model's")
+    plan.add_argument("--speculative-model-config", metavar="PATH",
+                      help="the draft's config.json, for a draft outside the catalog")
+    plan.add_argument("--speculative-tokens", type=int, default=DEFAULT_SPECULATIVE_TOKENS,
+                      help=f"tokens the draft proposes each step (default: {DEFAULT_SPECULATIVE_TOKENS})")
     plan.add_argument("--no-hub-cache", dest="hub_cache", action="store_false",
                       help="do not ask the Hugging Face Hub which layouts optimum-neuron's cache holds")
     plan.set_defaults(run=command)
@@ -266,12 +274,18 @@ def _plan_inputs(args: argparse.Namespace) -> tuple[ServingRequest, Workload, Co
         dtype=args.dtype,
         model_config=args.model_config,
         quantization=None if args.quantization == "none" else args.quantization,
+        speculative_model=args.speculative_model,
+        speculative_model_config=args.speculative_model_config,
+        speculative_tokens=args.speculative_tokens,
     )
     workload = Workload(args.input_tokens, args.output_tokens)
     constraints = Constraints(args.max_itl_ms, args.max_ttft_ms, args.min_tokens_per_second)
     problems = Problems()
     if said := quantization_problem(engine(args.engine), request.quantization):
         problems.add("quantization", request.quantization, said)
+    if request.speculative_model is not None and not engine(args.engine).speculative_decoding:
+        problems.add("speculative_model", request.speculative_model, f"is not served by engine {args.engine}; "
+                     "give --engine nxdi")
     if args.objective != "goodput":
         for name in ("p99_ttft_ms", "p99_itl_ms"):
             if getattr(args, name) is not None:
@@ -469,7 +483,9 @@ def _plan_text(request: ServingRequest, workload: Workload, document: dict[str, 
     lines = [
         f"{request.model_id} on {where}: batch {request.batch_size}, sequence {request.sequence_length}, "
         f"input <= {request.effective_max_input_tokens}, {request.dtype}"
-        + ("" if request.quantization is None else f" with {request.quantization} weights"),
+        + ("" if request.quantization is None else f" with {request.quantization} weights")
+        + ("" if request.speculative_model is None
+           else f", drafted by {request.speculative_model} ({request.speculative_tokens} tokens a step)"),
         f"predicted for {workload.input_tokens} input and {workload.output_tokens} output tokens per request "
         "(prompts are padded to the sequence length; tok/s and $/Mtok: output tokens, at saturation)",
     ]

@@ -12,7 +12,7 @@ from functools import cached_property
 
 from .errors import Problems, ServingConfigError, problem
 from .instances import CORES_PER_DEVICE, INSTANCES, InstanceSpec, instance_spec
-from .models import ModelSpec, resolve_model
+from .models import ModelSpec, eagle_fc_parameter_count, resolve_draft, resolve_model
 
 GIB = 1024**3
 
@@ -39,6 +39,18 @@ trn1.2xlarge hosts (aws-neuron nki-samples #87, optimum-neuron PR #551)."""
 
 ROOT_VOLUME_BASE_GIB = 100
 """Operating system, Docker's image store and logs, before any model data."""
+
+SPECULATIVE_TOKENS = (1, 10)
+"""The fewest and most tokens a draft may speculate each step (``ServingRequest.speculative_tokens``).
+Neither vLLM (``num_speculative_tokens``, vllm/config/speculative.py in 0.13.0: any positive number)
+nor NxD Inference (``speculation_length``) bounds it; the bound is the library's. A flat draft chain's
+k-th token is accepted only if all before it were, so with a per-token acceptance ``a`` a step yields
+``(1 - a**(k+1)) / (1 - a)`` tokens at most ``1 / (1 - a)``: at ``a`` = 0.8, 4.6 of 5 by k = 10, while
+each speculated token costs a draft step and a position of the verifying step."""
+
+DEFAULT_SPECULATIVE_TOKENS = 5
+"""What AWS's guides speculate (vllm-user-guide-v1.rst's ``"num_speculative_tokens": 5``; NxD Inference's
+feature guide, ``speculation_length=5``, both at v2.28.0)."""
 
 DEFAULT_ROUTER_PORT = 8080
 DEFAULT_FIRST_REPLICA_PORT = 8081
@@ -71,6 +83,13 @@ class ServingRequest:
         planner does not use it.
     :param quantization: the weights' quantization (:data:`QUANTIZATIONS`: ``int8``), done by the
         export from the checkpoint, or None for weights in ``dtype``. Default: None.
+    :param speculative_model: the Hugging Face id of an EAGLE v1 draft of the model, which proposes
+        ``speculative_tokens`` tokens each step for the model to verify in one (speculative decoding),
+        or None. Its shape is the catalog's (:data:`~neuron_serving.plan.models.EAGLE_DRAFTS`) unless
+        ``speculative_model_config`` is given. Default: None.
+    :param speculative_model_config: path to the draft's ``config.json``, for a draft outside the catalog.
+    :param speculative_tokens: the tokens the draft proposes each step (:data:`SPECULATIVE_TOKENS`).
+        Default: :data:`DEFAULT_SPECULATIVE_TOKENS`.
     """
 
     model_id: str
@@ -87,6 +106,9 @@ class ServingRequest:
     prefix_cache_blocks: int | None = None
     tool_call_parser: str | None = None
     quantization: str | None = None
+    speculative_model: str | None = None
+    speculative_model_config: str | None = None
+    speculative_tokens: int = DEFAULT_SPECULATIVE_TOKENS
 
     @property
     def effective_max_input_tokens(self) -> int:
@@ -200,6 +222,8 @@ class ServingPlan:
     degree: int
     replicas: tuple[Replica, ...]
     memory: MemoryEstimate
+    draft: ModelSpec | None = None
+    """The EAGLE draft's architecture (``ServingRequest.speculative_model``), or None."""
 
     @property
     def model_id(self) -> str:
@@ -258,18 +282,27 @@ class ServingPlan:
 
 
 def _memory_estimate(model: ModelSpec, instance: InstanceSpec, request: ServingRequest,
-                     degree: int) -> MemoryEstimate:
+                     degree: int, draft: ModelSpec | None = None) -> MemoryEstimate:
+    """What one NeuronCore holds at ``degree``: the weights and KV cache of the model and, with an EAGLE
+    ``draft``, the draft's, which NxD Inference compiles into the same model ("fused speculation",
+    developer_guides/feature-guide.rst at v2.28.0), sharded as the target's are but for its ``fc``, which
+    every rank holds whole (:func:`~neuron_serving.plan.models.eagle_fc_parameter_count`); its KV cache
+    has the target's length."""
     dtype_bytes = DTYPE_BYTES[request.dtype]
     weights = model.weight_bytes(dtype_bytes, QUANTIZATIONS.get(request.quantization or "")) // degree
     kv_cache = model.kv_cache_bytes_per_token(dtype_bytes, degree) * request.kv_cache_tokens
+    if draft is not None:
+        weights += draft.weight_bytes(dtype_bytes) // degree + eagle_fc_parameter_count(draft) * dtype_bytes
+        kv_cache += draft.kv_cache_bytes_per_token(dtype_bytes, degree) * request.kv_cache_tokens
     overhead = int((weights + kv_cache) * OVERHEAD_FRACTION)
     return MemoryEstimate(weights, kv_cache, overhead, instance.memory_per_core_gib * GIB)
 
 
-def _validate(request: ServingRequest) -> tuple[ModelSpec, InstanceSpec]:
+def _validate(request: ServingRequest) -> tuple[ModelSpec, InstanceSpec, ModelSpec | None]:
     problems = Problems()
     instance: InstanceSpec | None = None
     model: ModelSpec | None = None
+    draft: ModelSpec | None = None
     try:
         instance = instance_spec(request.instance_type)
     except ServingConfigError as err:
@@ -278,6 +311,17 @@ def _validate(request: ServingRequest) -> tuple[ModelSpec, InstanceSpec]:
         model = resolve_model(request.model_id, request.model_config)
     except ServingConfigError as err:
         problems.add_all(err.problems)
+    if request.speculative_model is not None and model is not None:
+        try:
+            draft = resolve_draft(request.speculative_model, model, request.speculative_model_config)
+        except ServingConfigError as err:
+            problems.add_all(err.problems)
+    elif request.speculative_model_config is not None:
+        problems.add("speculative_model_config", request.speculative_model_config,
+                     "applies only with speculative_model")
+    low, high = SPECULATIVE_TOKENS
+    if not _is_int(request.speculative_tokens) or not low <= request.speculative_tokens <= high:
+        problems.add("speculative_tokens", request.speculative_tokens, f"must be an integer from {low} to {high}")
     for name in ("batch_size", "sequence_length"):
         value = getattr(request, name)
         if not _is_int(value) or value < 1:
@@ -330,7 +374,7 @@ def _validate(request: ServingRequest) -> tuple[ModelSpec, InstanceSpec]:
         problems.add("router_port", request.router_port, "must not fall among the replica ports")
     problems.raise_if_any()
     assert instance is not None and model is not None
-    return model, instance
+    return model, instance, draft
 
 
 def compile_memory_problem(plan: ServingPlan) -> str | None:
@@ -432,13 +476,13 @@ def _is_int(value: object) -> bool:
 
 def degree_options(request: ServingRequest) -> tuple[DegreeOption, ...]:
     """Every degree the instance accepts, with its replica count and memory estimate."""
-    model, instance = _validate(request)
+    model, instance, draft = _validate(request)
     return tuple(
         DegreeOption(
             degree,
             instance.cores // degree,
             instance.cores % degree,
-            _memory_estimate(model, instance, request, degree),
+            _memory_estimate(model, instance, request, degree, draft),
         )
         for degree in instance.allowed_degrees()
     )
@@ -449,10 +493,10 @@ def plan_serving(request: ServingRequest) -> ServingPlan:
 
     Raises :class:`ServingConfigError` (a ``ValueError``) naming each bad setting.
     """
-    model, instance = _validate(request)
+    model, instance, draft = _validate(request)
     if request.tensor_parallel is not None:
         degree = request.tensor_parallel
-        memory = _memory_estimate(model, instance, request, degree)
+        memory = _memory_estimate(model, instance, request, degree, draft)
         if not memory.fits:
             raise ServingConfigError(
                 [
@@ -461,7 +505,7 @@ def plan_serving(request: ServingRequest) -> ServingPlan:
                         degree,
                         f"is too small for {model.name} with batch_size {request.batch_size} and "
                         f"sequence_length {request.sequence_length}: needs {memory.describe()}"
-                        + _fitting_hint(model, instance, request),
+                        + _fitting_hint(model, instance, request, draft),
                     )
                 ]
             )
@@ -469,11 +513,11 @@ def plan_serving(request: ServingRequest) -> ServingPlan:
         fitting = [
             (d, m)
             for d in instance.allowed_degrees()
-            if (m := _memory_estimate(model, instance, request, d)).fits
+            if (m := _memory_estimate(model, instance, request, d, draft)).fits
         ]
         if not fitting:
             largest = instance.allowed_degrees()[-1]
-            memory = _memory_estimate(model, instance, request, largest)
+            memory = _memory_estimate(model, instance, request, largest, draft)
             raise ServingConfigError(
                 [
                     problem(
@@ -495,11 +539,12 @@ def plan_serving(request: ServingRequest) -> ServingPlan:
         )
         for i in range(instance.devices // per_replica)
     )
-    return ServingPlan(request, model, instance, degree, replicas, memory)
+    return ServingPlan(request, model, instance, degree, replicas, memory, draft)
 
 
-def _fitting_hint(model: ModelSpec, instance: InstanceSpec, request: ServingRequest) -> str:
-    fitting = [d for d in instance.allowed_degrees() if _memory_estimate(model, instance, request, d).fits]
+def _fitting_hint(model: ModelSpec, instance: InstanceSpec, request: ServingRequest,
+                  draft: ModelSpec | None) -> str:
+    fitting = [d for d in instance.allowed_degrees() if _memory_estimate(model, instance, request, d, draft).fits]
     if fitting:
         return f"; degrees that fit: {', '.join(map(str, fitting))}"
     return "; no degree fits on this instance"
@@ -523,6 +568,8 @@ def layout_document(plan: ServingPlan) -> dict[str, object]:
                         prefix_cache_blocks=request.effective_prefix_cache_blocks)
     if request.quantization is not None:
         document["quantization"] = request.quantization
+    if request.speculative_model is not None:
+        document.update(speculative_model=request.speculative_model, speculative_tokens=request.speculative_tokens)
     return document
 
 
@@ -537,5 +584,6 @@ def request_from_layout(document: Mapping[str, object]) -> ServingRequest:
 
 _LAYOUT_KEYS = ("model_id", "instance_type", "tensor_parallel", "batch_size", "sequence_length",
                 "max_input_tokens", "dtype")
-_OPTIONAL_KEYS = ("prefix_cache_block_size", "prefix_cache_blocks", "quantization")
-"""Only in the layout of a prefix cache or of quantized weights; a layout without them has neither."""
+_OPTIONAL_KEYS = ("prefix_cache_block_size", "prefix_cache_blocks", "quantization", "speculative_model",
+                  "speculative_tokens")
+"""Only in the layout of a prefix cache, of quantized weights or of a draft; a layout without them has none."""

@@ -8,6 +8,7 @@ which reproduces the published counts (Llama-3-8B: 8.03 B, Llama-2-70B: 68.98 B)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -202,6 +203,21 @@ _BY_HUB_ID: dict[str, ModelSpec] = {
 }
 
 
+def _read_config(setting: str, path: str, name: str) -> ModelSpec:
+    """The spec of the ``config.json`` at ``path``, the value of ``setting``."""
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ServingConfigError([problem(setting, path, f"cannot be read: {err.strerror}")]) from None
+    except json.JSONDecodeError as err:
+        raise ServingConfigError(
+            [problem(setting, path, f"is not valid JSON: {err.msg} at line {err.lineno}")]
+        ) from None
+    if not isinstance(config, dict):
+        raise ServingConfigError([problem(setting, path, "must hold a JSON object")])
+    return ModelSpec.from_hf_config(config, name=name)
+
+
 def resolve_model(model_id: str, model_config: str | None = None) -> ModelSpec:
     """The architecture of ``model_id``.
 
@@ -209,20 +225,7 @@ def resolve_model(model_id: str, model_config: str | None = None) -> ModelSpec:
     catalog is searched by Hugging Face id and by catalog name (``llama-3.1-8b``).
     """
     if model_config is not None:
-        path = Path(model_config)
-        try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as err:
-            raise ServingConfigError(
-                [problem("model_config", model_config, f"cannot be read: {err.strerror}")]
-            ) from None
-        except json.JSONDecodeError as err:
-            raise ServingConfigError(
-                [problem("model_config", model_config, f"is not valid JSON: {err.msg} at line {err.lineno}")]
-            ) from None
-        if not isinstance(config, dict):
-            raise ServingConfigError([problem("model_config", model_config, "must hold a JSON object")])
-        return ModelSpec.from_hf_config(config, name=model_id)
+        return _read_config("model_config", model_config, model_id)
     spec = _BY_HUB_ID.get(model_id.lower()) or MODELS.get(model_id.lower())
     if spec is None:
         raise ServingConfigError(
@@ -236,3 +239,62 @@ def resolve_model(model_id: str, model_config: str | None = None) -> ModelSpec:
             ]
         )
     return spec
+
+
+def _eagle(hub_id: str, target: ModelSpec, max_pos: int) -> ModelSpec:
+    # An EAGLE v1 draft is one decoder layer of its target's shape (SafeAILab/EAGLE
+    # eagle/train/EAGLE-LLaMA3-Instruct-8B.json and -70B.json at f872b7f: the target's hidden,
+    # intermediate and head figures, num_hidden_layers 1, 2048 positions, float16).
+    return dataclasses.replace(target, name=hub_id, num_layers=1, max_position_embeddings=max_pos,
+                               torch_dtype="float16", hub_ids=(hub_id,))
+
+
+EAGLE_DRAFTS: dict[str, ModelSpec] = {
+    draft.name.lower(): draft
+    for draft in (
+        # Drafts of Meta-Llama-3-8B-Instruct and -70B-Instruct, the pairs vLLM's own example serves
+        # (vllm-project/vllm examples/offline_inference/spec_decode.py); AWS's NxD Inference guide serves
+        # the 70B draft with Llama 3.1 70B Instruct (developer_guides/feature-guide.rst at v2.28.0, "EAGLE
+        # Checkpoint Compatibility"), whose shape and vocabulary are Llama 3 70B's.
+        _eagle("yuhuili/EAGLE-LLaMA3-Instruct-8B", MODELS["llama-3-8b"], 2048),
+        _eagle("yuhuili/EAGLE-LLaMA3-Instruct-70B", MODELS["llama-3-70b"], 2048),
+    )
+}
+"""EAGLE v1 drafts whose shape the library knows, by Hugging Face id (lowercase)."""
+
+
+def eagle_fc_parameter_count(draft: ModelSpec) -> int:
+    """The parameters of an EAGLE v1 draft's ``fc``, the layer that fuses the target's hidden state
+    with the token's embedding: twice the hidden size to the hidden size, without a bias unless the
+    draft's config says ``fc_bias`` (NxD Inference cd3abf3, models/llama/modeling_llama.py, an EAGLE
+    draft's ``fc``, a ``WeightGatheredColumnParallel`` whose weights every rank holds whole: "replicate fc
+    weights since activations are sequence sharded"; yuhuili's drafts say ``"bias": false``). The rest of
+    the draft is a model of ``draft``'s shape, sharded as the target is, whose LM head is the target's
+    copied in (:func:`resolve_draft`)."""
+    return 2 * draft.hidden_size * draft.hidden_size
+
+
+def resolve_draft(draft_id: str, target: ModelSpec, draft_config: str | None = None) -> ModelSpec:
+    """The architecture of the EAGLE draft ``draft_id`` for ``target``: from ``draft_config``, a path
+    to the draft's ``config.json``, when given, else from :data:`EAGLE_DRAFTS`. A draft predicts the
+    target's next token from the target's hidden state, through the target's LM head: its hidden size
+    and vocabulary must be the target's. Raises :class:`ServingConfigError` naming
+    ``speculative_model`` or ``speculative_model_config``."""
+    if draft_config is not None:
+        draft = _read_config("speculative_model_config", draft_config, draft_id)
+    else:
+        known = EAGLE_DRAFTS.get(draft_id.lower())
+        if known is None:
+            raise ServingConfigError([problem(
+                "speculative_model", draft_id, "is not an EAGLE draft the library knows the shape of; give "
+                "speculative_model_config (a path to the draft's config.json) or use one of "
+                + ", ".join(d.name for d in EAGLE_DRAFTS.values()))])
+        draft = known
+    problems = Problems()
+    for name in ("hidden_size", "vocab_size"):
+        if getattr(draft, name) != getattr(target, name):
+            problems.add("speculative_model", draft_id, f"has {name} {getattr(draft, name)}, but {target.name} has "
+                         f"{getattr(target, name)}: an EAGLE draft reads the target's hidden state and shares its "
+                         "LM head, so it must be made for the model")
+    problems.raise_if_any()
+    return draft

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from .layout import GIB, ServingPlan
+from .models import eagle_fc_parameter_count
 from .volume import MIB
 
 PULL_MINUTES = 20
@@ -84,7 +85,9 @@ def boot_minutes(plan: ServingPlan, *, throughput: int, exports: bool = True) ->
     (``exports``) or finds a finished export (artifact cache hit, prebuilt export), and reads it
     from a root volume of ``throughput`` MiB/s. The load's share is :func:`ready_minutes`, so
     ``wait-ready`` gives up before a signal's timeout that this sizes."""
-    billions = plan.model.parameter_count / 1e9
+    # An EAGLE draft is downloaded and compiled with the model (fused speculation), and loaded with its shards.
+    draft = 0 if plan.draft is None else plan.draft.parameter_count + eagle_fc_parameter_count(plan.draft)
+    billions = (plan.model.parameter_count + draft) / 1e9
     minutes: float = PULL_MINUTES + ready_minutes(plan, throughput)
     if exports:
         minutes += EXPORT_BASE_MINUTES + EXPORT_MINUTES_PER_BILLION * billions

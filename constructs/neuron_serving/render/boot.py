@@ -166,6 +166,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from ..plan.engines import (
+    DRAFT_DIR,
+    DRAFT_FILES,
     MODEL_MOUNT,
     Engine,
     ServingImage,
@@ -254,6 +256,10 @@ API_KEYS_UNIT = "neuron-serving-api-keys"
 API_KEYS_SYNC_MINUTES = 2
 """A change to the API keys' secret reaches every host within about this: its timer runs the sync
 a minute after the last run ended (``neuron-serving-api-keys.timer.j2``, OnUnitInactiveSec=60s)."""
+EAGLE_DRAFT = f"{BIN}/eagle-draft"
+EAGLE_DRAFT_SOURCE = "eagle-draft.py"
+"""The EAGLE draft's conversion in ``neuron_serving.userdata``, installed as :data:`EAGLE_DRAFT` on a host
+that exports with ``speculative_model``, and run by ``export-model`` inside the serving image."""
 WATCH_INTERRUPTION = f"{BIN}/watch-interruption"
 WATCH_INTERRUPTION_SOURCE = "watch_interruption.py"
 """The Spot interruption watcher's file in ``neuron_serving.userdata``, installed as :data:`WATCH_INTERRUPTION`."""
@@ -400,6 +406,10 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
             export_args=Unquoted(_export_words(engine, plan, image, key)),
             export_env=_export_environment(engine, plan, image, key),
             served_checkpoint_files=image.export.served_checkpoint_files,
+            draft=plan.request.speculative_model,
+            draft_dir=DRAFT_DIR,
+            draft_files=DRAFT_FILES,
+            eagle_draft=EAGLE_DRAFT,
             engine=engine.title,
             aws=s3,
             prebuilt=prebuilt,
@@ -445,6 +455,8 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
             plan, engine, api_keys=api_keys, load_balancer_authentication=options.load_balancer_authentication,
             drain=options.interruptions),
     }
+    if plan.request.speculative_model is not None and spec.compiles:
+        files[EAGLE_DRAFT] = _userdata_file(EAGLE_DRAFT_SOURCE)
     if options.interruptions:
         files[WATCH_INTERRUPTION] = _userdata_file(WATCH_INTERRUPTION_SOURCE)
         files[f"/etc/systemd/system/{INTERRUPTION_UNIT}.service"] = render(

@@ -25,7 +25,9 @@ from ..plan.host import (
     resolve_host,
 )
 from ..plan.layout import (
+    DEFAULT_SPECULATIVE_TOKENS,
     QUANTIZATIONS,
+    SPECULATIVE_TOKENS,
     ServingPlan,
     ServingRequest,
     builder_plan,
@@ -217,6 +219,18 @@ class StackSettings:
         longer sequence), at some accuracy. The export then needs host memory for the whole model in float32.
         `none` serves the weights in `dtype`. `nxdi` only; FP8 is not offered on inf2 and trn1 (docs/engines.md).""",
         check=_choice("none", *QUANTIZATIONS))
+    speculative_model: str | None = setting(None, """Hugging Face id of an EAGLE v1 draft of the model, for
+        speculative decoding: each step the draft proposes `speculative_tokens` tokens and the model verifies them
+        in one, so that a request's tokens come faster where the draft guesses well, at the draft's device memory,
+        which the planner counts. The export downloads it, copies the model's LM head into it (as NxD Inference
+        requires) and compiles it into the model. Known: `yuhuili/EAGLE-LLaMA3-Instruct-8B` (Llama 3 8B) and
+        `yuhuili/EAGLE-LLaMA3-Instruct-70B` (Llama 3 and 3.1 70B); give `speculative_model_config` for another.
+        `nxdi` only; not with `quantization`.""", check=identifiers.hub_repo)
+    speculative_model_config: str | None = setting(None, """Path to the draft's `config.json`, for an EAGLE
+        draft outside the catalog. Its hidden size and vocabulary must be the model's.""")
+    speculative_tokens: int = setting(DEFAULT_SPECULATIVE_TOKENS, f"""Tokens the draft proposes each step
+        (vLLM's `num_speculative_tokens`), {SPECULATIVE_TOKENS[0]} to {SPECULATIVE_TOKENS[1]}. With
+        `speculative_model` only.""")
     tool_call_parser: str | None = setting(None, """How the server reads the tool calls the model generates, for
         OpenAI's `tools` and `tool_choice: "auto"`: one of vLLM's parsers (`llama3_json`, `hermes`...), or `none`.
         `nxdi` only.""", shown="`llama3_json` for Llama 3.1 and later, `hermes` for Qwen 2.5 and 3, else `none` "
@@ -452,6 +466,9 @@ class StackSettings:
             prefix_cache_blocks=self.prefix_cache_blocks if self.prefix_cache_kept else None,
             tool_call_parser=self.tool_call_parser,
             quantization=self._request_quantization,
+            speculative_model=self.speculative_model,
+            speculative_model_config=self.speculative_model_config,
+            speculative_tokens=self.speculative_tokens,
         )
 
     @property
@@ -658,6 +675,11 @@ class StackSettings:
                          + ", ".join(e.name for e in ENGINES.values() if e.prefix_caching) + " serves it")
         if said := quantization_problem(engine, self._request_quantization):
             problems.add("quantization", self.quantization, said)
+        if self.speculative_model is not None and not engine.speculative_decoding:
+            problems.add("speculative_model", self.speculative_model, f"is not served by engine {self.engine}; engine "
+                         + ", ".join(e.name for e in ENGINES.values() if e.speculative_decoding) + " serves it")
+        if self.speculative_model is None and self.speculative_tokens != _DEFAULTS["speculative_tokens"]:
+            problems.add("speculative_tokens", self.speculative_tokens, "applies only with speculative_model")
         if self.prefix_caching is False:
             for key in ("prefix_cache_block_size", "prefix_cache_blocks"):
                 if getattr(self, key) != _DEFAULTS[key]:

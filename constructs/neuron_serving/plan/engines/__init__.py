@@ -6,6 +6,8 @@ from ..errors import ServingConfigError, problem
 from .base import (
     CHECKPOINT_EXCLUDED,
     CHECKPOINT_FILES,
+    DRAFT_DIR,
+    DRAFT_FILES,
     KEY_FORMAT,
     MODEL_MOUNT,
     Engine,
@@ -50,6 +52,8 @@ __all__ = [
     "CHECKPOINT_EXCLUDED",
     "CHECKPOINT_FILES",
     "DEFAULT_ENGINE",
+    "DRAFT_DIR",
+    "DRAFT_FILES",
     "ENGINES",
     "KEY_FORMAT",
     "MODEL_MOUNT",

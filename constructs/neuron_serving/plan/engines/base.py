@@ -46,6 +46,15 @@ v0.34.4): ``original/`` is excluded by name too."""
 
 CHECKPOINT_EXCLUDED = ("original/*",)
 
+DRAFT_DIR = "eagle-draft"
+"""Where an EAGLE draft (``ServingRequest.speculative_model``) is, beside the checkpoint at the export
+(converted there: ``userdata/eagle-draft.py``) and in the export at every replica (its ``config.json``)."""
+
+DRAFT_FILES = ("config.json", "*.safetensors", "model.safetensors.index.json", "pytorch_model*.bin",
+               "pytorch_model.bin.index.json")
+"""What is downloaded of a draft's Hub repository: its configuration and its weights, as safetensors or
+as ``pytorch_model.bin`` (SafeAILab's yuhuili/EAGLE-* drafts), which the conversion reads."""
+
 KEY_FORMAT = "v4"
 """The export key's format. v1 keys named exports made by scripts that compiled for every core
 on the host and exported from a Hub id, without weights; v2 keys did not name the engine; the
@@ -360,6 +369,8 @@ class Engine(ABC):
     """The shortest sequence length the engine compiles a prefix cache for."""
     quantizations: tuple[str, ...] = ()
     """The weight quantizations the export can make (``ServingRequest.quantization``)."""
+    speculative_decoding: bool = False
+    """Whether the engine serves an EAGLE draft beside the model (``ServingRequest.speculative_model``)."""
     probe: EngineProbe
     """How ``neuron-serving smoke`` tells, with one GET, that an endpoint serves this engine."""
 
@@ -426,6 +437,10 @@ class Engine(ABC):
             raise ServingConfigError([problem(
                 "prefix_cache_block_size", request.prefix_cache_block_size,
                 f"asks for a prefix cache, which engine {self.name} does not serve")])
+        if request.speculative_model is not None and not self.speculative_decoding:
+            raise ServingConfigError([problem(
+                "speculative_model", request.speculative_model,
+                f"asks for speculative decoding, which engine {self.name} does not serve")])
         self.check_plan(plan, image)
 
     def check_plan(self, plan: ServingPlan, image: ServingImage) -> None:  # noqa: B027 (optional hook)
@@ -452,13 +467,17 @@ class Engine(ABC):
                          f"{plan.request.effective_prefix_cache_blocks}")
         if plan.request.quantization is not None:
             parts.append(f"quantization={plan.request.quantization}")
+        if plan.request.speculative_model is not None:
+            # The draft is compiled into the model with its speculation length (fused speculation).
+            parts.append(f"speculation={plan.request.speculative_model}x{plan.request.speculative_tokens}")
         if revision is not None:
             parts.append(f"revision={revision}")
         digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
         slug = "".join(c if c.isalnum() else "-" for c in plan.model_id.split("/")[-1].lower())
         quantized = "" if plan.request.quantization is None else f"-{plan.request.quantization}"
+        speculated = "" if plan.request.speculative_model is None else f"-eagle{plan.request.speculative_tokens}"
         return (f"{KEY_FORMAT}-{self.name}-{slug}-tp{plan.degree}-b{plan.batch_size}-s{plan.sequence_length}"
-                f"-{plan.dtype}{quantized}-{digest}")
+                f"-{plan.dtype}{quantized}{speculated}-{digest}")
 
     @abstractmethod
     def error_body(self, status: int, message: str) -> str:

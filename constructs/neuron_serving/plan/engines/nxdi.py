@@ -25,7 +25,7 @@ import json
 
 from ..errors import ServingConfigError, problem
 from ..layout import Replica, ServingPlan
-from .base import CHECKPOINT_FILES, TORCH_DTYPES, ExportToolchain, ServingImage, version_key
+from .base import CHECKPOINT_FILES, DRAFT_DIR, TORCH_DTYPES, ExportToolchain, ServingImage, version_key
 from .vllm import VllmServer
 
 SERVED_CHECKPOINT_FILES = (
@@ -189,6 +189,17 @@ unless ``attn_kernel_enabled`` is false, while "NxD Inference no longer supports
 Trn1/Inf2 hardware" (release notes, Neuron 2.29.0): with such an image the kernel is turned off."""
 
 
+SPECULATION_METHOD = "eagle"
+"""The one speculation vLLM's plugin compiles that this library serves: EAGLE v1, fused into the model
+(vllm-neuron release-0.4.1, neuronx_distributed_model_loader.py: a ``--speculative-config`` turns on
+``enable_fused_speculation`` with ``speculation_length`` its ``num_speculative_tokens``, and method
+``eagle`` ``enable_eagle_speculation``; ``_init_fused_spec_config`` builds the draft's configuration from
+``config.json`` at the config's ``model`` on every load, compiled or not). vLLM itself refuses a plain
+draft model ("Speculative decoding with draft model is not supported yet", vllm/config/speculative.py in
+0.13.0); the plugin sets nothing of EAGLE 3 (``is_eagle3``), and NxD Inference's fused speculation needs
+on-device sampling, the plugin's default (models/model_base.py at cd3abf3, ``NeuronFusedSpecModel``)."""
+
+
 class Nxdi(VllmServer):
     """vLLM on NxD Inference in AWS's Deep Learning Container: the OpenAI-compatible API of vLLM
     (0.13.0 in the default image), whose routes, errors and metrics are vLLM's own
@@ -207,6 +218,7 @@ class Nxdi(VllmServer):
     # XLA_HANDLE_SPECIAL_SCALAR (feature-guide.rst), and neuronx-cc refuses F8E4M3FN on TRN1/TRN2
     # ("Target TRN3 or later hardware", aws-neuron/aws-neuron-sdk issue 1393); see docs/engines.md.
     quantizations = ("int8",)
+    speculative_decoding = True
     # Compiles go through NxD Inference, which has no Hugging Face Hub cache: settings of one are refused.
     unused_settings = (*VllmServer.unused_settings, "hub_compile_cache", "hub_compile_cache_repo")
 
@@ -224,6 +236,18 @@ class Nxdi(VllmServer):
             problems.append(problem("sequence_length", plan.sequence_length, f"must be at least "
                                     f"{MIN_PREFIX_CACHE_SEQUENCE} with prefix_caching: NxD Inference's buckets "
                                     "of a prefix cache start there; turn prefix_caching off for shorter sequences"))
+        draft = plan.draft
+        if draft is not None and draft.model_type not in image.model_types:
+            problems.append(problem("speculative_model", plan.request.speculative_model, f"is a {draft.model_type} "
+                                    f"model, which {image.export.title} cannot compile; it does "
+                                    f"{', '.join(image.model_types)}"))
+        if draft is not None and plan.request.quantization is not None:
+            # The plugin's draft configuration is a copy of the model's, quantization included
+            # (_init_fused_spec_config: copy.deepcopy(config.neuron_config)), while only the model's
+            # checkpoint is quantized before the compile (_compile_and_load_model).
+            problems.append(problem("quantization", plan.request.quantization, "cannot be served with "
+                                    "speculative_model: the vllm-neuron plugin compiles the draft with the model's "
+                                    "quantization but quantizes only the model's weights"))
         if problems:
             raise ServingConfigError(problems)
 
@@ -244,7 +268,7 @@ class Nxdi(VllmServer):
                           quantization_type=QUANTIZATION_TYPE, quantization_dtype=plan.request.quantization)
         return config
 
-    def engine_arguments(self, plan: ServingPlan, image: ServingImage) -> tuple[str, ...]:
+    def engine_arguments(self, plan: ServingPlan, image: ServingImage, model: str) -> tuple[str, ...]:
         """vLLM's engine arguments, the same for the export and every replica, so that what the
         export compiled is what each replica loads (vLLM 0.13.0 vllm/engine/arg_utils.py,
         ``EngineArgs.add_cli_args``). The plugin turns them into NxD Inference's configuration:
@@ -266,7 +290,13 @@ class Nxdi(VllmServer):
         ``--num-gpu-blocks-override`` is the block count, at least ``ceil(max_model_len / block_size)
         * max_num_seqs`` (neuronx_distributed_model_loader.py, ``_validate_neuron_config``); the
         plugin gives NxD Inference ``is_prefix_caching``, ``is_block_kv_layout``, ``pa_block_size``
-        and ``pa_num_blocks`` from them (``_get_default_neuron_config``)."""
+        and ``pa_num_blocks`` from them (``_get_default_neuron_config``).
+
+        With an EAGLE draft, ``--speculative-config`` names it at ``<model>/eagle-draft`` (``model`` is the
+        checkpoint's directory at the export, where export-model converts the draft, and the export's at
+        a replica, which holds the draft's ``config.json``: :data:`~neuron_serving.plan.engines.base.DRAFT_DIR`),
+        with :data:`SPECULATION_METHOD` and the tokens it speculates (vllm/config/speculative.py in 0.13.0:
+        ``method``, ``model``, ``num_speculative_tokens``)."""
         block = plan.request.prefix_cache_block_size
         kv_cache = ("--num-gpu-blocks-override", str(plan.batch_size), "--no-enable-prefix-caching") if block is None \
             else ("--enable-prefix-caching", "--block-size", str(block),
@@ -274,7 +304,16 @@ class Nxdi(VllmServer):
         return ("--tensor-parallel-size", str(plan.degree), "--max-num-seqs", str(plan.batch_size),
                 "--max-model-len", str(plan.sequence_length), "--dtype", TORCH_DTYPES[plan.dtype], *kv_cache,
                 "--additional-config", json.dumps({"override_neuron_config": self.neuron_config(plan, image)},
-                                                  separators=(",", ":"), sort_keys=True))
+                                                  separators=(",", ":"), sort_keys=True),
+                *self._speculation(plan, model))
+
+    @staticmethod
+    def _speculation(plan: ServingPlan, model: str) -> tuple[str, ...]:
+        if plan.request.speculative_model is None:
+            return ()
+        config = {"method": SPECULATION_METHOD, "model": f"{model}/{DRAFT_DIR}",
+                  "num_speculative_tokens": plan.request.speculative_tokens}
+        return ("--speculative-config", json.dumps(config, separators=(",", ":"), sort_keys=True))
 
     def export_arguments(self, plan: ServingPlan, image: ServingImage, source: str, output: str) -> tuple[str, ...]:
         # vLLM 0.13.0 vllm/entrypoints/openai/run_batch.py: main builds the engine client (the
@@ -283,7 +322,7 @@ class Nxdi(VllmServer):
         # none, and writes the outputs with open(output_file, "w"). `output` is not an argument: the
         # compile goes to NEURON_COMPILED_ARTIFACTS.
         return ("run-batch", "-i", "/dev/null", "-o", "/dev/null", "--model", source,
-                *self.engine_arguments(plan, image))
+                *self.engine_arguments(plan, image, source))
 
     def export_environment(self, plan: ServingPlan, image: ServingImage, output: str) -> dict[str, str]:
         return {
@@ -320,10 +359,24 @@ class Nxdi(VllmServer):
                 "neuron_config.save_sharded_checkpoint": True,
                 **self._kv_cache_fields(plan),
                 **self._quantization_fields(plan),
+                **self._speculation_fields(plan),
             },
             "files": ["config.json", "tokenizer_config.json", "neuron_config.json", "model.pt",
-                      *(f"weights/tp{rank}_sharded_checkpoint.safetensors" for rank in range(plan.degree))],
+                      *(f"weights/tp{rank}_sharded_checkpoint.safetensors" for rank in range(plan.degree)),
+                      *([f"{DRAFT_DIR}/config.json"] if plan.request.speculative_model is not None else [])],
         }
+
+    @staticmethod
+    def _speculation_fields(plan: ServingPlan) -> dict[str, object]:
+        """What the compile records of a fused EAGLE draft (models/config.py, NeuronConfig:
+        ``enable_fused_speculation``, ``enable_eagle_speculation``, ``speculation_length``). A replica
+        also reads the draft's ``config.json`` from the export (:meth:`engine_arguments`); its weights are
+        in the compile's sharded ones (application_base.py, ``checkpoint_loader_fn``: the draft's state
+        dict joins the model's, which ``save_sharded_checkpoint`` shards into ``weights/``)."""
+        if plan.request.speculative_model is None:
+            return {"neuron_config.enable_fused_speculation": False}
+        return {"neuron_config.enable_fused_speculation": True, "neuron_config.enable_eagle_speculation": True,
+                "neuron_config.speculation_length": plan.request.speculative_tokens}
 
     @staticmethod
     def _kv_cache_fields(plan: ServingPlan) -> dict[str, object]:
@@ -387,7 +440,8 @@ class Nxdi(VllmServer):
         parser = self.tool_call_parser(plan)
         tools = ("--enable-auto-tool-choice", "--tool-call-parser", parser) if parser else ()
         return ("serve", model_dir, "--served-model-name", plan.model_id, "--port", str(CONTAINER_PORT),
-                "--disable-uvicorn-access-log", "--disable-fastapi-docs", *tools, *self.engine_arguments(plan, image))
+                "--disable-uvicorn-access-log", "--disable-fastapi-docs", *tools,
+                *self.engine_arguments(plan, image, model_dir))
 
 
 _QUIET = {

@@ -36,7 +36,7 @@ cfn describe-stack-resource "$HOST_RESOURCE" --query StackResourceDetail.Metadat
 python3 -c 'import json,sys;sys.stdout.write(json.load(sys.stdin)["NeuronServing"])' <m >>"$env_file"
 . "$R/etc/neuron-serving/stack.env"
 aws s3 cp --region "$STACK_REGION" --only-show-errors "$BUNDLE" z || die "cannot download the boot bundle $BUNDLE"
-python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"ca9a05daf76cf4686f1150f7b9b78b7518777f58d2e1d575a171f83f10aa6aad  MANIFEST" && sha256sum -c --quiet MANIFEST ||
+python3 -m zipfile -e z f && cd f && sha256sum -c --quiet <<<"fd4e4ddd1306839d121effa240afdf25745d930d9b9075cea89eacb4cba6b18b  MANIFEST" && sha256sum -c --quiet MANIFEST ||
   die "the boot bundle $BUNDLE is not the stack's: a checksum differs"
 . "./opt/neuron-serving/bin/boot-steps"
 # ==> metadata NeuronServing <==
@@ -300,7 +300,7 @@ import json
 import sys
 from pathlib import Path
 
-EXPECT = json.loads('{"config": "neuron_config.json", "fields": {"neuron_config.batch_size": 4, "neuron_config.is_prefix_caching": false, "neuron_config.max_context_length": 4096, "neuron_config.quantized": false, "neuron_config.save_sharded_checkpoint": true, "neuron_config.seq_len": 4096, "neuron_config.torch_dtype": "bfloat16", "neuron_config.tp_degree": 4}, "files": ["config.json", "tokenizer_config.json", "neuron_config.json", "model.pt", "weights/tp0_sharded_checkpoint.safetensors", "weights/tp1_sharded_checkpoint.safetensors", "weights/tp2_sharded_checkpoint.safetensors", "weights/tp3_sharded_checkpoint.safetensors"]}')
+EXPECT = json.loads('{"config": "neuron_config.json", "fields": {"neuron_config.batch_size": 4, "neuron_config.enable_fused_speculation": false, "neuron_config.is_prefix_caching": false, "neuron_config.max_context_length": 4096, "neuron_config.quantized": false, "neuron_config.save_sharded_checkpoint": true, "neuron_config.seq_len": 4096, "neuron_config.torch_dtype": "bfloat16", "neuron_config.tp_degree": 4}, "files": ["config.json", "tokenizer_config.json", "neuron_config.json", "model.pt", "weights/tp0_sharded_checkpoint.safetensors", "weights/tp1_sharded_checkpoint.safetensors", "weights/tp2_sharded_checkpoint.safetensors", "weights/tp3_sharded_checkpoint.safetensors"]}')
 # Fields compared by a rule of their own (neuron_serving.plan.engines.base.SAME_RELEASE): "release"
 # accepts any PEP 440 local label, the part of a version after "+" that the Neuron pip repository's
 # builds carry.

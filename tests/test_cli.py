@@ -351,3 +351,27 @@ def test_plan_with_an_eagle_draft_counts_its_memory_and_only_with_nxdi(capsys):
     assert main([*base, "--speculative-model", "yuhuili/EAGLE-LLaMA3-Instruct-8B"]) == 2
     assert "speculative_model ('yuhuili/EAGLE-LLaMA3-Instruct-8B') is not served by engine tgi; give --engine nxdi" \
         in capsys.readouterr().err
+
+
+def test_plan_predicts_a_cached_prefixs_first_token_and_an_accepted_drafts_tokens_when_told(capsys):
+    base = ["plan", "--model", "meta-llama/Meta-Llama-3-8B-Instruct", "--instance-type", "inf2.24xlarge",
+            "--engine", "nxdi", "--no-hub-cache", "--input-tokens", "3072"]
+    assert main(base) == 0
+    plain = _rows(capsys.readouterr().out)
+    assert main([*base, "--prefix-cache-block-size", "32", "--prefix-tokens", "3000"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].startswith("predicted for 3072 input and 256 output tokens per request, 3000 of them "
+                                          "a cached prefix (")
+    cached = _rows(out)
+    # TTFT (column 6): 1120 of 4096 padded tokens prefilled; ITL (7, 8) as before.
+    assert 0.25 < float(cached[2][6]) / float(plain[2][6]) < 0.3 and cached[2][7:9] == plain[2][7:9]
+    draft = ["--speculative-model", "yuhuili/EAGLE-LLaMA3-Instruct-8B"]
+    assert main([*base, *draft]) == 0
+    assert ", speculation left out (no --acceptance) (" in capsys.readouterr().out.splitlines()[1]
+    assert main([*base, *draft, "--acceptance", "0.7"]) == 0
+    drafted = _rows(capsys.readouterr().out)
+    assert float(drafted[2][7]) < 0.6 * float(plain[2][7])
+    assert main([*base, "--acceptance", "0.7"]) == 2
+    assert "acceptance (0.7) applies only with --speculative-model" in capsys.readouterr().err
+    assert main([*base, "--prefix-tokens", "100"]) == 2
+    assert "prefix_tokens (100) applies only with --prefix-cache-block-size" in capsys.readouterr().err

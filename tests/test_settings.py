@@ -307,3 +307,14 @@ def test_an_eagle_draft_reaches_the_request_with_nxdi_and_is_refused_elsewhere_o
         in [str(p) for p in err.value.problems]
     with pytest.raises(ServingConfigError, match=r"^speculative_tokens \(3\) applies only with speculative_model$"):
         _settings(engine="nxdi", speculative_tokens=3)
+
+
+def test_a_workloads_cached_prefix_and_draft_acceptance_reach_its_predictions_and_are_checked():
+    settings = _settings(engine="nxdi", workload_input_tokens=1024, workload_prefix_tokens=900,
+                         speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B", workload_acceptance=0.6)
+    assert (settings.workload.prefix_tokens, settings.workload.acceptance) == (900, 0.6)
+    with pytest.raises(ServingConfigError) as err:
+        _settings(engine="nxdi", workload_acceptance=0.6, workload_prefix_tokens=600)
+    assert [str(p) for p in err.value.problems] == [
+        "workload_prefix_tokens (600) must be at most input_tokens (512): the prefix is part of the prompt",
+        "workload_acceptance (0.6) applies only with speculative_model"]

@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from neuron_serving.ops.endpoint import API_KEY_ENV, Endpoint
 from neuron_serving.ops.guidellm import Measured, Percentiles, Tokens
 from neuron_serving.ops.output import Printer
 from neuron_serving.ops.stack import StackInfo
-from neuron_serving.plan import Workload, plan_serving, predict, request_from_layout
+from neuron_serving.plan import ServingRequest, Workload, plan_serving, predict, request_from_layout
 from neuron_serving.plan.engines import engine
 from neuron_serving.plan.performance import replica_costs
 from neuron_serving.plan.queueing import Call, percentile, simulate
@@ -548,6 +548,18 @@ def test_with_url_the_layout_flags_plan_the_layout_the_predictions_are_for():
     predictions = bench_module._layout_predictions(plan, guidellm.Workload(Tokens(12000), Tokens(290)))
     assert predictions is not None
     assert predictions["ttft_s"] == pytest.approx(predict(plan, Workload(12000, 290)).ttft_s)
+
+
+def test_a_shared_prefix_is_predicted_cached_where_the_layout_keeps_a_prefix_cache():
+    request = ServingRequest("meta-llama/Meta-Llama-3-8B-Instruct", "inf2.24xlarge", tensor_parallel=2)
+    shared = guidellm.Workload(Tokens(72), Tokens(100), prefix_tokens=3000, prefix_count=2)
+    cached = bench_module._layout_predictions(plan_serving(replace(request, prefix_cache_block_size=32)), shared)
+    plain = bench_module._layout_predictions(plan_serving(request), shared)
+    assert cached is not None and plain is not None
+    # The prompt is the prefix and its own 72 tokens; the cache holds the prefix's 93 whole blocks.
+    assert cached["ttft_s"] == pytest.approx(predict(plan_serving(replace(request, prefix_cache_block_size=32)),
+                                                     Workload(3072, 100, prefix_tokens=3000)).ttft_s)
+    assert cached["ttft_s"] < 0.3 * plain["ttft_s"]
 
 
 def test_layout_flags_that_make_no_layout_are_refused_naming_the_setting():

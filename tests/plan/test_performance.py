@@ -377,3 +377,66 @@ def test_a_load_prediction_of_a_trace_counts_its_mean_request_at_saturation():
     mean = predict(plan, Workload(550, 150))
     assert load.utilisation == pytest.approx(2.0 / mean.requests_per_second_instance)
     assert load.usd_per_million_tokens == pytest.approx(12.98 / (2.0 * 150 * 3600) * 1e6)
+
+
+# --- A prefix cache and a draft -------------------------------------------------------------------------------
+
+NXDI_8B = ServingRequest("meta-llama/Meta-Llama-3-8B-Instruct", "inf2.24xlarge", tensor_parallel=2)
+
+
+def test_a_cached_prefix_is_not_prefilled_in_whole_blocks_and_never_the_whole_prompt():
+    from neuron_serving.plan.performance import cached_prefix_tokens, prefill_s
+
+    cached = plan_serving(replace(NXDI_8B, prefix_cache_block_size=32))
+    plain = plan_serving(NXDI_8B)
+    workload = Workload(3072, 256, prefix_tokens=3000)
+    # 3000 tokens hold 93 whole blocks of 32; without a prefix cache nothing is cached.
+    assert (cached_prefix_tokens(cached, workload), cached_prefix_tokens(plain, workload)) == (2976, 0)
+    # A prompt that is all prefix still computes its last token, so its last block (vLLM's get_computed_blocks).
+    assert cached_prefix_tokens(cached, Workload(640, 10, prefix_tokens=640)) == 608
+    # Only the uncached tokens are computed, each attending over the whole (padded) context.
+    model, device = cached.model, cached.instance.device
+    shape = (model, device, 2, 2)
+    width = model.num_attention_heads * model.head_dim
+    flops = 2 * model.parameter_count * 1120 + 2 * model.num_layers * 1120 * 4096 * width
+    compute = flops / (2 * device.bf16_flops_per_core * CALIBRATION.prefill_compute_efficiency)
+    assert prefill_s(*shape, tokens=4096, cached=2976, served=False) == pytest.approx(
+        compute + 32 * 2 * 2 * CALIBRATION.allreduce_hop_s)
+    with_cache, without = predict(cached, workload), predict(plain, workload)
+    assert with_cache.ttft_s == pytest.approx(prefill_s(*shape, tokens=4096, cached=2976))
+    assert 0.25 < with_cache.ttft_s / without.ttft_s < 0.3
+    # Newcomers' shorter prefills leave more of the saturated replica to decoding.
+    assert with_cache.tokens_per_second_instance > without.tokens_per_second_instance
+    assert with_cache.itl_full_batch_s == without.itl_full_batch_s
+
+
+def test_a_draft_whose_tokens_are_accepted_shortens_each_tokens_time_by_the_tokens_a_step_yields():
+    from neuron_serving.plan.performance import Speculation, draft_step_s, speculation_of
+
+    plan = plan_serving(replace(NXDI_8B, speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B", speculative_tokens=4))
+    assert speculation_of(plan, DEFAULT_WORKLOAD) is None
+    plain = predict(plan, DEFAULT_WORKLOAD)
+    spec = speculation_of(plan, replace(DEFAULT_WORKLOAD, acceptance=0.5))
+    assert spec is not None and spec.tokens == 4
+    # (1 - 0.5**5) / (1 - 0.5): 1.9375 tokens a step (Leviathan et al., equation 1).
+    assert spec.tokens_per_step == pytest.approx(1.9375)
+    assert Speculation(0.0, 1, 0.5).tokens_per_step == pytest.approx(1.5)
+    d = draft_step_s(plan.draft, plan.instance.device, 2, 2, batch_size=4, sequence_length=4096)
+    # A draft step reads its layer, LM head and fc (0.75 B parameters against the model's 8 B) and pays no server.
+    assert spec.draft_step_s == d and 0.05 < d / plain.itl_batch1_s < 0.1
+    drafted = predict(plan, replace(DEFAULT_WORKLOAD, acceptance=0.5))
+    assert drafted.itl_batch1_s == pytest.approx((plain.itl_batch1_s + 4 * d) / 1.9375)
+    assert drafted.itl_full_batch_s == pytest.approx((plain.itl_full_batch_s + 4 * d) / 1.9375)
+    assert drafted.ttft_s == plain.ttft_s
+    # A draft rarely right costs more than it saves.
+    assert predict(plan, replace(DEFAULT_WORKLOAD, acceptance=0.05)).itl_batch1_s > plain.itl_batch1_s
+
+
+@pytest.mark.parametrize(("workload", "said"), [
+    (dict(prefix_tokens=600), r"^prefix_tokens \(600\) must be at most input_tokens \(512\): the prefix is part "),
+    (dict(prefix_tokens=-1), r"^prefix_tokens \(-1\) must be an integer of at least 0$"),
+    (dict(acceptance=1.0), r"^acceptance \(1.0\) must be a number between 0 and 1 \(exclusive\)$"),
+])
+def test_a_prefix_longer_than_the_prompt_or_an_acceptance_outside_0_to_1_is_refused(workload, said):
+    with pytest.raises(ServingConfigError, match=said):
+        Workload(512, 256, **workload)

@@ -359,9 +359,11 @@ def _layout_predictions(plan: ServingPlan | None, workload: Workload) -> dict[st
     saturation). None without a layout."""
     if plan is None:
         return None
-    # The prefix is part of each prompt. The model prefills every prompt token: what a prefix cache
-    # saves is not predicted yet, so a shared prefix's effect shows as the measured TTFT below this one.
-    mean = performance.Workload(round(workload.mean_input_tokens), round(workload.output.mean))
+    # The prefix is part of each prompt; a layout with a prefix cache prefills only the rest
+    # (performance.cached_prefix_tokens). The first request of each distinct prefix finds none cached, which
+    # the prediction, of a request whose prefix is, leaves out.
+    inputs = round(workload.mean_input_tokens)
+    mean = performance.Workload(inputs, round(workload.output.mean), min(workload.prefix_tokens, inputs))
     try:
         prediction = performance.predict(plan, mean)
     except ServingConfigError as err:

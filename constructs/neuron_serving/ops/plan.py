@@ -116,6 +116,15 @@ def register(commands: Any) -> None:
                       help="prompt tokens per request of the workload the predictions are for")
     plan.add_argument("--output-tokens", type=int, default=DEFAULT_WORKLOAD.output_tokens,
                       help="generated tokens per request of the workload the predictions are for")
+    plan.add_argument("--prefix-cache-block-size", type=int, metavar="TOKENS",
+                      help="a prefix cache of blocks of this many tokens (engine nxdi, as its stacks keep by "
+                           "default with 32), whose blocks for the batch at full length the memory counts")
+    plan.add_argument("--prefix-tokens", type=int, default=0,
+                      help="with --prefix-cache-block-size: of each request's prompt tokens, those of a prefix an "
+                           "earlier request sent, which the cache keeps, so they are not prefilled (default: 0)")
+    plan.add_argument("--acceptance", type=float,
+                      help="with --speculative-model: the chance the model accepts each draft token (0 to 1), for "
+                           "the predictions; without it they leave speculation out")
     plan.add_argument("--engine", choices=tuple(ENGINES), default=DEFAULT_ENGINE,
                       help="the serving engine whose image's optimum-neuron and neuronx-cc versions the Hub cache "
                            f"is looked up for (default: {DEFAULT_ENGINE}); nxdi's compiles have no Hub cache")
@@ -274,18 +283,27 @@ def _plan_inputs(args: argparse.Namespace) -> tuple[ServingRequest, Workload, Co
         dtype=args.dtype,
         model_config=args.model_config,
         quantization=None if args.quantization == "none" else args.quantization,
+        prefix_cache_block_size=args.prefix_cache_block_size,
         speculative_model=args.speculative_model,
         speculative_model_config=args.speculative_model_config,
         speculative_tokens=args.speculative_tokens,
     )
-    workload = Workload(args.input_tokens, args.output_tokens)
+    workload = Workload(args.input_tokens, args.output_tokens, args.prefix_tokens, args.acceptance)
     constraints = Constraints(args.max_itl_ms, args.max_ttft_ms, args.min_tokens_per_second)
     problems = Problems()
     if said := quantization_problem(engine(args.engine), request.quantization):
         problems.add("quantization", request.quantization, said)
-    if request.speculative_model is not None and not engine(args.engine).speculative_decoding:
+    serving = engine(args.engine)
+    if request.speculative_model is not None and not serving.speculative_decoding:
         problems.add("speculative_model", request.speculative_model, f"is not served by engine {args.engine}; "
                      "give --engine nxdi")
+    if request.prefix_cache_block_size is not None and not serving.prefix_caching:
+        problems.add("prefix_cache_block_size", request.prefix_cache_block_size, f"is not served by engine "
+                     f"{args.engine}; give --engine nxdi")
+    if workload.prefix_tokens and request.prefix_cache_block_size is None:
+        problems.add("prefix_tokens", workload.prefix_tokens, "applies only with --prefix-cache-block-size")
+    if workload.acceptance is not None and request.speculative_model is None:
+        problems.add("acceptance", workload.acceptance, "applies only with --speculative-model")
     if args.objective != "goodput":
         for name in ("p99_ttft_ms", "p99_itl_ms"):
             if getattr(args, name) is not None:
@@ -486,8 +504,13 @@ def _plan_text(request: ServingRequest, workload: Workload, document: dict[str, 
         + ("" if request.quantization is None else f" with {request.quantization} weights")
         + ("" if request.speculative_model is None
            else f", drafted by {request.speculative_model} ({request.speculative_tokens} tokens a step)"),
-        f"predicted for {workload.input_tokens} input and {workload.output_tokens} output tokens per request "
-        "(prompts are padded to the sequence length; tok/s and $/Mtok: output tokens, at saturation)",
+        f"predicted for {workload.input_tokens} input and {workload.output_tokens} output tokens per request"
+        + (f", {workload.prefix_tokens} of them a cached prefix" if request.prefix_cache_block_size and
+           workload.prefix_tokens else "")
+        + ("" if request.speculative_model is None else
+           f", draft tokens accepted at {workload.acceptance}" if workload.acceptance is not None else
+           ", speculation left out (no --acceptance)")
+        + " (prompts are padded to the sequence length; tok/s and $/Mtok: output tokens, at saturation)",
     ]
     chosen = document["recommendation"]
     if chosen is not None and "degrees" in document and document["objective"] is not None and (

@@ -61,7 +61,7 @@ from .errors import Problems, ServingConfigError, problem
 from .hub_cache import HubCache
 from .instances import INSTANCES, DeviceSpec, instance_spec
 from .layout import DTYPE_BYTES, ServingPlan, ServingRequest, degree_options, plan_serving
-from .models import ModelSpec, resolve_model
+from .models import ModelSpec, eagle_fc_parameter_count, resolve_model
 from .queueing import Arrival, ReplicaCosts, percentile, poisson_trace, simulate
 
 T = TypeVar("T")
@@ -132,10 +132,18 @@ class Workload:
 
     :param input_tokens: prompt tokens per request.
     :param output_tokens: generated tokens per request.
+    :param prefix_tokens: of the prompt's tokens, those of a prefix an earlier request already sent (a
+        shared system prompt, a conversation's earlier turns), which a replica's prefix cache holds
+        (``ServingRequest.prefix_cache_block_size``). Default: 0.
+    :param acceptance: with a draft (``ServingRequest.speculative_model``), the chance that the model
+        accepts each of the draft's tokens, from 0 to 1 (exclusive), which depends on the draft and
+        the prompts; None to leave speculation out of the predictions. Default: None.
     """
 
     input_tokens: int
     output_tokens: int
+    prefix_tokens: int = 0
+    acceptance: float | None = None
 
     def __post_init__(self) -> None:
         problems = Problems()
@@ -143,6 +151,15 @@ class Workload:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 problems.add(name, value, "must be an integer of at least 1")
+        prefix = self.prefix_tokens
+        if not isinstance(prefix, int) or isinstance(prefix, bool) or prefix < 0:
+            problems.add("prefix_tokens", prefix, "must be an integer of at least 0")
+        elif isinstance(self.input_tokens, int) and prefix > self.input_tokens:
+            problems.add("prefix_tokens", prefix, f"must be at most input_tokens ({self.input_tokens}): the prefix "
+                         "is part of the prompt")
+        a = self.acceptance
+        if a is not None and (not isinstance(a, (int, float)) or isinstance(a, bool) or not 0 < a < 1):
+            problems.add("acceptance", a, "must be a number between 0 and 1 (exclusive)")
         problems.raise_if_any()
 
     def check_fits(self, request: ServingRequest, prefix: str = "") -> None:
@@ -221,7 +238,7 @@ def step_costs(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: i
 
 
 def prefill_s(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: int, *, tokens: int,
-              calibration: Calibration = CALIBRATION, served: bool = True) -> float:
+              calibration: Calibration = CALIBRATION, served: bool = True, cached: int = 0) -> float:
     """Seconds the prefill of a ``tokens``-token context takes, which yields the first output token.
 
     FLOPs: 2 per parameter per token, plus attention's scores and weighted values (2 matrix
@@ -231,10 +248,16 @@ def prefill_s(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: in
     ``perform_prefill``). Shorter prompts compute the full square, where attention is a tenth of
     the FLOPs or less.
 
+    With ``cached`` of the context's tokens in a prefix cache, only the others are computed, each
+    attending over the whole context: ``tokens - cached`` tokens' parameters, and attention's
+    products of ``(tokens - cached) x tokens``.
+
     :param served: whether a server (TGI, vLLM) runs the prefill, adding its own time. Default: true.
+    :param cached: tokens of the context whose keys and values a prefix cache holds. Default: 0.
     """
     attention_width = model.num_attention_heads * model.head_dim
-    flops = 2 * model.parameter_count * tokens + 2 * model.num_layers * tokens**2 * attention_width
+    new = tokens - cached
+    flops = 2 * model.parameter_count * new + 2 * model.num_layers * new * tokens * attention_width
     compute = flops / (degree * device.bf16_flops_per_core * calibration.prefill_compute_efficiency)
     prefill = max(compute, _weights_read_s(model, device, degree, dtype_bytes, calibration))
     prefill += _allreduces_s(model, degree, calibration)
@@ -284,24 +307,97 @@ class Prediction:
     usd_per_million_tokens: float
 
 
+@dataclass(frozen=True)
+class Speculation:
+    """What a draft does to each step: it proposes ``tokens`` tokens, one draft step each, which the model
+    verifies in its own step; each is accepted with chance ``acceptance`` if every one before it was.
+
+    A step then yields ``(1 - a**(k+1)) / (1 - a)`` tokens on average, the accepted ones and the model's
+    own next (Leviathan, Kalman and Matias, "Fast Inference from Transformers via Speculative Decoding",
+    ICML 2023, arXiv:2211.17192, equation 1, for acceptances independent of one another), at the cost of
+    the model's step and ``k`` draft steps. The model's verifying step reads the same weights and KV
+    cache for its ``k + 1`` positions as for one, so decode, bound by those reads, costs about the same.
+
+    :param draft_step_s: seconds of one draft step (:func:`draft_step_s`).
+    :param tokens: the tokens the draft proposes each step (``ServingRequest.speculative_tokens``).
+    :param acceptance: ``Workload.acceptance``.
+    """
+
+    draft_step_s: float
+    tokens: int
+    acceptance: float
+
+    @property
+    def tokens_per_step(self) -> float:
+        a = self.acceptance
+        return (1 - a ** (self.tokens + 1)) / (1 - a)
+
+    def per_token(self, step: float) -> float:
+        """Seconds per generated token when the model's step takes ``step``."""
+        return (step + self.tokens * self.draft_step_s) / self.tokens_per_step
+
+
+def draft_step_s(draft: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: int, *, batch_size: int,
+                 sequence_length: int, calibration: Calibration = CALIBRATION) -> float:
+    """Seconds one step of an EAGLE draft takes inside the model's compiled graph (NxD Inference's fused
+    speculation: no server between draft steps): reading its weights (sharded, but for ``fc``, which every
+    core holds whole: :func:`~neuron_serving.plan.models.eagle_fc_parameter_count`) and its one layer's KV
+    cache for the compiled batch, and its layer's all-reduces. Its embeddings are not read whole: a step
+    looks up one row per token. (The model's own step counts its embeddings, as the fit of
+    :data:`DECODE_MEMORY_EFFICIENCY` did; in a 1-layer draft they would be a third of its weights.)"""
+    bandwidth = device.memory_bytes_per_second_per_core * calibration.decode_memory_efficiency
+    read = draft.parameter_count - draft.vocab_size * draft.hidden_size
+    weights = read * dtype_bytes / degree + eagle_fc_parameter_count(draft) * dtype_bytes
+    kv = batch_size * sequence_length * draft.kv_cache_bytes_per_token(dtype_bytes, degree)
+    return (weights + kv) / bandwidth + _allreduces_s(draft, degree, calibration)
+
+
+def cached_prefix_tokens(plan: ServingPlan, workload: Workload) -> int:
+    """Of each prompt's tokens, those ``plan``'s prefix cache serves: ``workload.prefix_tokens`` in whole
+    blocks (vLLM caches blocks, by the hash of their tokens: vllm/v1/core/kv_cache_utils.py in 0.13.0),
+    less one token when that would be the whole prompt (vllm/v1/core/kv_cache_manager.py,
+    ``get_computed_blocks``: "When all tokens hit the cache, we must recompute the last token to obtain
+    logits"), which recomputes that last block; 0 without a prefix cache."""
+    block = plan.request.prefix_cache_block_size
+    if not block:
+        return 0
+    hit = min(workload.prefix_tokens, workload.input_tokens - 1)
+    return hit // block * block
+
+
+def speculation_of(plan: ServingPlan, workload: Workload,
+                   calibration: Calibration = CALIBRATION) -> Speculation | None:
+    """``plan``'s draft at ``workload.acceptance``, or None without a draft or an acceptance."""
+    if plan.draft is None or workload.acceptance is None:
+        return None
+    step = draft_step_s(plan.draft, plan.instance.device, plan.degree, DTYPE_BYTES[plan.dtype],
+                        batch_size=plan.batch_size, sequence_length=plan.sequence_length, calibration=calibration)
+    return Speculation(step, plan.request.speculative_tokens, workload.acceptance)
+
+
 def predict(plan: ServingPlan, workload: Workload = DEFAULT_WORKLOAD) -> Prediction:
-    """The predicted latency, throughput and cost of ``plan`` serving ``workload``.
+    """The predicted latency, throughput and cost of ``plan`` serving ``workload``: with a prefix cache,
+    each prompt's cached prefix is not prefilled (:func:`cached_prefix_tokens`); with a draft and
+    ``workload.acceptance``, each step yields more than a token (:class:`Speculation`).
 
     Raises :class:`ServingConfigError` when the workload does not fit the plan's shapes.
     """
     workload.check_fits(plan.request)
     return _predict(plan.model, plan.instance.device, plan.degree, DTYPE_BYTES[plan.dtype], plan.batch_size,
                     plan.sequence_length, len(plan.replicas), plan.instance.hourly_usd, workload.output_tokens,
-                    CALIBRATION)
+                    CALIBRATION, cached=cached_prefix_tokens(plan, workload),
+                    speculation=speculation_of(plan, workload))
 
 
 def _predict(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: int, batch_size: int,
              sequence_length: int, replicas: int, hourly_usd: float, output_tokens: int,
-             calibration: Calibration) -> Prediction:
+             calibration: Calibration, *, cached: int = 0, speculation: Speculation | None = None) -> Prediction:
     shape = (model, device, degree, dtype_bytes)
-    ttft = prefill_s(*shape, tokens=sequence_length, calibration=calibration)
+    ttft = prefill_s(*shape, tokens=sequence_length, calibration=calibration, cached=cached)
     steps = step_costs(*shape, batch_size=batch_size, sequence_length=sequence_length, calibration=calibration)
-    step = steps.step(batch_size)
+    step, alone = steps.step(batch_size), steps.step(1)
+    if speculation is not None:
+        step, alone = speculation.per_token(step), speculation.per_token(alone)
     requests = saturated_requests_per_second(batch_size, ttft, step, output_tokens)
     per_replica = requests * output_tokens
     per_instance = per_replica * replicas
@@ -309,7 +405,7 @@ def _predict(model: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: int
         degree=degree,
         replicas=replicas,
         ttft_s=ttft,
-        itl_batch1_s=steps.step(1),
+        itl_batch1_s=alone,
         itl_full_batch_s=step,
         tokens_per_second_replica=per_replica,
         tokens_per_second_instance=per_instance,

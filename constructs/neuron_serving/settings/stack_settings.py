@@ -189,6 +189,13 @@ class StackSettings:
         `max_input_tokens`.""")
     workload_output_tokens: int = setting(DEFAULT_WORKLOAD.output_tokens, """A typical request's output
         tokens. Input and output together must fit `sequence_length`.""")
+    workload_prefix_tokens: int = setting(0, """Of a typical request's input tokens, those of a prefix an earlier
+        request sent (a shared system prompt, earlier turns of a conversation), which the prefix cache keeps
+        (`prefix_caching`): the predictions do not prefill them.""")
+    workload_acceptance: float | None = setting(None, """With `speculative_model`: the chance that the model accepts
+        each of the draft's tokens (0 to 1, exclusive), for the predictions. It depends on the draft and the
+        prompts; `neuron-serving bench` measures the speed it gives. Without it the predictions leave speculation
+        out.""")
     engine: str = setting(DEFAULT_ENGINE, """`tgi` (Hugging Face TGI 3.3.5 Neuron), `vllm` (vLLM 0.11.0
         through optimum-neuron 0.4.5) or `nxdi` (vLLM on NxD Inference, AWS's Deep Learning Container: vLLM
         0.13.0 and Neuron SDK 2.28 by default).""", check=_choice(*ENGINES))
@@ -495,7 +502,8 @@ class StackSettings:
 
     @property
     def workload(self) -> Workload:
-        return Workload(self.workload_input_tokens, self.workload_output_tokens)
+        return Workload(self.workload_input_tokens, self.workload_output_tokens, self.workload_prefix_tokens,
+                        self.workload_acceptance)
 
     @property
     def goodput(self) -> Goodput | None:
@@ -678,8 +686,9 @@ class StackSettings:
         if self.speculative_model is not None and not engine.speculative_decoding:
             problems.add("speculative_model", self.speculative_model, f"is not served by engine {self.engine}; engine "
                          + ", ".join(e.name for e in ENGINES.values() if e.speculative_decoding) + " serves it")
-        if self.speculative_model is None and self.speculative_tokens != _DEFAULTS["speculative_tokens"]:
-            problems.add("speculative_tokens", self.speculative_tokens, "applies only with speculative_model")
+        for key in ("speculative_tokens", "speculative_model_config", "workload_acceptance"):
+            if self.speculative_model is None and getattr(self, key) != _DEFAULTS[key]:
+                problems.add(key, getattr(self, key), "applies only with speculative_model")
         if self.prefix_caching is False:
             for key in ("prefix_cache_block_size", "prefix_cache_blocks"):
                 if getattr(self, key) != _DEFAULTS[key]:

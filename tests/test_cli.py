@@ -343,7 +343,7 @@ def test_plan_with_an_eagle_draft_counts_its_memory_and_only_with_nxdi(capsys):
     assert main([*base, "--engine", "nxdi", "--speculative-model", "yuhuili/EAGLE-LLaMA3-Instruct-8B",
                  "--speculative-tokens", "4"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].endswith(", drafted by yuhuili/EAGLE-LLaMA3-Instruct-8B (4 tokens a step)")
+    assert out.splitlines()[0].endswith(", drafted by yuhuili/EAGLE-LLaMA3-Instruct-8B (up to 4 tokens a step)")
     drafted = _rows(out)
     # Degree 2: about 1.5 GiB more on each core (the draft's layer, embeddings, LM head, fc and one layer of KV,
     # and the 20% overhead on them).

@@ -298,7 +298,7 @@ def test_an_objective_with_nxdis_prefix_cache_chooses_among_the_sequences_and_ba
 
 def test_an_eagle_draft_reaches_the_request_with_nxdi_and_is_refused_elsewhere_or_without_its_model():
     request = _settings(engine="nxdi", speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B",
-                        speculative_tokens=3).request
+                        speculative_tokens=3, prefix_caching=False).request
     assert (request.speculative_model, request.speculative_tokens) == ("yuhuili/EAGLE-LLaMA3-Instruct-8B", 3)
     assert _settings(engine="nxdi").request.speculative_model is None
     with pytest.raises(ServingConfigError) as err:
@@ -310,9 +310,20 @@ def test_an_eagle_draft_reaches_the_request_with_nxdi_and_is_refused_elsewhere_o
 
 
 def test_a_workloads_cached_prefix_and_draft_acceptance_reach_its_predictions_and_are_checked():
-    settings = _settings(engine="nxdi", workload_input_tokens=1024, workload_prefix_tokens=900,
-                         speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B", workload_acceptance=0.6)
-    assert (settings.workload.prefix_tokens, settings.workload.acceptance) == (900, 0.6)
+    assert _settings(engine="nxdi", workload_input_tokens=1024, workload_prefix_tokens=900).workload.prefix_tokens \
+        == 900
+    settings = _settings(engine="nxdi", speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B", workload_acceptance=0.6,
+                         prefix_caching=False)
+    assert settings.workload.acceptance == 0.6
+    with pytest.raises(ServingConfigError) as err:
+        _settings(engine="nxdi", speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B")
+    assert [str(p) for p in err.value.problems] == [
+        "speculative_model ('yuhuili/EAGLE-LLaMA3-Instruct-8B') cannot be served with a prefix cache: the vllm-neuron "
+        "plugin writes a step's speculated tokens to the slots after the last one's, past the end of its block into "
+        "another's; set prefix_caching=false"]
+    with pytest.raises(ServingConfigError, match=r"^workload_prefix_tokens \(100\) applies only with "
+                                                 r"prefix_caching, which engine tgi does not serve$"):
+        _settings(workload_prefix_tokens=100)
     with pytest.raises(ServingConfigError) as err:
         _settings(engine="nxdi", workload_acceptance=0.6, workload_prefix_tokens=600)
     assert [str(p) for p in err.value.problems] == [

@@ -1,8 +1,10 @@
-"""eagle-draft TARGET DRAFT OUT: an EAGLE draft as NxD Inference compiles it, written to OUT.
+"""eagle-draft TARGET DRAFT OUT [EXPECTED]: an EAGLE draft as NxD Inference compiles it, written to OUT.
 
 Run by export-model inside the serving image (its Python has torch and safetensors), before the
 compile: TARGET is the model's downloaded checkpoint, DRAFT the draft's, OUT the draft's directory
-that vLLM's --speculative-config names.
+that vLLM's --speculative-config names. EXPECTED, a JSON object of ``config.json`` fields, is the
+draft the stack was planned for (its memory is counted from them): a downloaded draft whose config
+says otherwise is refused, naming the field.
 
 "The draft model must include the LM head weights from the target model ... these pretrained EAGLE
 model checkpoints don't include the LM head weights ... you must first copy the LM head weights from
@@ -79,8 +81,12 @@ def draft_tensors(draft: str) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def main(target: str, draft: str, out: str) -> None:
+def main(target: str, draft: str, out: str, expected: str = "{}") -> None:
     config = read_json(os.path.join(draft, "config.json"))
+    for name, value in json.loads(expected).items():
+        if config.get(name) != value:
+            fail(f"{draft}/config.json has {name} {config.get(name)}, but the stack was planned for a draft with "
+                 f"{value} (speculative_model, speculative_model_config)")
     dtype = DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or "float16"), torch.float16)
     tensors = draft_tensors(draft)
     head = target_head(target)
@@ -94,6 +100,6 @@ def main(target: str, draft: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
-        fail("usage: eagle-draft TARGET DRAFT OUT")
+    if len(sys.argv) not in (4, 5):
+        fail("usage: eagle-draft TARGET DRAFT OUT [EXPECTED]")
     main(*sys.argv[1:])

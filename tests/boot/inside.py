@@ -370,7 +370,7 @@ class NxdiImage:
         self.knobs = knobs
 
     def run(self, argv: list[str], binds: list[Bind], devices: int, env: dict[str, str]) -> BehaviourResult:
-        if argv[:1] == ["python"] and len(argv) == 5:
+        if argv[:1] == ["python"] and len(argv) in (5, 6):
             return self._python(argv[1:], binds)
         if argv[:2] == ["vllm", "run-batch"]:
             return self._engine(argv[2:], _value(argv, "--model"), binds, devices, env, batch=True)
@@ -495,14 +495,14 @@ class NxdiImage:
     @staticmethod
     def _python(argv: list[str], binds: list[Bind]) -> BehaviourResult:
         """The image's Python running export-model's draft conversion (``python /opt/neuron-serving/bin/eagle-draft
-        TARGET DRAFT OUT``): the real script, with the torch and safetensors of .tools/vllm-0.13.0, on the
-        bound directories."""
+        TARGET DRAFT OUT [EXPECTED]``): the real script, with the torch and safetensors of .tools/vllm-0.13.0, on
+        the bound directories."""
         python = Path(__file__).resolve().parents[2] / ".tools" / "vllm-0.13.0" / "bin" / "python"
         if not python.exists():
             return 127, "", f"{python} is missing: scripts/test makes it\n"
-        script, target, draft, out = argv
+        script, target, draft, out, *expected = argv
         words = [str(host_path(binds, script)), str(host_path(binds, target)), str(host_path(binds, draft)),
-                 str(host_path(binds, out, write=True))]
+                 str(host_path(binds, out, write=True)), *expected]
         done = subprocess.run([str(python), *words], capture_output=True, text=True, timeout=120, check=False)
         return done.returncode, done.stdout, done.stderr
 

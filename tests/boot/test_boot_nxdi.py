@@ -349,18 +349,23 @@ def _speculating_plan(**request: Any) -> ServingPlan:
 def test_an_eagle_draft_gets_the_models_lm_head_is_compiled_into_the_export_and_every_replica_reads_its_config(
     make_host: MakeHost,
 ) -> None:
-    plan = _speculating_plan()
+    plan = _speculating_plan(speculative_model_revision="0123abcd")
     host, failure = _boot(make_host, plan, STUB_SERVED_MODEL=MODEL)
     assert failure == ""
     key = NXDI.export_key(plan, DLC_VLLM_0_13_0)
     assert "-bf16-eagle4-" in key and key != NXDI.export_key(_plan(), DLC_VLLM_0_13_0)
+    # The draft's revision is part of the key, as the model's is.
+    assert key != NXDI.export_key(_speculating_plan(), DLC_VLLM_0_13_0)
     # The draft's repository, downloaded beside the checkpoint (its README is not), then converted by the real
     # userdata/eagle-draft.py in the image's Python: its tensors and the model's LM head, in one file.
     [download] = [c for c in host.containers() if DRAFT in c.get("Cmd", [])]
     assert download["Cmd"][download["Cmd"].index("--local-dir") + 1] == f"/models/{key}.src/eagle-draft.download"
+    assert download["Cmd"][download["Cmd"].index("--revision") + 1] == "0123abcd"
     [convert] = [c for c in host.containers() if c.get("Entrypoint") == ["python"]]
+    # With the figures the planner counted, which the downloaded config must have.
     assert convert["Cmd"] == ["/opt/neuron-serving/bin/eagle-draft", f"/models/{key}.src",
-                              f"/models/{key}.src/eagle-draft.download", f"/models/{key}.src/eagle-draft"]
+                              f"/models/{key}.src/eagle-draft.download", f"/models/{key}.src/eagle-draft",
+                              '{"hidden_size":4096,"num_hidden_layers":1,"vocab_size":128256}']
     log = host.path("/var/log/neuron-serving/export.log").read_text()
     [said] = [line for line in log.splitlines() if line.startswith("eagle-draft: ")]
     assert said.startswith("eagle-draft: 3 tensors of ") and ", with the LM head of " in said and "((2, 4))" in said
@@ -395,9 +400,9 @@ def test_a_draft_costs_its_weights_and_kv_cache_on_every_core() -> None:
     plain, speculating = _plan(), _speculating_plan()
     draft = EAGLE_DRAFTS[DRAFT.lower()]
     assert speculating.draft == draft and plain.draft is None
-    # One layer of Llama 3 8B's shape with its embeddings and the LM head, sharded; fc whole on every core.
+    # One layer of Llama 3 8B's shape with its embeddings, the LM head and fc, sharded as the model's.
     assert speculating.memory.weights - plain.memory.weights == (
-        draft.parameter_count * 2 // 2 + eagle_fc_parameter_count(draft) * 2)
+        (draft.parameter_count + eagle_fc_parameter_count(draft)) * 2 // 2)
     assert speculating.memory.kv_cache - plain.memory.kv_cache == plain.memory.kv_cache // 32
     assert 1.1 < (speculating.memory.weights - plain.memory.weights) / 2**30 < 1.3
 
@@ -407,8 +412,9 @@ def test_a_draft_costs_its_weights_and_kv_cache_on_every_core() -> None:
      r"^speculative_model \('yuhuili/EAGLE-LLaMA3-Instruct-70B'\) has hidden_size 8192, but llama-3-8b has 4096: "),
     ({"speculative_model": "someone/eagle-draft"}, r"^speculative_model \('someone/eagle-draft'\) is not an EAGLE "
      r"draft the library knows the shape of; give speculative_model_config .* or use one of yuhuili/"),
-    ({"speculative_model": DRAFT, "speculative_tokens": 11}, r"^speculative_tokens \(11\) must be an integer from 1 "
+    ({"speculative_model": DRAFT, "speculative_tokens": 11}, r"^speculative_tokens \(11\) must be an integer from 2 "
      r"to 10$"),
+    ({"speculative_model": DRAFT, "speculative_tokens": 1}, r"^speculative_tokens \(1\) must be an integer from 2 "),
     ({"speculative_model": DRAFT, "quantization": "int8"}, r"^quantization \('int8'\) cannot be served with "
      r"speculative_model: the vllm-neuron plugin compiles the draft with the model's quantization"),
     ({"speculative_model_config": "/x/config.json"}, r"^speculative_model_config \('/x/config.json'\) applies only "
@@ -425,3 +431,18 @@ def test_speculative_decoding_by_another_engine_stops_synth(engine: str) -> None
     with pytest.raises(ServingConfigError, match=rf"^speculative_model \('{DRAFT}'\) asks for speculative decoding, "
                        rf"which engine {engine} does not serve$"):
         resolve_host(_speculating_plan(), engine=engine)
+
+
+def test_an_eagle_3_draft_or_a_draft_with_a_prefix_cache_stops_synth(tmp_path) -> None:
+    config = tmp_path / "config.json"
+    # yuhuili/EAGLE3-LLaMA3.1-Instruct-8B's kind: its own architecture and a draft vocabulary.
+    config.write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+                                  "hidden_size": 4096, "num_hidden_layers": 1, "num_attention_heads": 32,
+                                  "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+                                  "draft_vocab_size": 32000, "max_position_embeddings": 2048}))
+    with pytest.raises(ServingConfigError, match=r"^speculative_model_config \('.*config.json'\) is an EAGLE 3 "
+                       r"draft's \(draft_vocab_size or an Eagle3 architecture\), which the image's vllm-neuron plugin"):
+        _speculating_plan(speculative_model_config=str(config))
+    with pytest.raises(ServingConfigError, match=r"^speculative_model \('yuhuili/EAGLE-LLaMA3-Instruct-8B'\) cannot "
+                       r"be served with a prefix cache: .*; set prefix_caching=false$"):
+        resolve_host(_speculating_plan(prefix_cache_block_size=32), engine="nxdi")

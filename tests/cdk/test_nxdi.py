@@ -48,7 +48,8 @@ def test_without_prefix_caching_each_replica_has_one_block_per_batch_slot_and_in
 
 
 def test_an_eagle_draft_is_converted_by_the_bundles_script_and_named_by_every_replica_and_the_layout(synth):
-    template = synth(engine="nxdi", speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B", speculative_tokens="4")
+    template = synth(engine="nxdi", speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B", speculative_tokens="4",
+                     prefix_caching="false")
     files = template.stack.boot_script.boot.files
     assert files[EAGLE_DRAFT].startswith('"""eagle-draft TARGET DRAFT OUT')
     command = _replica_command(template)

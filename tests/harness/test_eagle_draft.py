@@ -58,10 +58,10 @@ def make(case, target_layout, draft_format):
 
 
 results = {}
-for case, target_layout, draft_format in json.loads(sys.argv[3]):
+for case, target_layout, draft_format, expected in json.loads(sys.argv[3]):
     target, draft, out = make(case, target_layout, draft_format)
     stdout, stderr = io.StringIO(), io.StringIO()
-    sys.argv = [script, target, draft, out]
+    sys.argv = [script, target, draft, out, *([json.dumps(expected)] if expected else [])]
     code = 0
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         try:
@@ -78,8 +78,9 @@ for case, target_layout, draft_format in json.loads(sys.argv[3]):
 print(json.dumps(results))
 """
 
-CASES = [("sharded-bin", "sharded", "bin"), ("tied-safetensors", "tied", "safetensors"),
-         ("headless", "headless", "safetensors")]
+CASES = [("sharded-bin", "sharded", "bin", {"num_hidden_layers": 1, "model_type": "llama"}),
+         ("tied-safetensors", "tied", "safetensors", None), ("headless", "headless", "safetensors", None),
+         ("unplanned", "sharded", "safetensors", {"num_hidden_layers": 1, "hidden_size": 4096})]
 
 
 @pytest.fixture(scope="module")
@@ -120,3 +121,12 @@ def test_an_untied_target_without_a_head_in_its_index_fails_naming_what_it_looke
     assert result["code"] == 1 and result["files"] == []
     assert result["stderr"].splitlines()[-1] == (
         f"eagle-draft: {target} has no lm_head.weight in its safetensors weights")
+
+
+def test_a_draft_other_than_the_one_planned_for_is_refused_naming_the_field(converted):
+    result = converted["unplanned"]
+    draft = Path(converted["root"]) / "unplanned" / "draft"
+    assert result["code"] == 1 and result["files"] == []
+    assert result["stderr"].splitlines()[-1] == (
+        f"eagle-draft: {draft}/config.json has hidden_size None, but the stack was planned for a draft with 4096 "
+        "(speculative_model, speculative_model_config)")

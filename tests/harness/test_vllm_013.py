@@ -173,9 +173,9 @@ QUANTIZED = {"quantized": True, "quantized_checkpoints_path": "/tmp/neuron-servi
 for INT8 weights: ``quantized`` with its path, type and dtype, in ``override_neuron_config``."""
 
 
-# Quantized weights and a draft are not served together (Nxdi.check_plan): each case has one of them.
+# A draft is served neither with quantized weights nor with a prefix cache (Nxdi.check_plan).
 @pytest.mark.parametrize(("prefix_cache", "quantization", "draft"),
-                         [(None, "int8", None), (32, None, "yuhuili/EAGLE-LLaMA3-Instruct-8B")])
+                         [(32, "int8", None), (None, None, "yuhuili/EAGLE-LLaMA3-Instruct-8B")])
 def test_the_nxdi_engines_export_and_replica_commands_reach_vllm_0_13_0s_engine_with_the_plans_values(
     tmp_path, prefix_cache, quantization, draft,
 ):

@@ -51,9 +51,8 @@ def _wanted(plan: Any, override: dict[str, Any]) -> dict[str, Any]:
 def test_the_nxdi_export_and_replica_of_the_0_16_0_image_reach_vllm_0_16_0s_engine_with_the_plans_values(tmp_path):
     from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_16_0, NXDI
 
-    # Qwen 2.5 without a prefix cache (a contiguous KV cache of one block per sequence), INT8 weights, and Hermes
-    # tool calls.
-    plan = _plan("qwen2.5-7b", quantization="int8")
+    # Qwen 2.5 with a prefix cache of 32-token blocks, INT8 weights, and Hermes tool calls.
+    plan = _plan("qwen2.5-7b", prefix_cache_block_size=32, quantization="int8")
     wanted = _wanted(plan, QUANTIZED)
     replica = run([NXDI.replica_entrypoint(DLC_VLLM_0_16_0), *NXDI.replica_command(plan, DLC_VLLM_0_16_0,
                                                                                    model(tmp_path))], tmp_path)
@@ -83,12 +82,12 @@ def test_the_nxdi_export_and_replica_of_the_0_16_0_image_reach_vllm_0_16_0s_engi
     assert export["engine_args"]["model"] == source
 
 
-def test_a_prefix_cached_speculating_replica_of_the_0_16_0_image_serves_with_llama3_json_tool_calls(tmp_path):
+def test_a_speculating_replica_of_the_0_16_0_image_serves_with_llama3_json_tool_calls(tmp_path):
     from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_16_0, NXDI
 
-    # Llama 3.1 (llama3_json by default) with a prefix cache of 32-token blocks and an EAGLE draft of its shape.
-    plan = _plan("llama-3.1-8b", prefix_cache_block_size=32, speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B",
-                 speculative_tokens=4)
+    # Llama 3.1 (llama3_json by default) without a prefix cache (a contiguous KV cache of one block per sequence)
+    # and with an EAGLE draft of its shape.
+    plan = _plan("llama-3.1-8b", speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B", speculative_tokens=4)
     wanted = _wanted(plan, {})
     result = run([NXDI.replica_entrypoint(DLC_VLLM_0_16_0), *NXDI.replica_command(plan, DLC_VLLM_0_16_0,
                                                                                   model(tmp_path))], tmp_path)

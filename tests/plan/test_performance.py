@@ -418,15 +418,15 @@ def test_a_draft_whose_tokens_are_accepted_shortens_each_tokens_time_by_the_toke
     plain = predict(plan, DEFAULT_WORKLOAD)
     spec = speculation_of(plan, replace(DEFAULT_WORKLOAD, acceptance=0.5))
     assert spec is not None and spec.tokens == 4
-    # (1 - 0.5**5) / (1 - 0.5): 1.9375 tokens a step (Leviathan et al., equation 1).
-    assert spec.tokens_per_step == pytest.approx(1.9375)
-    assert Speculation(0.0, 1, 0.5).tokens_per_step == pytest.approx(1.5)
+    # k = 4: 3 candidates, (1 - 0.5**4) / (1 - 0.5) = 1.875 tokens a step (Leviathan et al., equation 1).
+    assert spec.tokens_per_step == pytest.approx(1.875)
+    assert Speculation(0.0, 2, 0.5).tokens_per_step == pytest.approx(1.5)
     d = draft_step_s(plan.draft, plan.instance.device, 2, 2, batch_size=4, sequence_length=4096)
     # A draft step reads its layer, LM head and fc (0.75 B parameters against the model's 8 B) and pays no server.
     assert spec.draft_step_s == d and 0.05 < d / plain.itl_batch1_s < 0.1
     drafted = predict(plan, replace(DEFAULT_WORKLOAD, acceptance=0.5))
-    assert drafted.itl_batch1_s == pytest.approx((plain.itl_batch1_s + 4 * d) / 1.9375)
-    assert drafted.itl_full_batch_s == pytest.approx((plain.itl_full_batch_s + 4 * d) / 1.9375)
+    assert drafted.itl_batch1_s == pytest.approx((plain.itl_batch1_s + 4 * d) / 1.875)
+    assert drafted.itl_full_batch_s == pytest.approx((plain.itl_full_batch_s + 4 * d) / 1.875)
     assert drafted.ttft_s == plain.ttft_s
     # A draft rarely right costs more than it saves.
     assert predict(plan, replace(DEFAULT_WORKLOAD, acceptance=0.05)).itl_batch1_s > plain.itl_batch1_s

@@ -91,12 +91,11 @@ def test_a_vllm_stack_boots_and_serves(world: World) -> None:
 def test_an_internet_facing_nxdi_stack_boots_and_serves_a_key_holder_with_vllm_as_each_replicas_pid_1(
         world: World) -> None:
     # The nxdi stack's defaults: the SDK 2.28 image, whose driver bound (below 2.29) the twin's aws-neuronx-dkms
-    # 2.27.4.0 meets, a prefix cache, and each replica's container started with `--entrypoint vllm`; API keys on;
-    # and an EAGLE draft, downloaded from the Hub and converted in the image's Python (userdata/eagle-draft.py).
+    # 2.27.4.0 meets, a prefix cache, and each replica's container started with `--entrypoint vllm`; API keys on.
     from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_13_0, NXDI
     from neuron_serving.userdata import api_keys
 
-    launch, _, plan = user_data({**SECURE, "engine": "nxdi", "speculative_model": "yuhuili/EAGLE-LLaMA3-Instruct-8B"})
+    launch, _, plan = user_data({**SECURE, "engine": "nxdi"})
     stage(world, launch)
     key = api_keys.new_key()
     world.aws.create_secret(launch.value("API_KEYS_SECRET"), json.dumps({"alice": api_keys.stored(key)}))
@@ -112,8 +111,6 @@ def test_an_internet_facing_nxdi_stack_boots_and_serves_a_key_holder_with_vllm_a
         assert container["Entrypoint"] == ["vllm"]
         assert container["Cmd"][:2] == ["serve", f"/models/{NXDI.export_key(plan, DLC_VLLM_0_13_0)}"]
         assert "--enable-prefix-caching" in container["Cmd"]
-        assert json.loads(container["Cmd"][container["Cmd"].index("--speculative-config") + 1])["model"] == (
-            f"/models/{NXDI.export_key(plan, DLC_VLLM_0_13_0)}/eagle-draft")
 
 
 def test_a_fleet_host_publishes_its_export_and_the_next_host_downloads_it_without_compiling(world: World) -> None:

@@ -137,7 +137,8 @@ def register(commands: Any) -> None:
     plan.add_argument("--speculative-model-config", metavar="PATH",
                       help="the draft's config.json, for a draft outside the catalog")
     plan.add_argument("--speculative-tokens", type=int, default=DEFAULT_SPECULATIVE_TOKENS,
-                      help=f"tokens the draft proposes each step (default: {DEFAULT_SPECULATIVE_TOKENS})")
+                      help="the speculation length: the most tokens a step yields, of which the draft proposes "
+                           f"all but one (default: {DEFAULT_SPECULATIVE_TOKENS})")
     plan.add_argument("--no-hub-cache", dest="hub_cache", action="store_false",
                       help="do not ask the Hugging Face Hub which layouts optimum-neuron's cache holds")
     plan.set_defaults(run=command)
@@ -503,7 +504,7 @@ def _plan_text(request: ServingRequest, workload: Workload, document: dict[str, 
         f"input <= {request.effective_max_input_tokens}, {request.dtype}"
         + ("" if request.quantization is None else f" with {request.quantization} weights")
         + ("" if request.speculative_model is None
-           else f", drafted by {request.speculative_model} ({request.speculative_tokens} tokens a step)"),
+           else f", drafted by {request.speculative_model} (up to {request.speculative_tokens} tokens a step)"),
         f"predicted for {workload.input_tokens} input and {workload.output_tokens} output tokens per request"
         + (f", {workload.prefix_tokens} of them a cached prefix" if request.prefix_cache_block_size and
            workload.prefix_tokens else "")

@@ -12,13 +12,12 @@ constructs read. Nothing downstream looks an engine up or resolves an image agai
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 
 from .engines import DEFAULT_ENGINE, Engine, ServingImage
 from .engines import engine as find_engine
 from .errors import Problems, ServingConfigError
-from .identifiers import hub_repo
+from .identifiers import hub_repo, hub_revision
 from .layout import ServingPlan
 from .registry import EcrRegistry, ecr_registry_problem, parse_registry
 from .timing import PULL_MINUTES
@@ -162,9 +161,8 @@ def resolve_host(
     if prebuilt_export is not None and s3_parts(prebuilt_export) is None and hf_repo(prebuilt_export) is None:
         problems.add("prebuilt_export", prebuilt_export, "must be s3://bucket/prefix or hf://org/repo, "
                      "without spaces, or None")
-    if model_revision is not None and (not isinstance(model_revision, str) or not _REVISION.fullmatch(model_revision)):
-        problems.add("model_revision", model_revision, "must be a Hub commit, branch or tag: letters, digits and "
-                     "._/- only, at most 255 characters, or None")
+    if model_revision is not None and (said := hub_revision(model_revision)) is not None:
+        problems.add("model_revision", model_revision, said)
     elif model_revision is not None and prebuilt_export is not None:
         problems.add("model_revision", model_revision, "does not apply to a prebuilt_export, which is served as is")
     if export_role not in EXPORT_ROLES:
@@ -187,9 +185,6 @@ def resolve_host(
                     registry_pull_through=image_registry_pull_through, model_revision=model_revision,
                     prebuilt_export=prebuilt_export, export_role=export_role, pull_attempts=pull_attempts,
                     hub_cache=hub_cache if serving.export.hub_cache_variable is not None else None)
-
-
-_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,254}")
 
 
 def has_space(text: str) -> bool:

@@ -103,6 +103,16 @@ def email(value: str) -> str | None:
     return None if _EMAIL.fullmatch(value) else "must be one e-mail address"
 
 
+_HUB_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,254}")
+
+
+def hub_revision(value: object) -> str | None:
+    """A Hub commit, branch or tag."""
+    if isinstance(value, str) and _HUB_REVISION.fullmatch(value):
+        return None
+    return "must be a Hub commit, branch or tag: letters, digits and ._/- only, at most 255 characters, or None"
+
+
 def hub_repo(value: str) -> str | None:
     """A Hub repository id, ``namespace/name``."""
     if _HF_REPO.fullmatch(value):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from .errors import Problems, ServingConfigError, problem
+from .identifiers import hub_revision
 from .instances import CORES_PER_DEVICE, INSTANCES, InstanceSpec, instance_spec
 from .models import ModelSpec, eagle_fc_parameter_count, resolve_draft, resolve_model
 
@@ -40,13 +41,15 @@ trn1.2xlarge hosts (aws-neuron nki-samples #87, optimum-neuron PR #551)."""
 ROOT_VOLUME_BASE_GIB = 100
 """Operating system, Docker's image store and logs, before any model data."""
 
-SPECULATIVE_TOKENS = (1, 10)
-"""The fewest and most tokens a draft may speculate each step (``ServingRequest.speculative_tokens``).
-Neither vLLM (``num_speculative_tokens``, vllm/config/speculative.py in 0.13.0: any positive number)
-nor NxD Inference (``speculation_length``) bounds it; the bound is the library's. A flat draft chain's
-k-th token is accepted only if all before it were, so with a per-token acceptance ``a`` a step yields
-``(1 - a**(k+1)) / (1 - a)`` tokens at most ``1 / (1 - a)``: at ``a`` = 0.8, 4.6 of 5 by k = 10, while
-each speculated token costs a draft step and a position of the verifying step."""
+SPECULATIVE_TOKENS = (2, 10)
+"""The shortest and longest speculation (``ServingRequest.speculative_tokens``): vLLM's
+``num_speculative_tokens``, which the vllm-neuron plugin makes NxD Inference's ``speculation_length`` k,
+whose fused step drafts k - 1 candidates and yields up to k tokens (models/model_base.py at cd3abf3:
+"Generate k-1 candidate tokens"). At k = 1 it drafts nothing and still pays the draft's pass, hence 2.
+Neither vLLM (any positive number, vllm/config/speculative.py in 0.13.0) nor NxD Inference bounds it
+above; the bound is the library's. A flat chain's candidate is accepted only if all before it were, so
+with a per-token acceptance ``a`` a step yields ``(1 - a**k) / (1 - a)`` tokens, at most
+``1 / (1 - a)``: at ``a`` = 0.8, 4.5 of 5 by k = 10, while each step of k costs k draft steps."""
 
 DEFAULT_SPECULATIVE_TOKENS = 5
 """What AWS's guides speculate (vllm-user-guide-v1.rst's ``"num_speculative_tokens": 5``; NxD Inference's
@@ -88,7 +91,10 @@ class ServingRequest:
         or None. Its shape is the catalog's (:data:`~neuron_serving.plan.models.EAGLE_DRAFTS`) unless
         ``speculative_model_config`` is given. Default: None.
     :param speculative_model_config: path to the draft's ``config.json``, for a draft outside the catalog.
-    :param speculative_tokens: the tokens the draft proposes each step (:data:`SPECULATIVE_TOKENS`).
+    :param speculative_model_revision: the draft's Hub revision (commit, branch or tag), or None for its
+        default branch when the export downloads it. Default: None.
+    :param speculative_tokens: the speculation length: the most tokens a step yields, of which the draft
+        proposes all but one (:data:`SPECULATIVE_TOKENS`).
         Default: :data:`DEFAULT_SPECULATIVE_TOKENS`.
     """
 
@@ -108,6 +114,7 @@ class ServingRequest:
     quantization: str | None = None
     speculative_model: str | None = None
     speculative_model_config: str | None = None
+    speculative_model_revision: str | None = None
     speculative_tokens: int = DEFAULT_SPECULATIVE_TOKENS
 
     @property
@@ -285,14 +292,13 @@ def _memory_estimate(model: ModelSpec, instance: InstanceSpec, request: ServingR
                      degree: int, draft: ModelSpec | None = None) -> MemoryEstimate:
     """What one NeuronCore holds at ``degree``: the weights and KV cache of the model and, with an EAGLE
     ``draft``, the draft's, which NxD Inference compiles into the same model ("fused speculation",
-    developer_guides/feature-guide.rst at v2.28.0), sharded as the target's are but for its ``fc``, which
-    every rank holds whole (:func:`~neuron_serving.plan.models.eagle_fc_parameter_count`); its KV cache
-    has the target's length."""
+    developer_guides/feature-guide.rst at v2.28.0), sharded as the target's are, its ``fc`` too
+    (:func:`~neuron_serving.plan.models.eagle_fc_parameter_count`); its KV cache has the target's length."""
     dtype_bytes = DTYPE_BYTES[request.dtype]
     weights = model.weight_bytes(dtype_bytes, QUANTIZATIONS.get(request.quantization or "")) // degree
     kv_cache = model.kv_cache_bytes_per_token(dtype_bytes, degree) * request.kv_cache_tokens
     if draft is not None:
-        weights += draft.weight_bytes(dtype_bytes) // degree + eagle_fc_parameter_count(draft) * dtype_bytes
+        weights += (draft.parameter_count + eagle_fc_parameter_count(draft)) * dtype_bytes // degree
         kv_cache += draft.kv_cache_bytes_per_token(dtype_bytes, degree) * request.kv_cache_tokens
     overhead = int((weights + kv_cache) * OVERHEAD_FRACTION)
     return MemoryEstimate(weights, kv_cache, overhead, instance.memory_per_core_gib * GIB)
@@ -316,9 +322,13 @@ def _validate(request: ServingRequest) -> tuple[ModelSpec, InstanceSpec, ModelSp
             draft = resolve_draft(request.speculative_model, model, request.speculative_model_config)
         except ServingConfigError as err:
             problems.add_all(err.problems)
-    elif request.speculative_model_config is not None:
-        problems.add("speculative_model_config", request.speculative_model_config,
-                     "applies only with speculative_model")
+    elif request.speculative_model is None:
+        for name in ("speculative_model_config", "speculative_model_revision"):
+            if getattr(request, name) is not None:
+                problems.add(name, getattr(request, name), "applies only with speculative_model")
+    revision = request.speculative_model_revision
+    if revision is not None and (said := hub_revision(revision)) is not None:
+        problems.add("speculative_model_revision", revision, said)
     low, high = SPECULATIVE_TOKENS
     if not _is_int(request.speculative_tokens) or not low <= request.speculative_tokens <= high:
         problems.add("speculative_tokens", request.speculative_tokens, f"must be an integer from {low} to {high}")

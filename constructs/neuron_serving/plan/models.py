@@ -205,6 +205,11 @@ _BY_HUB_ID: dict[str, ModelSpec] = {
 
 def _read_config(setting: str, path: str, name: str) -> ModelSpec:
     """The spec of the ``config.json`` at ``path``, the value of ``setting``."""
+    return ModelSpec.from_hf_config(_read_json(setting, path), name=name)
+
+
+def _read_json(setting: str, path: str) -> dict[str, Any]:
+    """The JSON object in the file at ``path``, the value of ``setting``."""
     try:
         config = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as err:
@@ -215,7 +220,7 @@ def _read_config(setting: str, path: str, name: str) -> ModelSpec:
         ) from None
     if not isinstance(config, dict):
         raise ServingConfigError([problem(setting, path, "must hold a JSON object")])
-    return ModelSpec.from_hf_config(config, name=name)
+    return config
 
 
 def resolve_model(model_id: str, model_config: str | None = None) -> ModelSpec:
@@ -265,12 +270,12 @@ EAGLE_DRAFTS: dict[str, ModelSpec] = {
 
 def eagle_fc_parameter_count(draft: ModelSpec) -> int:
     """The parameters of an EAGLE v1 draft's ``fc``, the layer that fuses the target's hidden state
-    with the token's embedding: twice the hidden size to the hidden size, without a bias unless the
-    draft's config says ``fc_bias`` (NxD Inference cd3abf3, models/llama/modeling_llama.py, an EAGLE
-    draft's ``fc``, a ``WeightGatheredColumnParallel`` whose weights every rank holds whole: "replicate fc
-    weights since activations are sequence sharded"; yuhuili's drafts say ``"bias": false``). The rest of
-    the draft is a model of ``draft``'s shape, sharded as the target is, whose LM head is the target's
-    copied in (:func:`resolve_draft`)."""
+    with the token's embedding: twice the hidden size to the hidden size (NxD Inference cd3abf3,
+    models/llama/modeling_llama.py, an EAGLE draft's ``fc``: a ``WeightGatheredColumnParallel``, a
+    ``ColumnParallelLinear`` whose weight each rank holds a slice of and gathers only to compute). Its bias,
+    where the draft's config asks for one (``fc_bias``; yuhuili's drafts say ``"bias": false``), is a
+    hidden size more, left out. The rest of the draft is a model of ``draft``'s shape, sharded as the
+    target is, whose LM head is the target's copied in (:func:`resolve_draft`)."""
     return 2 * draft.hidden_size * draft.hidden_size
 
 
@@ -281,7 +286,16 @@ def resolve_draft(draft_id: str, target: ModelSpec, draft_config: str | None = N
     and vocabulary must be the target's. Raises :class:`ServingConfigError` naming
     ``speculative_model`` or ``speculative_model_config``."""
     if draft_config is not None:
-        draft = _read_config("speculative_model_config", draft_config, draft_id)
+        config = _read_json("speculative_model_config", draft_config)
+        architectures = [str(a) for a in config.get("architectures") or []]
+        if "draft_vocab_size" in config or any("eagle3" in a.lower() for a in architectures):
+            # EAGLE 3 drafts have their own architecture (LlamaForCausalLMEagle3) and vocabulary; the plugin
+            # sets nothing of NxD Inference's is_eagle3 (vllm-neuron release-0.4.1 loader), and falls back to
+            # the model's class for an architecture it does not know.
+            raise ServingConfigError([problem(
+                "speculative_model_config", draft_config, "is an EAGLE 3 draft's (draft_vocab_size or an Eagle3 "
+                "architecture), which the image's vllm-neuron plugin does not compile; give an EAGLE (v1) draft")])
+        draft = ModelSpec.from_hf_config(config, name=draft_id)
     else:
         known = EAGLE_DRAFTS.get(draft_id.lower())
         if known is None:

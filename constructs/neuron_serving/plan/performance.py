@@ -309,17 +309,21 @@ class Prediction:
 
 @dataclass(frozen=True)
 class Speculation:
-    """What a draft does to each step: it proposes ``tokens`` tokens, one draft step each, which the model
-    verifies in its own step; each is accepted with chance ``acceptance`` if every one before it was.
+    """What a draft does to each step. With a speculation length ``k`` (``ServingRequest.speculative_tokens``,
+    NxD Inference's ``speculation_length``), the fused step drafts ``k - 1`` candidate tokens, one draft
+    step each, the model verifies the ``k`` positions in its own step, and a last draft pass over them
+    prepares the next step (neuronx-distributed-inference cd3abf3, models/model_base.py, the EAGLE token
+    generation of ``NeuronFusedSpecModel``: "Generate k-1 candidate tokens"): ``k`` draft steps and up to
+    ``k`` tokens a step. Each candidate is accepted with chance ``acceptance`` if every one before it was.
 
-    A step then yields ``(1 - a**(k+1)) / (1 - a)`` tokens on average, the accepted ones and the model's
+    A step then yields ``(1 - a**k) / (1 - a)`` tokens on average, the accepted candidates and the model's
     own next (Leviathan, Kalman and Matias, "Fast Inference from Transformers via Speculative Decoding",
-    ICML 2023, arXiv:2211.17192, equation 1, for acceptances independent of one another), at the cost of
-    the model's step and ``k`` draft steps. The model's verifying step reads the same weights and KV
-    cache for its ``k + 1`` positions as for one, so decode, bound by those reads, costs about the same.
+    ICML 2023, arXiv:2211.17192, equation 1, with ``k - 1`` candidates, for acceptances independent of one
+    another). The model's verifying step reads the same weights and KV cache for its ``k`` positions as for
+    one, so decode, bound by those reads, costs about the same.
 
     :param draft_step_s: seconds of one draft step (:func:`draft_step_s`).
-    :param tokens: the tokens the draft proposes each step (``ServingRequest.speculative_tokens``).
+    :param tokens: the speculation length ``k``.
     :param acceptance: ``Workload.acceptance``.
     """
 
@@ -330,7 +334,7 @@ class Speculation:
     @property
     def tokens_per_step(self) -> float:
         a = self.acceptance
-        return (1 - a ** (self.tokens + 1)) / (1 - a)
+        return (1 - a**self.tokens) / (1 - a)
 
     def per_token(self, step: float) -> float:
         """Seconds per generated token when the model's step takes ``step``."""
@@ -340,14 +344,14 @@ class Speculation:
 def draft_step_s(draft: ModelSpec, device: DeviceSpec, degree: int, dtype_bytes: int, *, batch_size: int,
                  sequence_length: int, calibration: Calibration = CALIBRATION) -> float:
     """Seconds one step of an EAGLE draft takes inside the model's compiled graph (NxD Inference's fused
-    speculation: no server between draft steps): reading its weights (sharded, but for ``fc``, which every
-    core holds whole: :func:`~neuron_serving.plan.models.eagle_fc_parameter_count`) and its one layer's KV
-    cache for the compiled batch, and its layer's all-reduces. Its embeddings are not read whole: a step
+    speculation: no server between draft steps): reading its weights, ``fc`` too
+    (:func:`~neuron_serving.plan.models.eagle_fc_parameter_count`), sharded as the model's, and its one layer's
+    KV cache for the compiled batch, and its layer's all-reduces. Its embeddings are not read whole: a step
     looks up one row per token. (The model's own step counts its embeddings, as the fit of
     :data:`DECODE_MEMORY_EFFICIENCY` did; in a 1-layer draft they would be a third of its weights.)"""
     bandwidth = device.memory_bytes_per_second_per_core * calibration.decode_memory_efficiency
     read = draft.parameter_count - draft.vocab_size * draft.hidden_size
-    weights = read * dtype_bytes / degree + eagle_fc_parameter_count(draft) * dtype_bytes
+    weights = (read + eagle_fc_parameter_count(draft)) * dtype_bytes / degree
     kv = batch_size * sequence_length * draft.kv_cache_bytes_per_token(dtype_bytes, degree)
     return (weights + kv) / bandwidth + _allreduces_s(draft, degree, calibration)
 

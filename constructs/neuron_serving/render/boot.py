@@ -407,6 +407,11 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
             export_env=_export_environment(engine, plan, image, key),
             served_checkpoint_files=image.export.served_checkpoint_files,
             draft=plan.request.speculative_model,
+            draft_revision=plan.request.speculative_model_revision,
+            # The draft's figures the planner counted, which eagle-draft checks the downloaded config.json for.
+            draft_expected=None if plan.draft is None else json.dumps(
+                {"hidden_size": plan.draft.hidden_size, "num_hidden_layers": plan.draft.num_layers,
+                 "vocab_size": plan.draft.vocab_size}, separators=(",", ":"), sort_keys=True),
             draft_dir=DRAFT_DIR,
             draft_files=DRAFT_FILES,
             eagle_draft=EAGLE_DRAFT,

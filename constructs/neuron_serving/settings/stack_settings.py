@@ -227,16 +227,20 @@ class StackSettings:
         `none` serves the weights in `dtype`. `nxdi` only; FP8 is not offered on inf2 and trn1 (docs/engines.md).""",
         check=_choice("none", *QUANTIZATIONS))
     speculative_model: str | None = setting(None, """Hugging Face id of an EAGLE v1 draft of the model, for
-        speculative decoding: each step the draft proposes `speculative_tokens` tokens and the model verifies them
-        in one, so that a request's tokens come faster where the draft guesses well, at the draft's device memory,
+        speculative decoding: each step the draft proposes `speculative_tokens` - 1 tokens and the model verifies
+        them in one, so that a request's tokens come faster where the draft guesses well, at the draft's device memory,
         which the planner counts. The export downloads it, copies the model's LM head into it (as NxD Inference
         requires) and compiles it into the model. Known: `yuhuili/EAGLE-LLaMA3-Instruct-8B` (Llama 3 8B) and
         `yuhuili/EAGLE-LLaMA3-Instruct-70B` (Llama 3 and 3.1 70B); give `speculative_model_config` for another.
-        `nxdi` only; not with `quantization`.""", check=identifiers.hub_repo)
+        `nxdi` only; not with `quantization`, nor with a prefix cache (set `prefix_caching=false`).""",
+        check=identifiers.hub_repo)
     speculative_model_config: str | None = setting(None, """Path to the draft's `config.json`, for an EAGLE
         draft outside the catalog. Its hidden size and vocabulary must be the model's.""")
-    speculative_tokens: int = setting(DEFAULT_SPECULATIVE_TOKENS, f"""Tokens the draft proposes each step
-        (vLLM's `num_speculative_tokens`), {SPECULATIVE_TOKENS[0]} to {SPECULATIVE_TOKENS[1]}. With
+    speculative_model_revision: str | None = setting(None, """The draft's Hub revision (commit, branch or tag) to
+        download. Pin a commit for fleets: it is part of the artifact cache key, as `model_revision` is.""")
+    speculative_tokens: int = setting(DEFAULT_SPECULATIVE_TOKENS, f"""The speculation length (vLLM's
+        `num_speculative_tokens`, NxD Inference's `speculation_length`), {SPECULATIVE_TOKENS[0]} to
+        {SPECULATIVE_TOKENS[1]}: the most tokens a step yields, of which the draft proposes all but one. With
         `speculative_model` only.""")
     tool_call_parser: str | None = setting(None, """How the server reads the tool calls the model generates, for
         OpenAI's `tools` and `tool_choice: "auto"`: one of vLLM's parsers (`llama3_json`, `hermes`...), or `none`.
@@ -475,6 +479,7 @@ class StackSettings:
             quantization=self._request_quantization,
             speculative_model=self.speculative_model,
             speculative_model_config=self.speculative_model_config,
+            speculative_model_revision=self.speculative_model_revision,
             speculative_tokens=self.speculative_tokens,
         )
 
@@ -686,6 +691,10 @@ class StackSettings:
         if self.speculative_model is not None and not engine.speculative_decoding:
             problems.add("speculative_model", self.speculative_model, f"is not served by engine {self.engine}; engine "
                          + ", ".join(e.name for e in ENGINES.values() if e.speculative_decoding) + " serves it")
+        if self.workload_prefix_tokens and not self.prefix_cache_kept:
+            why = "which is false" if engine.prefix_caching else f"which engine {self.engine} does not serve"
+            problems.add("workload_prefix_tokens", self.workload_prefix_tokens,
+                         f"applies only with prefix_caching, {why}")
         for key in ("speculative_tokens", "speculative_model_config", "workload_acceptance"):
             if self.speculative_model is None and getattr(self, key) != _DEFAULTS[key]:
                 problems.add(key, getattr(self, key), "applies only with speculative_model")

@@ -470,6 +470,8 @@ class Engine(ABC):
         if plan.request.speculative_model is not None:
             # The draft is compiled into the model with its speculation length (fused speculation).
             parts.append(f"speculation={plan.request.speculative_model}x{plan.request.speculative_tokens}")
+            if plan.request.speculative_model_revision is not None:
+                parts.append(f"speculative-revision={plan.request.speculative_model_revision}")
         if revision is not None:
             parts.append(f"revision={revision}")
         digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]

@@ -241,6 +241,15 @@ class Nxdi(VllmServer):
             problems.append(problem("speculative_model", plan.request.speculative_model, f"is a {draft.model_type} "
                                     f"model, which {image.export.title} cannot compile; it does "
                                     f"{', '.join(image.model_types)}"))
+        if draft is not None and plan.request.prefix_cache_block_size is not None:
+            # The plugin gives a step's speculated positions the slots after the last token's, consecutively
+            # (vllm-neuron release-0.4.1, neuronx_distributed_model_runner.py: "append consecutive slots for the
+            # speculative tokens", slots[0] + i): past the end of a block of the paged cache they are the next
+            # physical block's, which may hold another request's or a cached prefix's keys and values.
+            problems.append(problem("speculative_model", plan.request.speculative_model, "cannot be served with a "
+                                    "prefix cache: the vllm-neuron plugin writes a step's speculated tokens to the "
+                                    "slots after the last one's, past the end of its block into another's; set "
+                                    "prefix_caching=false"))
         if draft is not None and plan.request.quantization is not None:
             # The plugin's draft configuration is a copy of the model's, quantization included
             # (_init_fused_spec_config: copy.deepcopy(config.neuron_config)), while only the model's

@@ -24,7 +24,7 @@ from tests.harness.dockerd import FakeDockerd
 from tests.harness.fake_hub import FakeHub, HubRepo
 from tests.twin.cleanup import on_signal, on_signals, reap
 from tests.twin.host import Twin, copy_console_tail
-from tests.twin.images import CHECKPOINT, HUB_CLIS, TwinImage
+from tests.twin.images import CHECKPOINT, EAGLE_DRAFT, HUB_CLIS, TwinImage
 from tests.twin.imds import Imds
 from tests.twin.netns import NetNs
 from tests.twin.rootfs import TwinUnavailable, rootfs
@@ -97,6 +97,9 @@ class World:
         # Downloads are the image's real huggingface-cli against the world's Hub, which holds the model.
         if model_id not in self.hub.repos:
             self.hub.add(HubRepo(model_id)).commit({name: text.encode() for name, text in CHECKPOINT.items()})
+        draft = plan.request.speculative_model
+        if draft is not None and draft not in self.hub.repos:
+            self.hub.add(HubRepo(draft)).commit({name: text.encode() for name, text in EAGLE_DRAFT.items()})
         # The image's own huggingface-cli, and whether the image turns hf_transfer on (test_boot_export).
         path, hf_transfer = HUB_CLIS["vllm" if "optimum-neuron-vllm" in user_data else "tgi"]
         cli = REPO / path

@@ -36,12 +36,21 @@ for _dir in ("tests/router", "tests/boot"):
 
 from fake_tgi import FakeTgi  # noqa: E402
 from fake_vllm import FakeVllm  # noqa: E402
-from inside import CHECKPOINT, NXDI_IMAGE, VLLM_IMAGE, NxdiImage, ServingImage, VllmImage, _value  # noqa: E402
+from inside import (  # noqa: E402
+    CHECKPOINT,
+    EAGLE_DRAFT,
+    NXDI_IMAGE,
+    VLLM_IMAGE,
+    NxdiImage,
+    ServingImage,
+    VllmImage,
+    _value,
+)
 from test_boot_export import HUB_CLIS  # noqa: E402
 
 from tests.harness.dockerd import BehaviourResult, Bind, command, container_name, emit, environment, host_path, sleep  # noqa: E402
 
-__all__ = ["CHECKPOINT", "HUB_CLIS", "TwinImage"]
+__all__ = ["CHECKPOINT", "EAGLE_DRAFT", "HUB_CLIS", "TwinImage"]
 
 TGI_REQUIRED = ("MODEL_ID", "HF_NUM_CORES", "HF_AUTO_CAST_TYPE", "MAX_BATCH_SIZE", "MAX_TOTAL_TOKENS",
                 "MAX_INPUT_TOKENS", "MAX_BATCH_PREFILL_TOKENS")

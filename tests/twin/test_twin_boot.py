@@ -113,6 +113,25 @@ def test_an_internet_facing_nxdi_stack_boots_and_serves_a_key_holder_with_vllm_a
         assert "--enable-prefix-caching" in container["Cmd"]
 
 
+def test_an_nxdi_stack_with_an_eagle_draft_converts_it_in_the_image_compiles_it_in_and_serves(world: World) -> None:
+    # Speculative decoding needs a contiguous KV cache (Nxdi.check_plan): prefix_caching=false. The draft comes from
+    # the world's Hub and is converted by userdata/eagle-draft.py in the image's Python (tests/boot/inside.py).
+    from neuron_serving.plan.engines.nxdi import DLC_VLLM_0_13_0, NXDI
+
+    twin, plan, _ = boots_and_serves(world, {"engine": "nxdi", "prefix_caching": "false",
+                                             "speculative_model": "yuhuili/EAGLE-LLaMA3-Instruct-8B"})
+    key = NXDI.export_key(plan, DLC_VLLM_0_13_0)
+    log = twin.run("cat", "/var/log/neuron-serving/export.log").stdout
+    assert "eagle-draft: 3 tensors of " in log and ", with the LM head of " in log
+    assert twin.run("ls", f"/var/lib/neuron-serving/exports/{key}/eagle-draft").stdout.split() == ["config.json"]
+    created = {r["container"]["name"]: r["container"] for r in world.engines[0].records if "container" in r}
+    for replica in plan.replicas:
+        command = created[replica.name]["Cmd"]
+        assert json.loads(command[command.index("--speculative-config") + 1]) == {
+            "method": "eagle", "model": f"/models/{key}/eagle-draft", "num_speculative_tokens": 5}
+        assert "--no-enable-prefix-caching" in command
+
+
 def test_a_fleet_host_publishes_its_export_and_the_next_host_downloads_it_without_compiling(world: World) -> None:
     launch, _, plan = user_data(FLEET)
     stage(world, launch)

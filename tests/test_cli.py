@@ -349,8 +349,8 @@ def test_plan_with_an_eagle_draft_counts_its_memory_and_only_with_nxdi(capsys):
     # and the 20% overhead on them).
     assert 1.3 < float(drafted[2][3]) - float(plain[2][3]) < 1.7
     assert main([*base, "--speculative-model", "yuhuili/EAGLE-LLaMA3-Instruct-8B"]) == 2
-    assert "speculative_model ('yuhuili/EAGLE-LLaMA3-Instruct-8B') is not served by engine tgi; give --engine nxdi" \
-        in capsys.readouterr().err
+    assert "speculative_model ('yuhuili/EAGLE-LLaMA3-Instruct-8B') is not served by engine tgi; engine nxdi serves " \
+        "it" in capsys.readouterr().err
 
 
 def test_plan_predicts_a_cached_prefixs_first_token_and_an_accepted_drafts_tokens_when_told(capsys):

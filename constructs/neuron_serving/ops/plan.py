@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..plan.engines import DEFAULT_ENGINE, ENGINES, engine, quantization_problem
+from ..plan.engines import DEFAULT_ENGINE, ENGINES, engine, feature_problem, quantization_problem
 from ..plan.engines.base import release
 from ..plan.errors import Problems, ServingConfigError
 from ..plan.hub_cache import HubCache
@@ -295,12 +295,10 @@ def _plan_inputs(args: argparse.Namespace) -> tuple[ServingRequest, Workload, Co
     if said := quantization_problem(engine(args.engine), request.quantization):
         problems.add("quantization", request.quantization, said)
     serving = engine(args.engine)
-    if request.speculative_model is not None and not serving.speculative_decoding:
-        problems.add("speculative_model", request.speculative_model, f"is not served by engine {args.engine}; "
-                     "give --engine nxdi")
-    if request.prefix_cache_block_size is not None and not serving.prefix_caching:
-        problems.add("prefix_cache_block_size", request.prefix_cache_block_size, f"is not served by engine "
-                     f"{args.engine}; give --engine nxdi")
+    if request.speculative_model is not None and (said := feature_problem(serving, "speculative_decoding")):
+        problems.add("speculative_model", request.speculative_model, said)
+    if request.prefix_cache_block_size is not None and (said := feature_problem(serving, "prefix_caching")):
+        problems.add("prefix_cache_block_size", request.prefix_cache_block_size, said)
     if workload.prefix_tokens and request.prefix_cache_block_size is None:
         problems.add("prefix_tokens", workload.prefix_tokens, "applies only with --prefix-cache-block-size")
     if workload.acceptance is not None and request.speculative_model is None:

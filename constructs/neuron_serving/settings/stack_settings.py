@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..plan import identifiers
-from ..plan.engines import DEFAULT_ENGINE, ENGINES, quantization_problem
+from ..plan.engines import DEFAULT_ENGINE, ENGINES, feature_problem, quantization_problem
 from ..plan.errors import Problems, ServingConfigError, problem
 from ..plan.host import (
     DEFAULT_PULL_ATTEMPTS,
@@ -683,14 +683,12 @@ class StackSettings:
             object.__setattr__(self, "_image", engine.image(self.image or engine.default_image.reference))
         except ServingConfigError as error:
             problems.add_all(error.problems)
-        if self.prefix_caching and not engine.prefix_caching:
-            problems.add("prefix_caching", True, f"is not served by engine {self.engine}; engine "
-                         + ", ".join(e.name for e in ENGINES.values() if e.prefix_caching) + " serves it")
+        if self.prefix_caching and (said := feature_problem(engine, "prefix_caching")):
+            problems.add("prefix_caching", True, said)
         if said := quantization_problem(engine, self._request_quantization):
             problems.add("quantization", self.quantization, said)
-        if self.speculative_model is not None and not engine.speculative_decoding:
-            problems.add("speculative_model", self.speculative_model, f"is not served by engine {self.engine}; engine "
-                         + ", ".join(e.name for e in ENGINES.values() if e.speculative_decoding) + " serves it")
+        if self.speculative_model is not None and (said := feature_problem(engine, "speculative_decoding")):
+            problems.add("speculative_model", self.speculative_model, said)
         if self.workload_prefix_tokens and not self.prefix_cache_kept:
             why = "which is false" if engine.prefix_caching else f"which engine {self.engine} does not serve"
             problems.add("workload_prefix_tokens", self.workload_prefix_tokens,

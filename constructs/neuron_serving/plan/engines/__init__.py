@@ -39,6 +39,15 @@ def engine(name: str) -> Engine:
     return found
 
 
+def feature_problem(serving: Engine, feature: str) -> str | None:
+    """Why ``serving`` cannot serve ``feature``, the name of one of :class:`Engine`'s flags (``prefix_caching``,
+    ``speculative_decoding``), naming the engines that serve it; None when it can."""
+    if getattr(serving, feature):
+        return None
+    servers = ", ".join(e.name for e in ENGINES.values() if getattr(e, feature))
+    return f"is not served by engine {serving.name}; {'engine ' + servers if servers else 'no engine'} serves it"
+
+
 def quantization_problem(serving: Engine, quantization: str | None) -> str | None:
     """Why ``serving`` cannot serve weights of ``quantization`` (``ServingRequest.quantization``;
     None for weights in their dtype), naming the engines that make it; None when it can."""
@@ -67,5 +76,6 @@ __all__ = [
     "SmokeRequest",
     "check_dlami_parameter",
     "engine",
+    "feature_problem",
     "quantization_problem",
 ]

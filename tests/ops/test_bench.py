@@ -426,6 +426,19 @@ def test_a_synchronous_profile_is_predicted_as_a_request_alone():
     assert (predicted["input_tokens"], predicted["output_tokens"], predicted["instances"]) == (200, 100, 1)
 
 
+def test_a_profile_s_prediction_leaves_the_shared_prefix_unprefilled_where_the_layout_caches_it():
+    cached = plan_serving(replace(PLAN.request, prefix_cache_block_size=32))
+
+    predicted = bench_module._predicted(measured("synchronous", None, 0.5), cached, 1, prefix_tokens=160)
+    plain = bench_module._predicted(measured("synchronous", None, 0.5), cached, 1)
+
+    # The measured prompts average 200 tokens, of which the 160 of the prefix are cached.
+    assert predicted is not None and plain is not None
+    costs = replica_costs(cached, workload=Workload(200, 100, prefix_tokens=160))
+    assert predicted["ttft_s"]["p50"] == pytest.approx(costs.prefill_s)
+    assert predicted["ttft_s"]["p50"] < plain["ttft_s"]["p50"] == pytest.approx(replica_costs(cached).prefill_s)
+
+
 @pytest.mark.parametrize("instances", [1, 2])
 def test_a_constant_profile_is_predicted_by_simulate_at_its_measured_rate_over_the_fleet(instances):
     # 1.4 requests/s measured: 90% of one replica's 1.56 at saturation (the performance model's).

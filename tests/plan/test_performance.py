@@ -432,6 +432,48 @@ def test_a_draft_whose_tokens_are_accepted_shortens_each_tokens_time_by_the_toke
     assert predict(plan, replace(DEFAULT_WORKLOAD, acceptance=0.05)).itl_batch1_s > plain.itl_batch1_s
 
 
+def test_under_load_a_cached_prefix_and_an_accepted_draft_count_as_they_do_for_a_request_alone():
+    from neuron_serving.plan.performance import replica_costs, speculation_of, step_costs
+
+    cached = plan_serving(replace(NXDI_8B, prefix_cache_block_size=32))
+    drafted = plan_serving(replace(NXDI_8B, speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B",
+                                   speculative_tokens=4))
+    workload = Workload(3072, 256, prefix_tokens=3000, acceptance=0.6)
+    # A replica's costs: the prefill of what the cache leaves; each step the mean time of a token.
+    assert replica_costs(cached, workload=workload).prefill_s == pytest.approx(predict(cached, workload).ttft_s)
+    spec = speculation_of(drafted, workload)
+    assert spec is not None
+    steps = step_costs(drafted.model, drafted.instance.device, 2, 2, batch_size=drafted.batch_size,
+                       sequence_length=drafted.sequence_length)
+    costs = replica_costs(drafted, workload=workload)
+    for busy in (1, drafted.batch_size):
+        assert costs.step(busy) == pytest.approx(spec.per_token(steps.step(busy)))
+    assert replica_costs(drafted, workload=replace(workload, acceptance=None)) == replica_costs(drafted)
+
+    # At 0.01 requests a second over 6 replicas no two requests meet: each is a request alone.
+    for plan in (cached, drafted):
+        alone = predict(plan, workload)
+        load = predict_load(plan, workload, 0.01)
+        assert load.ttft_p50_s == pytest.approx(alone.ttft_s)
+        assert load.itl_p99_s == pytest.approx(alone.itl_batch1_s)
+        plain = predict_load(plan, replace(workload, prefix_tokens=0, acceptance=None), 0.01)
+        assert load.utilisation < plain.utilisation
+    assert predict_load(cached, workload, 0.01).ttft_p50_s < 0.3 * predict_load(
+        cached, replace(workload, prefix_tokens=0), 0.01).ttft_p50_s
+    assert predict_load(drafted, workload, 0.01).itl_p99_s < 0.75 * predict_load(
+        drafted, replace(workload, acceptance=None), 0.01).itl_p99_s
+
+
+def test_a_trace_s_load_prediction_keeps_the_workload_s_prefix_and_acceptance():
+    plan = plan_serving(replace(NXDI_8B, prefix_cache_block_size=32))
+    trace = [Call(i * 10.0, 3000 if i % 2 else 1000, 100) for i in range(50)]
+    load = predict_load(plan, Workload(3000, 100, prefix_tokens=960), 0.1, trace=trace)
+    # The mean request has 2000 prompt tokens, of which the 960-token prefix is cached.
+    mean = predict(plan, Workload(2000, 100, prefix_tokens=960))
+    assert load.utilisation == pytest.approx(0.1 / mean.requests_per_second_instance)
+    assert load.ttft_p50_s == pytest.approx(mean.ttft_s)
+
+
 @pytest.mark.parametrize(("workload", "said"), [
     (dict(prefix_tokens=600), r"^prefix_tokens \(600\) must be at most input_tokens \(512\): the prefix is part "),
     (dict(prefix_tokens=-1), r"^prefix_tokens \(-1\) must be an integer of at least 0$"),

@@ -266,8 +266,8 @@ def bench(args: argparse.Namespace, workload: Workload, key: str | None) -> dict
                      "prefix_tokens": workload.prefix_tokens, "prefix_count": workload.prefix_count},
         "layout": {**layout_document(plan), "engine": serving.name} if plan else None, "layout_source": layout_source,
         "predictions": predictions, "instances": {"count": fleet.instances, "source": fleet.source},
-        "profiles": [_profile_document(m, _predicted(m, plan, fleet.instances, args.max_concurrency))
-                     for m in measured],
+        "profiles": [_profile_document(m, _predicted(m, plan, fleet.instances, args.max_concurrency,
+                                                     workload.prefix_tokens)) for m in measured],
         "results": {"json": str(results / "bench.json"), "png": str(results / "bench.png"),
                     "guidellm_log": str(results / "guidellm.log")},
         "guidellm": version,
@@ -377,9 +377,10 @@ def _layout_predictions(plan: ServingPlan | None, workload: Workload) -> dict[st
 
 
 def _predicted(m: Measured, plan: ServingPlan | None, instances: int,
-               max_concurrency: int = DEFAULT_MAX_CONCURRENCY) -> dict[str, Any] | None:
+               max_concurrency: int = DEFAULT_MAX_CONCURRENCY, prefix_tokens: int = 0) -> dict[str, Any] | None:
     """The predictions of a profile's measured figures, in their units, or None without a layout or
-    a completed request.
+    a completed request. ``prefix_tokens`` of each measured prompt are the shared prefix, which a layout
+    with a prefix cache does not prefill (:func:`~neuron_serving.plan.performance.replica_costs`).
 
     ``ttft_s``, ``itl_ms`` and ``e2e_s`` are percentiles (``p50``, ``p90``, ``p99``, nearest rank) of
     :func:`neuron_serving.plan.queueing.simulate` over ``instances`` times the layout's replicas, each
@@ -405,7 +406,9 @@ def _predicted(m: Measured, plan: ServingPlan | None, instances: int,
     if plan is None or not m.successful or m.output_tokens < 1 or m.input_tokens < 1:
         return None
     input_tokens, output_tokens = max(1, round(m.input_tokens)), max(1, round(m.output_tokens))
-    costs = performance.replica_costs(plan)
+    # As _layout_predictions: a layout with a prefix cache prefills what the shared prefix leaves.
+    costs = performance.replica_costs(
+        plan, workload=performance.Workload(input_tokens, output_tokens, min(prefix_tokens, input_tokens)))
     replicas = len(plan.replicas) * instances
     rate = None if m.profile == SYNCHRONOUS else m.requests_per_second
     if rate is not None and rate <= 0:

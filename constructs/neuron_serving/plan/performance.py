@@ -47,7 +47,7 @@ figures within 22.0% (the engines' TTFTs at equal shapes are 50% apart, and one 
 for both).
 
 Under load, :func:`predict_load` replays a trace through :mod:`~neuron_serving.plan.queueing` with
-each replica's :func:`replica_costs`.
+each replica's :func:`replica_costs`, a cached prefix and a draft counted in them.
 """
 
 from __future__ import annotations
@@ -426,15 +426,32 @@ def prediction_document(prediction: Prediction) -> dict[str, float | int]:
             for name, value in asdict(prediction).items()}
 
 
-def replica_costs(plan: ServingPlan, calibration: Calibration = CALIBRATION) -> ReplicaCosts:
+def replica_costs(plan: ServingPlan, calibration: Calibration = CALIBRATION,
+                  workload: Workload | None = None) -> ReplicaCosts:
     """What one replica of ``plan`` costs per operation, for the discrete-event model of
     :mod:`~neuron_serving.plan.queueing`: each prefill the whole sequence's (static shapes), each
-    step the compiled batch's plus each busy slot's share."""
+    step the compiled batch's plus each busy slot's share.
+
+    With ``workload``, as :func:`predict` counts them: a prefix cache leaves each prompt's cached prefix
+    unprefilled (:func:`cached_prefix_tokens`), and a draft, given ``workload.acceptance``, makes a step
+    stand for the mean time of a token (:meth:`Speculation.per_token`: the model's step and its draft
+    steps over the tokens a step yields on average). The simulation then steps one token at a time at
+    that mean; how the accepted tokens vary from step to step is not simulated.
+
+    :param workload: the requests, for their cached prefix and the draft's acceptance. Default: none
+        (neither counted).
+    """
     shape = (plan.model, plan.instance.device, plan.degree, DTYPE_BYTES[plan.dtype])
     steps = step_costs(*shape, batch_size=plan.batch_size, sequence_length=plan.sequence_length,
                        calibration=calibration)
-    return ReplicaCosts(plan.batch_size, prefill_s(*shape, tokens=plan.sequence_length, calibration=calibration),
-                        steps.fixed_s, step_per_slot_s=steps.per_slot_s)
+    cached = 0 if workload is None else cached_prefix_tokens(plan, workload)
+    prefill = prefill_s(*shape, tokens=plan.sequence_length, calibration=calibration, cached=cached)
+    fixed, per_slot = steps.fixed_s, steps.per_slot_s
+    speculation = None if workload is None else speculation_of(plan, workload, calibration)
+    if speculation is not None:
+        # per_token(fixed + busy x per_slot) = per_token(fixed) + busy x per_slot / tokens_per_step
+        fixed, per_slot = speculation.per_token(fixed), per_slot / speculation.tokens_per_step
+    return ReplicaCosts(plan.batch_size, prefill, fixed, step_per_slot_s=per_slot)
 
 
 LOAD_REQUESTS = 2000
@@ -474,18 +491,20 @@ def predict_load(plan: ServingPlan, workload: Workload, rate: float, instances: 
     requests per second of ``workload``: :data:`LOAD_REQUESTS` Poisson arrivals (seed 0), or
     ``trace``. The fleet's load balancer (least outstanding requests) and each host's router
     (leastconn) are modelled as one leastconn over every replica of the fleet. With ``trace``,
-    ``workload`` only checks the shapes (give its largest request), and the utilisation and the
-    price per token are the trace's mean request's."""
+    ``workload`` checks the shapes (give its largest request) and gives the prefix and the acceptance,
+    and the utilisation and the price per token are the trace's mean request's. A cached prefix and a
+    draft count as :func:`replica_costs` says, for the mean request."""
     workload.check_fits(plan.request)
     requests = poisson_trace(rate, LOAD_REQUESTS, workload.input_tokens, workload.output_tokens) \
         if trace is None else trace
-    timings = simulate(replica_costs(plan, calibration), len(plan.replicas) * instances, requests)
+    mean = workload if trace is None else _mean_workload(trace, workload)
+    timings = simulate(replica_costs(plan, calibration, mean), len(plan.replicas) * instances, requests)
     itl = [(t.e2e_s - t.ttft_s) / (r.output_tokens - 1) for t, r in zip(timings, requests, strict=True)
            if r.output_tokens > 1]
-    mean = workload if trace is None else _mean_workload(trace)
     saturated = _predict(plan.model, plan.instance.device, plan.degree, DTYPE_BYTES[plan.dtype], plan.batch_size,
                          plan.sequence_length, len(plan.replicas), plan.instance.hourly_usd, mean.output_tokens,
-                         calibration)
+                         calibration, cached=cached_prefix_tokens(plan, mean),
+                         speculation=speculation_of(plan, mean, calibration))
     hourly = plan.instance.hourly_usd * instances
     return LoadPrediction(
         rate=rate,
@@ -500,11 +519,13 @@ def predict_load(plan: ServingPlan, workload: Workload, rate: float, instances: 
     )
 
 
-def _mean_workload(trace: Sequence[Arrival]) -> Workload:
+def _mean_workload(trace: Sequence[Arrival], workload: Workload) -> Workload:
     """The mean request of ``trace``, in whole tokens: with static shapes, what a replica completes
-    at saturation depends on the prompt not at all and on the output's mean only."""
-    return Workload(max(1, round(sum(r.input_tokens for r in trace) / len(trace))),
-                    max(1, round(sum(r.output_tokens for r in trace) / len(trace))))
+    at saturation depends on the prompt not at all and on the output's mean only. ``workload``'s
+    prefix (at most the mean prompt) and acceptance hold for it."""
+    inputs = max(1, round(sum(r.input_tokens for r in trace) / len(trace)))
+    return Workload(inputs, max(1, round(sum(r.output_tokens for r in trace) / len(trace))),
+                    min(workload.prefix_tokens, inputs), workload.acceptance)
 
 
 # --- Published measurements -----------------------------------------------------------------------------------
@@ -1131,7 +1152,7 @@ def _cheapest_fleet(passing: Sequence[tuple[ServingPlan, Prediction]], workload:
     compared and the lowest p99 TTFT wins. A layout whose request alone misses a target is never
     simulated."""
     rate = goodput.rate
-    mean = workload if trace is None else _mean_workload(trace)
+    mean = workload if trace is None else _mean_workload(trace, workload)
     options = []
     alone_best: tuple[float, float] = (math.inf, math.inf)
     for plan, prediction in passing:

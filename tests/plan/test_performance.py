@@ -154,6 +154,19 @@ def test_a_workload_longer_than_the_sequence_is_refused_naming_both():
         _at(8, workload=Workload(3000, 2000))
 
 
+def test_with_a_draft_a_workload_must_end_the_speculation_length_before_the_sequence():
+    # The plugin's scheduler stops a drafted request k tokens early (vllm_neuron/core/scheduler.py).
+    drafted = plan_serving(replace(NXDI_8B, speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B",
+                                   speculative_tokens=4))
+    assert drafted.sequence_length == 4096
+    predict(drafted, Workload(3000, 1092))
+    said = (r"^output_tokens \(1093\) plus input_tokens \(3000\) must be at most sequence_length \(4096\) less "
+            r"speculative_tokens \(4\), 4092: with a draft, a request ends that many tokens before the sequence's end$")
+    with pytest.raises(ServingConfigError, match=said):
+        predict(drafted, Workload(3000, 1093))
+    predict(plan_serving(NXDI_8B), Workload(3000, 1096))
+
+
 def test_a_prompt_longer_than_max_input_tokens_is_refused():
     with pytest.raises(ServingConfigError, match=r"input_tokens \(3500\) must be at most max_input_tokens \(3072\)"):
         recommend(LLAMA_8B, "latency", workload=Workload(3500, 100))

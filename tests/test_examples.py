@@ -45,11 +45,11 @@ def _environment() -> dict[str, str]:
 def test_the_fresh_venv_imports_the_library_from_the_wheel_with_its_templates(fresh_python, tmp_path):
     result = subprocess.run(
         [str(fresh_python), "-c", "import neuron_serving, neuron_serving.userdata as u, pathlib; "
-         "print(neuron_serving.__file__); print(len(list(pathlib.Path(u.__file__).parent.glob('*.j2'))))"],
+         "print(neuron_serving.__file__); print(len(list(pathlib.Path(u.__file__).parent.rglob('*.j2'))))"],
         cwd=tmp_path, env=_environment(), capture_output=True, text=True, check=True)
     location, templates = result.stdout.split()
     assert Path(location).is_relative_to(fresh_python.parents[1])
-    assert int(templates) == len(list((ROOT / "userdata").glob("*.j2")))
+    assert int(templates) == len(list((ROOT / "userdata").rglob("*.j2")))
 
 
 def test_the_wheel_declares_every_dependency_it_needs(fresh_python):

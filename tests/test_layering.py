@@ -68,9 +68,11 @@ def test_plan_layer_does_not_import_render():
 
 def test_templates_ship_inside_the_wheel(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    templates = {p.name for p in (ROOT / "userdata").glob("*.j2")}
-    assert templates
-    assert {n.rsplit("/", 1)[-1] for n in names if n.startswith("neuron_serving/userdata/")} >= templates
+    # The boot's steps are fragments in userdata/boot/, which boot-steps.sh.j2 includes.
+    templates = {p.relative_to(ROOT / "userdata").as_posix() for p in (ROOT / "userdata").rglob("*.j2")}
+    assert "boot-steps.sh.j2" in templates and "boot/pull-image.sh.j2" in templates
+    assert {n.removeprefix("neuron_serving/userdata/") for n in names if n.startswith("neuron_serving/userdata/")} \
+        >= templates
     assert "neuron_serving/py.typed" in names
     assert "neuron_serving/ops/aws.py" in names
     assert {"neuron_serving/ops/bench_tokenizer/tokenizer.json",

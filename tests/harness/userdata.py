@@ -131,7 +131,7 @@ def embedded_files(boot: HostBoot) -> dict[str, str]:
 
 def host_stack_env(boot: HostBoot) -> str:
     """``/etc/neuron-serving/stack.env`` as the host has it once the boot's steps run: the user
-    data's lines, the stack's values, then the bundle's ``bundle.env`` (userdata/boot-steps.sh.j2)."""
+    data's lines, the stack's values, then the bundle's ``bundle.env`` (userdata/boot/prelude.sh.j2)."""
     return embedded_files(boot)[STACK_ENV] + boot.files[BUNDLE_ENV]
 
 

@@ -26,7 +26,7 @@ DEFAULT_PULL_ATTEMPTS = 5
 """Image pulls tried before the boot fails; the waits between them grow 10, 20, 40, 80 s."""
 
 FIRST_PULL_WAIT_SECONDS = 10
-"""The wait after the first failed pull; each later one doubles (userdata/boot-steps.sh.j2)."""
+"""The wait after the first failed pull; each later one doubles (userdata/boot/pull-image.sh.j2)."""
 
 
 def pull_waits_seconds(attempts: int) -> int:

@@ -5,7 +5,7 @@ The AWS CLI reads its ``s3`` settings from its config file (``AWS_CONFIG_FILE``)
 script points at :data:`AWS_CLI_CONFIG` for its transfers (exports and checkpoints of tens to
 hundreds of gigabytes). The hosts run AWS CLI v2 only: the bootstrap installs AWS's snap of v2 where
 the image has no CLI (userdata/bootstrap.sh.j2), and the boot installs AWS's v2 installer over a CLI
-too old for its calls (userdata/boot-steps.sh.j2). So the file is written for v2 (aws/aws-cli tag
+too old for its calls (userdata/boot/install-tools.sh.j2). So the file is written for v2 (aws/aws-cli tag
 2.36.7, which the tests run), and says only what v2's CRT client uses:
 
 - ``preferred_transfer_client = crt``, the AWS Common Runtime's S3 client, which splits and
@@ -24,7 +24,7 @@ Nothing else: the CRT client reads ``multipart_chunksize`` as a fixed part size 
 it, and chooses the part size itself otherwise (awscli/customizations/s3/factory.py,
 ``_create_crt_client``, at 2.36.7), and takes neither ``max_concurrent_requests`` nor
 ``max_queue_size`` (the classic client's, the same function passes neither on). An image's own v1
-CLI new enough to be kept (1.34.2 or later, boot-steps) knows neither key written here and moves the
+CLI new enough to be kept (1.34.2 or later, install-tools) knows neither key written here and moves the
 bytes with its defaults (aws/aws-cli 1.46.3, awscli/customizations/s3/transferconfig.py:
 ``RuntimeConfig`` passes on the classic client's keys only).
 """

@@ -234,7 +234,8 @@ gives up, each going on from the one before; the waits between them grow as the 
 
 BIN = "/opt/neuron-serving/bin"
 BOOT_STEPS = f"{BIN}/boot-steps"
-"""The boot script's steps, which it sources from its bundle (``userdata/boot-steps.sh.j2``)."""
+"""The boot script's steps, which it sources from its bundle (``userdata/boot-steps.sh.j2``, which puts
+together one fragment of ``userdata/boot/`` per step)."""
 EXPORT_MODEL = f"{BIN}/export-model"
 CHECK_EXPORT = f"{BIN}/check-export"
 RUN_REPLICA = f"{BIN}/run-replica"
@@ -368,7 +369,7 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
     report_publish = REPORT_PUBLISH if publishes(spec, options) else None
     log_groups = monitoring.log_groups if monitoring else {}
     # The stack's values: those CloudFormation fills in go to stack.env, which the user data writes
-    # as is; the rest to bundle.env, which the boot's steps add to it (userdata/boot-steps.sh.j2).
+    # as is; the rest to bundle.env, which the boot's steps add to it (userdata/boot/prelude.sh.j2).
     stack_env: dict[str, str | None] = {
         "IMAGE": spec.pulled,
         "HF_TOKEN_SECRET": options.hf_token_secret,

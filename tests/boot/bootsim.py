@@ -315,6 +315,13 @@ class Host:
                     return rc
         return 0
 
+    def run_script(self, text: str, **knobs: str) -> subprocess.CompletedProcess[str]:
+        """Run ``text`` as a bash script file as root would, as EC2 Image Builder's ``ExecuteBash`` runs a
+        component's commands (the bake, userdata/bake.sh.j2)."""
+        script = self.root.parent / "script.sh"
+        script.write_text(text)
+        return self._run(["bash", str(script)], knobs)
+
     def run(self, host_path: str, *args: str, **knobs: str) -> subprocess.CompletedProcess[str]:
         """Run a script the boot wrote, as systemd would (its path on the instance)."""
         return self._run([str(self.path(host_path)), *args], knobs)

@@ -164,6 +164,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any
 
 from ..plan.engines import (
     DRAFT_DIR,
@@ -514,9 +515,7 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
         driver_below=image.driver_below,
         driver_from=image.driver_from,
         runtime=image.neuron_runtime,
-        pull_attempts=spec.pull_attempts,
-        first_pull_wait=FIRST_PULL_WAIT_SECONDS,
-        conditional_write=cache is not None and spec.export_role != "wait",
+        **_baked_steps(spec, options),
         named_settings=named_settings,
         replicas=_replicas(plan),
         router_port=plan.router_port,
@@ -535,7 +534,6 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
         monitoring=monitoring is not None,
         start_monitoring=START_MONITORING,
         builder=spec.export_role == "build",
-        registry=spec.registry,
         signal_id_limit=SIGNAL_ID_LIMIT,
         failed=FAILED,
         export_model=EXPORT_MODEL,
@@ -548,6 +546,27 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
     # Jinja drops a template's last line break; every file ends with one, as editors write them.
     files = {path: text if text.endswith("\n") else text + "\n" for path, text in files.items()}
     return HostBoot(files=files, deploy_env=deploy_time, bootstrap_env=bootstrap)
+
+
+def _baked_steps(spec: HostSpec, options: BootOptions) -> dict[str, Any]:
+    """The values of the boot's steps that a serving AMI bakes (``userdata/boot/install-tools.sh.j2``,
+    ``pull-image.sh.j2``), which the boot and the bake (:func:`render_bake_script`) render alike."""
+    # A host that may publish to the artifact cache needs AWS CLI v2's conditional writes (install-tools);
+    # with a prebuilt export there is no cache (_render).
+    prebuilt = s3_parts(spec.prebuilt_export) is not None or hf_repo(spec.prebuilt_export) is not None
+    cache = s3_parts(options.artifact_cache) is not None and not prebuilt
+    return dict(pull_attempts=spec.pull_attempts, first_pull_wait=FIRST_PULL_WAIT_SECONDS,
+                conditional_write=cache and spec.export_role != "wait", registry=spec.registry)
+
+
+def render_bake_script(plan: ServingPlan, spec: HostSpec, options: BootOptions | None = None) -> str:
+    """The script that bakes a serving AMI for the hosts :func:`render_boot_script` boots with the same
+    arguments (``userdata/bake.sh.j2``): their install-tools and pull-image steps, from the same fragments
+    and values, so that what the AMI holds is what each boot would install and pull. It needs no Neuron
+    device, and runs as root on an instance of the hosts' AMI (an EC2 Image Builder build)."""
+    options = options or BootOptions()
+    return render("bake.sh.j2", description=Unquoted(_describe(plan)), image=spec.pulled,
+                  **_baked_steps(spec, options))
 
 
 @dataclass(frozen=True)

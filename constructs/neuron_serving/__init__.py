@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from .cdk.instance import NeuronServingInstance, NeuronServingLaunchTemplate
     from .cdk.machine_image import PinnedLinuxImage, neuron_dlami
     from .cdk.monitoring import AlarmThresholds, NeuronServingMonitoring
+    from .cdk.serving_ami import NeuronServingAmi
     from .cdk.stack import NeuronLlamaStack
 
 _CDK_EXPORTS = {
@@ -51,6 +52,7 @@ _CDK_EXPORTS = {
     "NeuronServingLaunchTemplate": ".cdk.instance",
     "PinnedLinuxImage": ".cdk.machine_image",
     "neuron_dlami": ".cdk.machine_image",
+    "NeuronServingAmi": ".cdk.serving_ami",
     "NeuronLlamaStack": ".cdk.stack",
 }
 
@@ -72,6 +74,7 @@ __all__ = [
     "NeuronBootScript",
     "NeuronExportBuilder",
     "NeuronLlamaStack",
+    "NeuronServingAmi",
     "NeuronServingEndpoint",
     "NeuronServingFleet",
     "NeuronServingInstance",

@@ -21,6 +21,8 @@ CHECKOV = Path(__file__).resolve().parents[2] / ".tools" / "checkov" / "bin" / "
 LINTED_CONFIGS = {
     **SNAPSHOT_CONFIGS,
     "pinned_ami": {"ami_id": "ami-0123456789abcdef0"},
+    "serving_ami_fleet_registry": {"serving_ami": "build", "fleet": "asg",
+                                   "image_registry": "111122223333.dkr.ecr.us-east-1.amazonaws.com/ghcr"},
     "inf2_48xlarge_tp8": {"instance_type": "inf2.48xlarge", "tensor_parallel": "8"},
     "internet_facing": {"internet_facing": "true", "allowed_cidrs": "203.0.113.0/24", "certificate_arn": CERTIFICATE},
     "internet_facing_sign_in_rate_limit": {

@@ -35,7 +35,7 @@ from ..plan.phases import HOST_TAGS
 from ..plan.registry import EcrRegistry
 from ..plan.timing import boot_minutes, boot_timeout_problem, longest_generation_seconds, readiness_seconds
 from ..plan.volume import DEFAULT_DISK_MINUTES, VolumePerformance, volume_performance
-from ..render.boot import HostBoot, check_user_data_size, render_fleet_boot
+from ..render.boot import HostBoot, check_user_data_size, render_bake_script, render_fleet_boot
 from ..render.boot_options import (
     MAX_HEARTBEAT_TIMEOUT_SECONDS,
     BootOptions,
@@ -290,6 +290,18 @@ class NeuronBootScript(Construct):
         report a publish that failed: pass it to
         :meth:`NeuronServingMonitoring.watch` (``publishes_exports``) for its alarm."""
         return publishes(self.spec, self.options)
+
+    @property
+    def bake_script(self) -> str:
+        """The script that bakes a serving AMI for these hosts
+        (:func:`~neuron_serving.render.boot.render_bake_script`): their install-tools and pull-image steps."""
+        return render_bake_script(self.plan, self.spec, self.options)
+
+    def grant_bake(self, grantee: iam.IGrantable) -> None:
+        """Give ``grantee`` (the serving AMI's build instance) what :attr:`bake_script` calls: a pull from
+        the image's private registry, when it has one."""
+        if self.spec.registry is not None:
+            self._grant_pull(grantee, self.spec.registry)
 
     def grant_boot(self, grantee: iam.IGrantable) -> None:
         """Give ``grantee`` (the host role) exactly what the boot script calls."""

@@ -51,6 +51,7 @@ from .instance import NeuronServingInstance, NeuronServingLaunchTemplate
 from .machine_image import PinnedLinuxImage, neuron_dlami
 from .monitoring import AlarmThresholds, NeuronServingMonitoring
 from .scanners import LOG_GROUP_KEY_REASON, skip_checkov
+from .serving_ami import NeuronServingAmi
 
 VPC_CIDR = "10.0.0.0/16"
 INSTANCE_ID = "NeuronServingInstance"
@@ -177,6 +178,13 @@ class NeuronLlamaStack(Stack):
         if not settings.ami_id:
             check_dlami_parameter(self.boot_script.serving_image, dlami_parameter)
         machine_image = PinnedLinuxImage(settings.ami_id) if settings.ami_id else neuron_dlami(dlami_parameter)
+        self.serving_ami: NeuronServingAmi | None = None
+        """The serving AMI the stack builds (``serving_ami=build``), which every host launches."""
+        if settings.serving_ami == "build":
+            self.serving_ami = NeuronServingAmi(
+                self, "ServingAmi", vpc=self.vpc, boot_script=self.boot_script, dlami_parameter=dlami_parameter,
+                root_volume_gib=min(p.root_volume_gib for p in (self.plan, settings.builder) if p is not None))
+            machine_image = self.serving_ami.machine_image
         self.export_builder: NeuronExportBuilder | None = None
         """The one-off instance that exports for hosts too small to compile (``builder_instance_type``)."""
         if settings.builder is not None and self.artifact_cache is not None:

@@ -71,6 +71,9 @@ OIDC_KEYS = ("oidc_issuer", "oidc_client_id", "oidc_client_secret", "oidc_author
              "oidc_token_endpoint", "oidc_user_info_endpoint")
 """What the load balancer's OIDC sign-in needs: all of them, or none."""
 
+SERVING_AMIS = ("dlami", "build")
+"""What the hosts launch (``serving_ami``): the Neuron DLAMI as it is, or a serving AMI the stack builds from it
+(:class:`~neuron_serving.cdk.serving_ami.NeuronServingAmi`)."""
 FLEET_KINDS = ("instance", "asg")
 FLEET_ONLY_KEYS = ("min_capacity", "max_capacity", "desired_capacity", "warm_pool", "scale_down_schedule",
                    "scale_up_schedule", "target_requests_per_minute", "target_in_flight_requests", "instance_types",
@@ -275,6 +278,12 @@ class StackSettings:
         shown="the image's: `/aws/service/neuron/dlami/base/ubuntu-22.04/latest/image_id`",
         check=identifiers.ssm_parameter)
     ami_id: str | None = setting(None, "A pinned AMI instead of the parameter.", check=identifiers.ami_id)
+    serving_ami: str = setting("dlami", """`dlami`: the hosts launch the Neuron DLAMI (`dlami_parameter`, or
+        `ami_id`) and each installs its tools and pulls the serving image at boot. `build`: the stack builds a
+        serving AMI from that DLAMI with EC2 Image Builder, the tools installed and the image pulled by the
+        boot's own steps, on a small build instance without Neuron devices, and the hosts launch it; they
+        still run those steps, which find their work done. See [The serving AMI](operations.md#the-serving-ami).""",
+        check=_choice(*SERVING_AMIS))
     prebuilt_export: str | None = setting(None, """Serve an existing export instead of compiling:
         `s3://bucket/prefix` or `hf://org/repo` (a Hugging Face repository of a Neuron export).""",
         check=identifiers.export_location)
@@ -627,6 +636,7 @@ class StackSettings:
         self._check_model(problems)
         self._check_endpoint(problems)
         self._check_network(problems)
+        self._check_ami(problems)
         self._check_fleet(problems)
         self._check_alarms(problems)
         if (retention := limits.log_retention(self.log_retention_days)) is not None:
@@ -731,6 +741,11 @@ class StackSettings:
             problems.add("api_keys_secret", self.api_keys_secret, "applies only with api_keys=true")
         if self.rate_limit is not None and (wrong := limits.rate_limit(self.rate_limit)) is not None:
             problems.add("rate_limit", self.rate_limit, wrong)
+
+    def _check_ami(self, problems: Problems) -> None:
+        if self.serving_ami == "build" and self.ami_id:
+            problems.add("serving_ami", self.serving_ami, f"builds from the DLAMI's parameter, not from ami_id "
+                         f"({self.ami_id}); leave ami_id out, or serving_ami at dlami to launch that AMI as it is")
 
     def _check_network(self, problems: Problems) -> None:
         attached = ("private_subnet_ids", "public_subnet_ids")

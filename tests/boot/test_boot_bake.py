@@ -4,6 +4,7 @@ exactly what a boot on the same AMI would, and a host booted from the AMI finds 
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from bootsim import SMALL_MODEL, Host, make_plan
 
+from neuron_serving.cdk.serving_ami import bake_document
 from neuron_serving.plan.host import resolve_host
 from neuron_serving.render.boot import render_bake_script
 from neuron_serving.render.boot_options import BootOptions
@@ -45,6 +47,25 @@ def test_the_bake_installs_and_pulls_what_a_boot_on_the_same_image_would(make_ho
     assert ["enable", "--now", "docker"] in baked.calls("systemctl")
     assert _pulls(baked) == _pulls(booted) == [("ghcr.io/huggingface/text-generation-inference", "3.3.5-neuron")]
     assert "baked: Docker version" in result.stdout and spec.pulled in result.stdout
+
+
+def test_the_component_s_check_finds_the_baked_image_and_fails_without_it(make_host: Callable[..., Host]) -> None:
+    spec = resolve_host(PLAN)
+    check = _check_script(spec.pulled)
+    baked, bare = make_host(0, images=()), make_host(0, images=())
+    baked.run_script(render_bake_script(PLAN, spec))
+
+    assert baked.run_script(check).returncode == 0
+    unbaked = bare.run_script(check)
+    assert unbaked.returncode != 0
+    assert f"No such image: {spec.pulled}" in unbaked.stderr
+
+
+def _check_script(image: str) -> str:
+    """The check of the serving AMI's component (validate and test phases), as NeuronServingAmi writes it."""
+    document = json.loads(bake_document("true", image))
+    (check,) = {p["steps"][0]["inputs"]["commands"][0] for p in document["phases"] if p["name"] != "build"}
+    return check
 
 
 def test_the_bake_of_a_private_registry_logs_in_with_the_build_instance_s_role(make_host: Callable[..., Host]) -> None:

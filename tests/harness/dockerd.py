@@ -2,8 +2,9 @@
 """A fake Docker Engine on a unix socket, so that tests run the *real* docker CLI on a simulated host.
 
 No engine runs on test machines, and none may: this module answers the Engine API requests the docker CLI
-makes for ``docker pull``, ``docker run`` (attached, in the foreground), ``docker rm -f`` and ``docker stop``,
-records every request as one JSON line, and "plays" what runs inside a container with a *behaviour*: a
+makes for ``docker pull``, ``docker image inspect``, ``docker run`` (attached, in the foreground), ``docker rm
+-f`` and ``docker stop``, records every request as one JSON line, and "plays" what runs inside a container
+with a *behaviour*: a
 Python callable that sees the create body and the bind mounts, may read and write files through the mounts,
 and returns the container's exit code and output. Any other request is answered 501 in the engine's error
 shape (``{"message": ...}``), which the CLI prints as ``Error response from daemon: ...``, so that an
@@ -61,7 +62,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 API_VERSION = "1.50"
 """The API version it announces (``Api-Version`` header of every response), as docker 28.2 does."""
@@ -702,6 +703,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._images_create()
             elif route == ("POST", "containers", "create"):
                 self._containers_create()
+            elif self.command == "GET" and len(parts) >= 3 and parts[0] == "images" and parts[-1] == "json":
+                # The name may hold slashes (a registry and a repository path) and is URL-encoded.
+                self._images_inspect(unquote("/".join(parts[1:-1])))
             elif len(parts) == 3 and parts[0] == "containers" and self.command == "POST" and parts[2] in (
                     "start", "attach", "wait", "stop", "kill"):
                 with engine.cond:
@@ -804,6 +808,19 @@ class _Handler(BaseHTTPRequestHandler):
         for message in messages:
             self._chunk(json.dumps(message).encode() + b"\r\n")
         self._end_chunked()
+
+    def _images_inspect(self, name: str) -> None:
+        """``GET /images/{name}/json`` (swagger v1.50 ``/images/{name}/json``, ImageInspect; moby
+        ``api/server/router/image/image_routes.go`` getImagesByName), for ``docker image inspect``: the image's
+        identity when the engine holds it, else 404 ``No such image: NAME`` (moby ``errdefs.NotFound``, which
+        the CLI prints as ``Error response from daemon: No such image: ...`` and exits 1). Only the fields
+        a boot or a bake reads are filled in."""
+        if not self.server.engine.has_image(name):
+            raise EngineError(404, f"No such image: {name}")
+        full = normalize_image(name)
+        self._send_json(200, {"Id": "sha256:" + hashlib.sha256(full.encode()).hexdigest(),
+                              "RepoTags": [familiar_image(full)], "RepoDigests": [], "Os": "linux",
+                              "Architecture": "amd64", "Size": 0, "Config": {}, "RootFS": {"Type": "layers"}})
 
     def _containers_create(self) -> None:
         """``POST /containers/create?name=NAME`` (swagger v1.50 ``/containers/create``, ContainerCreate): 201

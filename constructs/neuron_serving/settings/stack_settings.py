@@ -74,6 +74,7 @@ OIDC_KEYS = ("oidc_issuer", "oidc_client_id", "oidc_client_secret", "oidc_author
 SERVING_AMIS = ("dlami", "build")
 """What the hosts launch (``serving_ami``): the Neuron DLAMI as it is, or a serving AMI the stack builds from it
 (:class:`~neuron_serving.cdk.serving_ami.NeuronServingAmi`)."""
+
 FLEET_KINDS = ("instance", "asg")
 FLEET_ONLY_KEYS = ("min_capacity", "max_capacity", "desired_capacity", "warm_pool", "scale_down_schedule",
                    "scale_up_schedule", "target_requests_per_minute", "target_in_flight_requests", "instance_types",

@@ -54,7 +54,7 @@ def test_each_boot_phase_estimate_is_a_prediction_that_its_ceiling_covers():
     plan = _plan("llama-3-8b", "inf2.24xlarge")
     minutes = phase_minutes(plan, BASELINE)
     assert minutes == {"install": 3, "pull": 5, "checkpoint": 3, "compile": 55, "compile-cached": 6, "export": 57,
-                       "export-cached": 8, "download": 3, "load": 5}
+                       "export-cached": 8, "download": 3, "load": 4}
     assert {p.estimate for p in PHASES if p.estimate} <= set(minutes)
     # The predictions, not the ceilings: each well inside the share of the boot timeout it names.
     assert minutes["load"] * 60 < readiness_seconds(plan, BASELINE)

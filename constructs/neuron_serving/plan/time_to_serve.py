@@ -123,14 +123,33 @@ NEFF_BYTES = 100 * 10**6
 """The compiled graphs a decoder export fetches from the public cache (context encoding and token
 generation) and a generous size for each. Our assumption; the fetch takes seconds either way."""
 
-NEURON_LOAD_SECONDS_PER_BILLION = 40 / 7
-"""Loading weights onto the NeuronCores once the graphs are compiled. Measured: Llama 2 7B "~40
-seconds" from a safetensors checkpoint with a populated compile cache on trn1.32xlarge
-(aws-neuron/transformers-neuronx issue #80, an AWS engineer, 2024-04)."""
+LOAD_FIXED_SECONDS = 10.0
+"""What a replica's load costs whatever its size: the Neuron runtime's start and the compiled graphs'
+load. Stated: vLLM Neuron's checkpoint loading design (aws-neuron/aws-neuron-sdk at a3247f5b,
+vllm-neuron/docs/design/framework/checkpoint_loading.md, "Benchmarking") loads GPT-OSS 120B in 12 s at
+degree 64 and says small models are "bottlenecked by Neuron Runtime initialization"; measured: a 12 GB
+pre-sharded model loads onto one inf2 device in 11 s in all (aws-neuron/neuronx-distributed-inference
+at c8184dcd, contrib/models/Trinity/README.md, "Trinity-Nano on inf2.8xlarge"). Our reading of both:
+about 10 s."""
 
-NEURON_LOAD_ALLOWANCE = 2.0
-"""Our assumption: twice that measurement, for another library (optimum-neuron's NxD backend,
-which shards the weights when it loads them) and for several replicas loading at once."""
+LOAD_HOST_BYTES_PER_S = 5.1 * GB
+"""How fast one replica's process reads its pre-sharded weights: the export's files hold each rank's
+shard (``weights/tp{rank}_sharded_checkpoint.safetensors``), which optimum-neuron (v0.4.5,
+optimum/neuron/models/inference/backend/pretrained_model.py, ``_load_weights_from_path``) and NxD
+Inference (models/application_base.py, ``load_weights``) read one rank after another in one thread,
+sharding nothing. Measured: GLM-5.2's 705 GB from pre-sharded files in 139 s on trn2.48xlarge
+(neuronx-distributed-inference at b52ae648, contrib/models/GLM-5.2/README.md, "Status"); stated: Llama
+3.1 405B, 810 GB, in 108 s on trn2.48xlarge (aws-neuron-sdk, libraries/nxd-inference/developer_guides/
+weights-sharding-guide.rst, "Shard on compile"). The slower of the two; that inf2 and trn1 hosts read as
+fast as trn2's is our assumption, which :data:`NEURON_LOAD_ALLOWANCE` covers."""
+
+LOAD_DEVICE_BYTES_PER_S = 1.1 * GB
+"""What one Neuron device takes in. Measured: 12 GB onto one inf2 device in 11 s, fixed costs included,
+so at least this (the Trinity README above). No host-to-device bandwidth of Inferentia2 or Trainium is
+published."""
+
+NEURON_LOAD_ALLOWANCE = 1.5
+"""Our assumption: half as long again as the figures above, measured on trn2's newer hosts."""
 
 WARMUP_MINUTES = 1.0
 """The engine's warm-up (one prefill of the full static batch) and wait-ready's one-token probe of
@@ -217,6 +236,18 @@ def s3_bytes_per_second(plan: ServingPlan) -> float:
     return S3_LINK_EFFICIENCY * network_gbps(plan) * GBPS
 
 
+def load_seconds(plan: ServingPlan) -> float:
+    """Seconds ``plan``'s replicas take to load the export onto their NeuronCores, once the weights are in
+    memory: :data:`LOAD_FIXED_SECONDS` plus a replica's weights at the slower of its process's read
+    (:data:`LOAD_HOST_BYTES_PER_S`) and its devices' intake (:data:`LOAD_DEVICE_BYTES_PER_S` each), times
+    :data:`NEURON_LOAD_ALLOWANCE`. The replicas load at once, each a process of its own on devices of its
+    own, so the phase lasts one replica's load. Stated: 8 servers of degree 8 loaded in 25 s where one of
+    degree 64 took 12 s (vLLM Neuron's checkpoint loading design, above)."""
+    # The devices a replica uses: one for a replica on one core of a device.
+    rate = min(LOAD_HOST_BYTES_PER_S, len(plan.replicas[0].devices) * LOAD_DEVICE_BYTES_PER_S)
+    return NEURON_LOAD_ALLOWANCE * (LOAD_FIXED_SECONDS + plan.weights_bytes / rate)
+
+
 def time_to_serve(plan: ServingPlan, throughput: int) -> TimeToServe:
     """The predictions for ``plan`` on a root volume of ``throughput`` MiB/s."""
     volume = throughput * MIB
@@ -246,7 +277,7 @@ def time_to_serve(plan: ServingPlan, throughput: int) -> TimeToServe:
         "download": minutes(weights / min(s3_bytes_per_second(plan), volume)),
         "services": SERVICES_MINUTES,
         "read": 0.0 if cached else cold_read,
-        "load": NEURON_LOAD_ALLOWANCE * NEURON_LOAD_SECONDS_PER_BILLION * billions / 60,
+        "load": minutes(load_seconds(plan)),
         "warm-up": WARMUP_MINUTES,
     }
     return TimeToServe(phases, cold_read, throughput)

@@ -107,7 +107,8 @@ def test_json_output_is_one_document_with_request_options_predictions_and_recomm
                  "--batch-size", "4", "--sequence-length", "4096", "--output", "json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["request"]["instance_type"] == "inf2.48xlarge"
-    assert document["workload"] == {"input_tokens": 1000, "output_tokens": 256, "trace": None}
+    assert document["workload"] == {"input_tokens": 1000, "output_tokens": 256, "prefix_tokens": 0, "acceptance": None,
+                                    "trace": None}
     assert document["objective"] == "cost"
     assert document["constraints"] == {"max_itl_ms": 30.0, "max_ttft_ms": None, "min_tokens_per_second": None}
     assert [d["degree"] for d in document["degrees"]] == list(range(2, 25, 2))
@@ -250,6 +251,22 @@ def test_goodput_replays_a_trace_s_own_arrivals_at_its_own_rate(tmp_path, capsys
     # The shapes hold the largest request: 800 prompt and 180 output tokens.
     assert (document["workload"]["input_tokens"], document["workload"]["output_tokens"]) == (800, 180)
     assert load["ttft_p99_s"] <= 1.5
+
+
+def test_goodput_with_a_trace_keeps_the_prefix_and_the_draft_s_acceptance(tmp_path, capsys):
+    trace = _trace_file(tmp_path, [{"input_tokens": 300, "output_tokens": 100},
+                                   {"input_tokens": 2000, "output_tokens": 200}])
+    drafted = ["plan", "--model", "meta-llama/Meta-Llama-3-8B-Instruct", "--instance-type", "inf2.24xlarge",
+               "--engine", "nxdi", "--speculative-model", "yuhuili/EAGLE-LLaMA3-Instruct-8B", "--objective",
+               "goodput", "--trace", trace, "--rate", "2", "--output", "json"]
+    assert main([*drafted, "--acceptance", "0.7"]) == 0
+    accepted = json.loads(capsys.readouterr().out)
+    assert main(drafted) == 0
+    plain = json.loads(capsys.readouterr().out)
+    # The trace's largest request (2000 and 200 tokens) carries the flags' acceptance into the load prediction.
+    assert accepted["workload"] == {"input_tokens": 2000, "output_tokens": 200, "prefix_tokens": 0,
+                                    "acceptance": 0.7, "trace": {"requests": 2000, "replayed": False}}
+    assert accepted["recommendation"]["load"]["itl_p99_s"] < plain["recommendation"]["load"]["itl_p99_s"]
 
 
 def test_goodput_takes_a_trace_s_requests_in_turn_at_the_rate_without_starts(tmp_path, capsys):

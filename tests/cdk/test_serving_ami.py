@@ -100,3 +100,21 @@ def test_a_serving_ami_with_a_pinned_ami_or_an_unknown_value_is_refused_naming_t
         StackSettings(serving_ami="build", ami_id="ami-0123456789abcdef0")
     with pytest.raises(ServingConfigError, match=r"serving_ami \('baked'\) must be one of"):
         StackSettings(serving_ami="baked")
+
+
+def test_the_build_waits_for_the_role_s_pull_grant():
+    synth = synthesized(serving_ami="build", image_registry=f"{REGISTRY}/ghcr")
+    (image,) = synth.resources("AWS::ImageBuilder::Image").values()
+    (policy,) = [k for k, v in synth.resources("AWS::IAM::Policy").items()
+                 if any("ServingAmiBuildRole" in r["Ref"] for r in v["Properties"]["Roles"])]
+    assert policy in image["DependsOn"]
+
+
+def test_a_stack_name_too_long_for_the_ami_s_names_is_refused_naming_it():
+    from aws_cdk import App
+
+    from neuron_serving import NeuronLlamaStack
+
+    with pytest.raises(ServingConfigError, match=r"stack_name \('S{108}'\) must be at most 107 characters with "
+                                                 r"serving_ami=build"):
+        NeuronLlamaStack(App(), "S" * 108, settings=StackSettings(serving_ami="build"))

@@ -575,6 +575,30 @@ def test_a_shared_prefix_is_predicted_cached_where_the_layout_keeps_a_prefix_cac
     assert cached["ttft_s"] < 0.3 * plain["ttft_s"]
 
 
+def test_a_draft_is_counted_in_the_predictions_given_its_acceptance():
+    drafted = plan_serving(ServingRequest("meta-llama/Meta-Llama-3-8B-Instruct", "inf2.24xlarge", tensor_parallel=2,
+                                          speculative_model="yuhuili/EAGLE-LLaMA3-Instruct-8B"))
+    shared = guidellm.Workload(Tokens(512), Tokens(100))
+    counted = bench_module._layout_predictions(drafted, shared, 0.7)
+    left_out = bench_module._layout_predictions(drafted, shared)
+    assert counted is not None and left_out is not None
+    assert counted["itl_batch1_s"] == pytest.approx(predict(drafted, Workload(512, 100, acceptance=0.7)).itl_batch1_s)
+    assert counted["itl_batch1_s"] < 0.75 * left_out["itl_batch1_s"]
+    profile = measured("synchronous", None, 0.5)
+    with_draft = bench_module._predicted(profile, drafted, 1, acceptance=0.7)
+    without = bench_module._predicted(profile, drafted, 1)
+    assert with_draft is not None and without is not None
+    assert with_draft["itl_ms"]["p50"] < 0.75 * without["itl_ms"]["p50"]
+    assert with_draft["ttft_s"] == without["ttft_s"]
+
+
+def test_an_acceptance_outside_0_to_1_is_refused_by_the_flag(capsys):
+    with pytest.raises(SystemExit):
+        main_parser().parse_args(["bench", "--url", "http://127.0.0.1:9", "--acceptance", "1.5"])
+    assert "'1.5' must be a number between 0 and 1 (exclusive)" in capsys.readouterr().err
+    assert main_parser().parse_args(["bench", "--url", "http://127.0.0.1:9", "--acceptance", "0.7"]).acceptance == 0.7
+
+
 def test_layout_flags_that_make_no_layout_are_refused_naming_the_setting():
     args = _url_args("--model", "meta-llama/Llama-3.1-8B-Instruct", "--instance-type", "inf2.48xlarge",
                      "--tensor-parallel", "5")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from aws_cdk import Acknowledgment, Stack, Validations
 from aws_cdk import aws_ec2 as ec2
@@ -13,6 +14,7 @@ from aws_cdk import aws_imagebuilder as imagebuilder
 
 from constructs import Construct
 
+from ..plan.errors import ServingConfigError, problem
 from .boot_script import NeuronBootScript
 from .machine_image import PinnedLinuxImage
 
@@ -28,6 +30,10 @@ bounds the tests; the build's own steps are bounded by ``timeoutSeconds`` in the
 BAKE_TIMEOUT_SECONDS = 3600
 """The bake step's limit (the component document's ``timeoutSeconds``): installing the tools and pulling an
 image of about 10 GB, with the pull's retries."""
+
+NAME_LIMIT = 128
+"""The longest name of an Image Builder component or recipe (``Name``, 1 to 128 characters: CreateComponent and
+CreateImageRecipe, EC2 Image Builder API reference)."""
 
 DEVICE = "/dev/sda1"
 """The root device of the Ubuntu DLAMIs, as the hosts' launch template names it."""
@@ -104,20 +110,32 @@ class NeuronServingAmi(Construct):
             description="Serving AMI build instance: no inbound, outbound to the registries and AWS")
         subnet = vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnets[0]
         document = bake_document(boot_script.bake_script, boot_script.spec.pulled)
-        # Image Builder's components and recipes are immutable versions: a new bake needs a new name.
-        digest = hashlib.sha256(json.dumps([document, dlami_parameter, root_volume_gib]).encode()).hexdigest()[:12]
+        component_props: dict[str, Any] = {
+            "platform": "Linux", "version": "1.0.0", "data": document,
+            "description": "Installs the serving hosts' tools and pulls their image (neuron-serving)"}
+        volume: dict[str, Any] = {
+            "volume_size": root_volume_gib, "volume_type": "gp3", "encrypted": True, "delete_on_termination": True}
+        recipe_props: dict[str, Any] = {
+            "version": "1.0.0", "parent_image": f"ssm:{dlami_parameter}",
+            "description": "The Neuron DLAMI with the serving hosts' tools and image"}
+        # Image Builder's components and recipes are immutable: a change of any of their properties replaces
+        # them ("Update requires: Replacement", AWS::ImageBuilder::Component and ::ImageRecipe), and a
+        # replacement under the same name and version fails. So their name carries a hash of all of them.
+        digest = hashlib.sha256(json.dumps([component_props, recipe_props, DEVICE, volume],
+                                           sort_keys=True).encode()).hexdigest()[:12]
         name = f"{stack.stack_name}-serving-{digest}"
-        component = imagebuilder.CfnComponent(
-            self, "Bake", name=name, platform="Linux", version="1.0.0", data=document,
-            description="Installs the serving hosts' tools and pulls their image (neuron-serving's bake)")
+        if len(name) > NAME_LIMIT:
+            raise ServingConfigError([problem(
+                "stack_name", stack.stack_name, f"must be at most {NAME_LIMIT - len(name) + len(stack.stack_name)} "
+                f"characters with serving_ami=build: the AMI's component and recipe are named after it, in at most "
+                f"{NAME_LIMIT} characters")])
+        component = imagebuilder.CfnComponent(self, "Bake", name=name, **component_props)
         recipe = imagebuilder.CfnImageRecipe(
-            self, "Recipe", name=name, version="1.0.0", parent_image=f"ssm:{dlami_parameter}",
+            self, "Recipe", name=name, **recipe_props,
             components=[imagebuilder.CfnImageRecipe.ComponentConfigurationProperty(component_arn=component.attr_arn)],
             block_device_mappings=[imagebuilder.CfnImageRecipe.InstanceBlockDeviceMappingProperty(
-                device_name=DEVICE,
-                ebs=imagebuilder.CfnImageRecipe.EbsInstanceBlockDeviceSpecificationProperty(
-                    volume_size=root_volume_gib, volume_type="gp3", encrypted=True, delete_on_termination=True))],
-            description="The Neuron DLAMI with the serving hosts' tools and image")
+                device_name=DEVICE, ebs=imagebuilder.CfnImageRecipe.EbsInstanceBlockDeviceSpecificationProperty(
+                    **volume))])
         infrastructure = imagebuilder.CfnInfrastructureConfiguration(
             self, "Infrastructure", name=f"{stack.stack_name}-serving-ami",
             instance_profile_name=profile.ref, instance_types=[BUILD_INSTANCE_TYPE],
@@ -132,6 +150,8 @@ class NeuronServingAmi(Construct):
             enhanced_image_metadata_enabled=True,
             image_tests_configuration=imagebuilder.CfnImage.ImageTestsConfigurationProperty(
                 image_tests_enabled=True, timeout_minutes=BUILD_TIMEOUT_MINUTES))
+        # The build pulls with the role's policy (grant_bake), which the instance profile does not wait for.
+        self.image.node.add_dependency(self.role)
         self.image_id: str = self.image.attr_image_id
         """The AMI's id, known once CloudFormation has built it."""
         self.machine_image: ec2.IMachineImage = PinnedLinuxImage(self.image_id)

@@ -96,6 +96,10 @@ def register(commands: Any) -> None:
                                "workload a prefix cache (prefix_caching, engine nxdi) serves faster (default: 0)")
     workload.add_argument("--prefix-count", type=_positive, default=1, metavar="N",
                           help="distinct prefixes, one per request in turn (default: 1)")
+    workload.add_argument("--acceptance", type=_acceptance, metavar="A",
+                          help="with a draft (speculative_model, engine nxdi): the chance the model accepts each "
+                               "drafted token, for the predictions beside the measurements; without it they leave "
+                               "speculation out, as `plan` does")
     workload.add_argument("--route", choices=tuple(ROUTES), default="completions",
                           help="the OpenAI-compatible route: completions (/v1/completions, the default: the prompt "
                                "alone) or chat (/v1/chat/completions: the model's chat template adds its tokens)")
@@ -147,6 +151,16 @@ def _positive(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be a whole number of at least 1")
+    return value
+
+
+def _acceptance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number between 0 and 1 (exclusive)")
     return value
 
 
@@ -245,7 +259,7 @@ def bench(args: argparse.Namespace, workload: Workload, key: str | None) -> dict
     if model is None:
         raise OpsError(f"{endpoint.url} answered GET {serving.probe.path} without naming its model")
     plan, layout_source = _layout(args, endpoint)
-    predictions = _layout_predictions(plan, workload)
+    predictions = _layout_predictions(plan, workload, args.acceptance)
     fleet = _fleet(args, endpoint)
     results = args.results_dir or Path("bench-results") / dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     results.mkdir(parents=True, exist_ok=True)
@@ -267,7 +281,7 @@ def bench(args: argparse.Namespace, workload: Workload, key: str | None) -> dict
         "layout": {**layout_document(plan), "engine": serving.name} if plan else None, "layout_source": layout_source,
         "predictions": predictions, "instances": {"count": fleet.instances, "source": fleet.source},
         "profiles": [_profile_document(m, _predicted(m, plan, fleet.instances, args.max_concurrency,
-                                                     workload.prefix_tokens)) for m in measured],
+                                                     workload.prefix_tokens, args.acceptance)) for m in measured],
         "results": {"json": str(results / "bench.json"), "png": str(results / "bench.png"),
                     "guidellm_log": str(results / "guidellm.log")},
         "guidellm": version,
@@ -352,18 +366,19 @@ def _fleet(args: argparse.Namespace, endpoint: Endpoint) -> Fleet:
     return Fleet(1, "assumed: give --instances for a fleet")
 
 
-def _layout_predictions(plan: ServingPlan | None, workload: Workload) -> dict[str, float] | None:
+def _layout_predictions(plan: ServingPlan | None, workload: Workload,
+                        acceptance: float | None = None) -> dict[str, float] | None:
     """The performance model's predictions (:func:`neuron_serving.plan.performance.predict`) for
     ``workload``'s mean token counts on ``plan``, per instance: ``ttft_s``, ``itl_batch1_s``,
     ``itl_full_batch_s``, ``output_tokens_per_second`` and ``requests_per_second`` (the last two at
-    saturation). None without a layout."""
+    saturation). With a draft, ``acceptance`` counts it (``--acceptance``). None without a layout."""
     if plan is None:
         return None
     # The prefix is part of each prompt; a layout with a prefix cache prefills only the rest
     # (performance.cached_prefix_tokens). The first request of each distinct prefix finds none cached, which
     # the prediction, of a request whose prefix is, leaves out.
     inputs = round(workload.mean_input_tokens)
-    mean = performance.Workload(inputs, round(workload.output.mean), min(workload.prefix_tokens, inputs))
+    mean = performance.Workload(inputs, round(workload.output.mean), min(workload.prefix_tokens, inputs), acceptance)
     try:
         prediction = performance.predict(plan, mean)
     except ServingConfigError as err:
@@ -377,7 +392,8 @@ def _layout_predictions(plan: ServingPlan | None, workload: Workload) -> dict[st
 
 
 def _predicted(m: Measured, plan: ServingPlan | None, instances: int,
-               max_concurrency: int = DEFAULT_MAX_CONCURRENCY, prefix_tokens: int = 0) -> dict[str, Any] | None:
+               max_concurrency: int = DEFAULT_MAX_CONCURRENCY, prefix_tokens: int = 0,
+               acceptance: float | None = None) -> dict[str, Any] | None:
     """The predictions of a profile's measured figures, in their units, or None without a layout or
     a completed request. ``prefix_tokens`` of each measured prompt are the shared prefix, which a layout
     with a prefix cache does not prefill (:func:`~neuron_serving.plan.performance.replica_costs`).
@@ -408,7 +424,7 @@ def _predicted(m: Measured, plan: ServingPlan | None, instances: int,
     input_tokens, output_tokens = max(1, round(m.input_tokens)), max(1, round(m.output_tokens))
     # As _layout_predictions: a layout with a prefix cache prefills what the shared prefix leaves.
     costs = performance.replica_costs(
-        plan, workload=performance.Workload(input_tokens, output_tokens, min(prefix_tokens, input_tokens)))
+        plan, workload=performance.Workload(input_tokens, output_tokens, min(prefix_tokens, input_tokens), acceptance))
     replicas = len(plan.replicas) * instances
     rate = None if m.profile == SYNCHRONOUS else m.requests_per_second
     if rate is not None and rate <= 0:

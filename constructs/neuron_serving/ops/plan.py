@@ -269,7 +269,9 @@ def _trace_inputs(args: argparse.Namespace) -> tuple[list[Call], Workload, Goodp
         rate = args.rate
         arrivals = poisson_trace(rate, LOAD_REQUESTS, 1, 1)
         trace = [Call(a.start, *requests[k % len(requests)][1:]) for k, a in enumerate(arrivals)]
-    largest = Workload(max(c.input_tokens for c in trace), max(c.output_tokens for c in trace))
+    longest = max(c.input_tokens for c in trace)
+    # The trace's largest request, with the prefix (at most that prompt) and the acceptance the flags give.
+    largest = Workload(longest, max(c.output_tokens for c in trace), min(args.prefix_tokens, longest), args.acceptance)
     return trace, largest, Goodput(rate, args.p99_ttft_ms, args.p99_itl_ms)
 
 
@@ -394,6 +396,7 @@ def plan_document(request: ServingRequest, workload: Workload, objective: str | 
             "dtype": request.dtype,
         },
         "workload": {"input_tokens": workload.input_tokens, "output_tokens": workload.output_tokens,
+                     "prefix_tokens": workload.prefix_tokens, "acceptance": workload.acceptance,
                      "trace": None if trace is None else {"requests": len(trace), "replayed": replayed}},
         "objective": objective,
         "constraints": {name: getattr(constraints, name)

@@ -155,13 +155,14 @@ def _positive(text: str) -> int:
 
 
 def _acceptance(text: str) -> float:
+    """``--acceptance``, checked as :class:`~neuron_serving.plan.performance.Workload` checks it."""
     try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 1:
+        acceptance = performance.Workload(1, 1, acceptance=float(text)).acceptance
+    except (ValueError, ServingConfigError):
+        acceptance = None
+    if acceptance is None:
         raise argparse.ArgumentTypeError(f"{text!r} must be a number between 0 and 1 (exclusive)")
-    return value
+    return acceptance
 
 
 def _count(text: str) -> int:

@@ -172,20 +172,17 @@ class Workload:
         if self.input_tokens > request.effective_max_input_tokens:
             problems.add(f"{prefix}input_tokens", self.input_tokens,
                          f"must be at most max_input_tokens ({request.effective_max_input_tokens})")
+        longest, limit = request.sequence_length, f"sequence_length ({request.sequence_length})"
         if request.speculative_model is not None:
             # The plugin's scheduler ends a request that many tokens before --max-model-len, so that a
             # step's tokens never run past it (vllm-neuron release-0.4.1 and release-0.5.0,
             # vllm_neuron/core/scheduler.py, NeuronScheduler._update_request_with_output).
-            longest = request.sequence_length - request.speculative_tokens
-            if self.input_tokens + self.output_tokens > longest:
-                problems.add(f"{prefix}output_tokens", self.output_tokens,
-                             f"plus {prefix}input_tokens ({self.input_tokens}) must be at most sequence_length "
-                             f"({request.sequence_length}) less speculative_tokens ({request.speculative_tokens}), "
-                             f"{longest}: with a draft, a request ends that many tokens before the sequence's end")
-        elif self.input_tokens + self.output_tokens > request.sequence_length:
+            longest -= request.speculative_tokens
+            limit += (f" less speculative_tokens ({request.speculative_tokens}), {longest}: with a draft, a request "
+                      "ends that many tokens before the sequence's end")
+        if self.input_tokens + self.output_tokens > longest:
             problems.add(f"{prefix}output_tokens", self.output_tokens,
-                         f"plus {prefix}input_tokens ({self.input_tokens}) must be at most sequence_length "
-                         f"({request.sequence_length})")
+                         f"plus {prefix}input_tokens ({self.input_tokens}) must be at most {limit}")
         problems.raise_if_any()
 
 

@@ -357,7 +357,7 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
         prebuilt = f"s3://{bucket}/{prefix}/" if prefix else f"s3://{bucket}/"
     elif prebuilt_hf is not None:
         prebuilt = f"hf://{prebuilt_hf}"
-    cache = s3_parts(options.artifact_cache) if prebuilt is None else None
+    cache = _artifact_cache(spec, options)
     # Only a host that may compile consults the compile caches.
     compile_cache = options.compile_cache if spec.compiles else None
     signal, hook, monitoring = options.signal, options.warm_pool_hook, options.monitoring
@@ -551,12 +551,17 @@ def _render(plan: ServingPlan, spec: HostSpec, options: BootOptions | None, *, i
 def _baked_steps(spec: HostSpec, options: BootOptions) -> dict[str, Any]:
     """The values of the boot's steps that a serving AMI bakes (``userdata/boot/install-tools.sh.j2``,
     ``pull-image.sh.j2``), which the boot and the bake (:func:`render_bake_script`) render alike."""
-    # A host that may publish to the artifact cache needs AWS CLI v2's conditional writes (install-tools);
-    # with a prebuilt export there is no cache (_render).
-    prebuilt = s3_parts(spec.prebuilt_export) is not None or hf_repo(spec.prebuilt_export) is not None
-    cache = s3_parts(options.artifact_cache) is not None and not prebuilt
+    # A host that may publish to the artifact cache needs AWS CLI v2's conditional writes (install-tools).
     return dict(pull_attempts=spec.pull_attempts, first_pull_wait=FIRST_PULL_WAIT_SECONDS,
-                conditional_write=cache and spec.export_role != "wait", registry=spec.registry)
+                conditional_write=_artifact_cache(spec, options) is not None and spec.export_role != "wait",
+                registry=spec.registry)
+
+
+def _artifact_cache(spec: HostSpec, options: BootOptions) -> tuple[str, str] | None:
+    """The artifact cache's ``(bucket, prefix)``, or None: none, or a prebuilt export, which the host serves
+    instead of the cache's."""
+    prebuilt = s3_parts(spec.prebuilt_export) is not None or hf_repo(spec.prebuilt_export) is not None
+    return None if prebuilt else s3_parts(options.artifact_cache)
 
 
 def render_bake_script(plan: ServingPlan, spec: HostSpec, options: BootOptions | None = None) -> str:
